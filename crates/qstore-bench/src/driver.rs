@@ -1,0 +1,341 @@
+//! The load generator: client threads that submit transactions to a cluster and measure
+//! the answers.
+//!
+//! Each thread drives a share of the clients. A client is bound to a home node and keeps
+//! `inflight` transactions outstanding (closed loop), or transactions arrive at a fixed
+//! target rate whatever the answers (open loop). A transaction aborted by concurrency
+//! control is resubmitted, as a new attempt, after the shared [`Backoff`] policy's delay.
+
+use crate::stats::{Backoff, ClientStats};
+use crossbeam_channel::{unbounded, Receiver, RecvTimeoutError, Sender};
+use parking_lot::Mutex;
+use qstore_core::config::ClientConfig;
+use qstore_core::txn::{TxnOutcome, TxnResponse};
+use qstore_core::{NodeId, TxnId};
+use qstore_engine::{Cluster, TxnRequest};
+use qstore_workload::{TxnCall, TxnGenerator, Workload};
+use rustc_hash::FxHashMap;
+use std::cmp::Reverse;
+use std::collections::BinaryHeap;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// Open-loop arrivals beyond this many outstanding transactions per thread are skipped and
+/// counted, rather than queued without bound.
+const OPEN_LOOP_MAX_OUTSTANDING: usize = 100_000;
+
+/// How long a thread waits for an answer before re-checking the run's state.
+const POLL: Duration = Duration::from_millis(20);
+
+/// State shared by the run's controller and its load-generator threads.
+#[derive(Default)]
+pub struct Control {
+    /// Answers count in the statistics only while this is set.
+    pub measuring: AtomicBool,
+    /// No new transactions once set; outstanding ones are still answered and retried.
+    pub stop: AtomicBool,
+    /// Commits counted so far (progress lines, and the `txns` bound).
+    pub commits: AtomicU64,
+    pub cc_aborts: AtomicU64,
+    /// With a `txns` bound: fresh transactions issued and not logic-aborted or rejected.
+    issued: AtomicU64,
+    /// With a `txns` bound: when the last needed commit arrived.
+    pub finished_at: Mutex<Option<Instant>>,
+}
+
+impl Control {
+    /// Takes one of the `budget` transaction slots (always succeeds without a bound).
+    fn take_slot(&self, budget: u64) -> bool {
+        if budget == 0 {
+            return true;
+        }
+        if self.issued.fetch_add(1, Ordering::Relaxed) < budget {
+            true
+        } else {
+            self.issued.fetch_sub(1, Ordering::Relaxed);
+            false
+        }
+    }
+
+    /// Gives back a slot of a transaction that ended without committing.
+    fn return_slot(&self, budget: u64) {
+        if budget > 0 {
+            self.issued.fetch_sub(1, Ordering::Relaxed);
+        }
+    }
+}
+
+struct Client {
+    home: NodeId,
+    generator: Box<dyn TxnGenerator>,
+}
+
+/// One transaction until its final answer, across attempts.
+struct Pending {
+    client: usize,
+    call: Arc<qstore_core::txn::ProcCall>,
+    ops: u32,
+    first_submit: Instant,
+    retries: u32,
+}
+
+/// A retry waiting for its back-off to pass.
+struct Retry {
+    at: Instant,
+    pending: Pending,
+}
+
+impl PartialEq for Retry {
+    fn eq(&self, other: &Self) -> bool {
+        self.at == other.at
+    }
+}
+impl Eq for Retry {}
+impl PartialOrd for Retry {
+    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+impl Ord for Retry {
+    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
+        self.at.cmp(&other.at)
+    }
+}
+
+/// One load-generator thread.
+pub struct Driver<'a> {
+    index: u32,
+    cluster: &'a Cluster,
+    control: &'a Control,
+    cfg: &'a ClientConfig,
+    backoff: Backoff,
+    clients: Vec<Client>,
+    pending: FxHashMap<TxnId, Pending>,
+    retries: BinaryHeap<Reverse<Retry>>,
+    reply_tx: Sender<TxnResponse>,
+    reply_rx: Receiver<TxnResponse>,
+    next_id: u64,
+    rng: qstore_core::rng::Rng,
+    stats: ClientStats,
+    /// Open loop: time of the next arrival, its spacing, and the next client to use.
+    next_arrival: Option<(Instant, Duration, usize)>,
+}
+
+impl<'a> Driver<'a> {
+    /// A thread driving clients `client_ids` (client `c` has home node `c mod nodes`).
+    pub fn new(
+        index: u32,
+        threads: u32,
+        client_ids: &[u32],
+        cluster: &'a Cluster,
+        workload: &dyn Workload,
+        control: &'a Control,
+        seed: u64,
+    ) -> Self {
+        let ctx = cluster.ctx();
+        let cfg = &ctx.cfg.client;
+        let nodes = ctx.nodes();
+        let clients = client_ids
+            .iter()
+            .map(|&c| {
+                let home = NodeId(c % nodes);
+                Client {
+                    home,
+                    generator: workload.generator(c, qstore_core::PartitionId(home.0)),
+                }
+            })
+            .collect();
+        let next_arrival = (cfg.rate > 0.0).then(|| {
+            let spacing = Duration::from_secs_f64(threads as f64 / cfg.rate);
+            (Instant::now(), spacing, 0)
+        });
+        let (reply_tx, reply_rx) = unbounded();
+        Driver {
+            index,
+            cluster,
+            control,
+            cfg,
+            backoff: Backoff {
+                base_us: cfg.backoff_base_us,
+                max_us: cfg.backoff_max_us,
+            },
+            clients,
+            pending: FxHashMap::default(),
+            retries: BinaryHeap::new(),
+            reply_tx,
+            reply_rx,
+            next_id: 0,
+            rng: qstore_core::rng::stream(seed, (1 << 32) + index as u64),
+            stats: ClientStats::default(),
+            next_arrival,
+        }
+    }
+
+    /// Runs until the run stops and every transaction is answered (or the drain times out).
+    pub fn run(mut self) -> ClientStats {
+        if self.next_arrival.is_none() {
+            for c in 0..self.clients.len() {
+                for _ in 0..self.cfg.inflight {
+                    self.issue_fresh(c, Instant::now());
+                }
+            }
+        }
+        let mut drain_deadline = None;
+        loop {
+            let now = Instant::now();
+            self.open_loop_arrivals(now);
+            self.resubmit_due(now);
+            if self.control.stop.load(Ordering::Relaxed) {
+                let deadline = *drain_deadline
+                    .get_or_insert_with(|| now + Duration::from_secs_f64(self.cfg.drain_timeout_s));
+                if self.pending.is_empty() && self.retries.is_empty() {
+                    break;
+                }
+                if now >= deadline {
+                    self.stats.unfinished += (self.pending.len() + self.retries.len()) as u64;
+                    break;
+                }
+            }
+            match self.reply_rx.recv_timeout(self.next_wait(now)) {
+                Ok(resp) => {
+                    self.on_response(resp);
+                    // Take whatever else has arrived before looking at timers again.
+                    while let Ok(resp) = self.reply_rx.try_recv() {
+                        self.on_response(resp);
+                    }
+                }
+                Err(RecvTimeoutError::Timeout) => {}
+                Err(RecvTimeoutError::Disconnected) => unreachable!("we hold a sender"),
+            }
+        }
+        self.stats
+    }
+
+    fn next_wait(&self, now: Instant) -> Duration {
+        let mut until = now + POLL;
+        if let Some(Reverse(r)) = self.retries.peek() {
+            until = until.min(r.at);
+        }
+        if let Some((at, _, _)) = self.next_arrival {
+            until = until.min(at);
+        }
+        until.saturating_duration_since(now)
+    }
+
+    fn fresh_id(&mut self) -> TxnId {
+        self.next_id += 1;
+        TxnId(((self.index as u64 + 1) << 40) | self.next_id)
+    }
+
+    /// Starts a new transaction of client `c`, if the run still wants one.
+    fn issue_fresh(&mut self, c: usize, first_submit: Instant) -> bool {
+        if self.control.stop.load(Ordering::Relaxed) || !self.control.take_slot(self.cfg.txns) {
+            return false;
+        }
+        let TxnCall { call, ops } = self.clients[c].generator.next_txn();
+        let pending = Pending {
+            client: c,
+            call: Arc::new(call),
+            ops,
+            first_submit,
+            retries: 0,
+        };
+        self.submit(pending);
+        true
+    }
+
+    fn submit(&mut self, pending: Pending) {
+        let id = self.fresh_id();
+        let req = TxnRequest {
+            id,
+            call: pending.call.clone(),
+            reply: self.reply_tx.clone(),
+        };
+        let home = self.clients[pending.client].home;
+        self.pending.insert(id, pending);
+        self.cluster.submit(home, req);
+    }
+
+    fn open_loop_arrivals(&mut self, now: Instant) {
+        while let Some((at, spacing, next_client)) = self.next_arrival {
+            if at > now || self.control.stop.load(Ordering::Relaxed) {
+                return;
+            }
+            self.next_arrival = Some((
+                at + spacing,
+                spacing,
+                (next_client + 1) % self.clients.len(),
+            ));
+            if self.pending.len() + self.retries.len() >= OPEN_LOOP_MAX_OUTSTANDING {
+                self.stats.missed_arrivals += 1;
+            } else {
+                // Latency counts from the scheduled arrival, not from when we got to it.
+                self.issue_fresh(next_client, at);
+            }
+        }
+    }
+
+    fn resubmit_due(&mut self, now: Instant) {
+        while self.retries.peek().is_some_and(|Reverse(r)| r.at <= now) {
+            let Reverse(r) = self.retries.pop().expect("peeked");
+            self.submit(r.pending);
+        }
+    }
+
+    fn on_response(&mut self, resp: TxnResponse) {
+        let Some(mut p) = self.pending.remove(&resp.id) else {
+            return; // not ours: ignore rather than trust it
+        };
+        let measuring = self.control.measuring.load(Ordering::Relaxed);
+        match resp.outcome {
+            TxnOutcome::Committed(_) => {
+                if measuring {
+                    let latency = p.first_submit.elapsed().as_micros() as u64;
+                    self.stats.record_commit(p.ops, latency);
+                    self.count_commit();
+                }
+                self.finish(p.client);
+            }
+            TxnOutcome::CcAbort(cause) => {
+                if measuring {
+                    self.stats.record_cc_abort(cause);
+                    self.control.cc_aborts.fetch_add(1, Ordering::Relaxed);
+                }
+                let delay = self.backoff.delay_us(p.retries, &mut self.rng);
+                p.retries += 1;
+                let at = Instant::now() + Duration::from_micros(delay);
+                self.retries.push(Reverse(Retry { at, pending: p }));
+            }
+            TxnOutcome::LogicAbort(_) => {
+                if measuring {
+                    self.stats.logic_aborts += 1;
+                }
+                self.control.return_slot(self.cfg.txns);
+                self.finish(p.client);
+            }
+            TxnOutcome::Rejected(why) => {
+                // A refused request means a misconfigured run or a cluster going away:
+                // end the run and show the reason rather than spin on refusals.
+                self.stats.rejected += 1;
+                self.stats.first_rejection.get_or_insert(why);
+                self.control.stop.store(true, Ordering::Relaxed);
+            }
+        }
+    }
+
+    fn count_commit(&self) {
+        let total = self.control.commits.fetch_add(1, Ordering::Relaxed) + 1;
+        if self.cfg.txns > 0 && total == self.cfg.txns {
+            *self.control.finished_at.lock() = Some(Instant::now());
+            self.control.stop.store(true, Ordering::Relaxed);
+        }
+    }
+
+    /// A transaction of client `c` has its final answer; a closed-loop client starts another.
+    fn finish(&mut self, c: usize) {
+        if self.next_arrival.is_none() {
+            self.issue_fresh(c, Instant::now());
+        }
+    }
+}

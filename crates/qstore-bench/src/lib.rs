@@ -1,0 +1,199 @@
+//! Running workloads against clusters and measuring them: the load generator
+//! ([`driver`]), the statistics ([`stats`]) and the results ([`report`]).
+
+pub mod driver;
+pub mod report;
+pub mod stats;
+
+use driver::{Control, Driver};
+use qstore_core::{QError, RunConfig};
+use qstore_engine::{Cluster, StoppedCluster};
+use report::{RunReport, Traffic};
+use stats::ClientStats;
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+/// A progress sample, taken once per second of the run.
+#[derive(Clone, Debug)]
+pub struct Progress {
+    /// Seconds since the clients started.
+    pub elapsed_s: f64,
+    /// Whether the warm-up is over.
+    pub measuring: bool,
+    /// Commits per second over the last second (measurement window only).
+    pub tps: f64,
+    pub committed: u64,
+    pub cc_aborts: u64,
+}
+
+/// Options of [`run`] that are about the run, not about the system under test.
+#[derive(Default)]
+pub struct RunOptions<'a> {
+    /// Called once per second with a progress sample.
+    pub progress: Option<&'a mut dyn FnMut(&Progress)>,
+    /// Compute partition content hashes after the run.
+    pub state_hashes: bool,
+}
+
+/// What a run leaves: its report and the stopped cluster (for hashes and checks).
+pub struct RunOutcome {
+    pub report: RunReport,
+    pub cluster: StoppedCluster,
+}
+
+/// Builds the workload, starts an embedded cluster, drives it as configured, and reports.
+pub fn run(cfg: &RunConfig, opts: RunOptions<'_>) -> Result<RunOutcome, QError> {
+    cfg.validate()?;
+    let workload = qstore_workload::build(cfg)?;
+    let cluster = Cluster::start(
+        cfg.clone(),
+        workload.catalog(),
+        workload.partition_map().clone(),
+        &|p, loader| workload.load(p, loader),
+    )?;
+    let load_s = cluster.load_time().as_secs_f64();
+    let control = Control::default();
+    let threads = cfg
+        .client
+        .threads
+        .min(cfg.client.effective_clients(cfg.cluster.nodes));
+    let clients = cfg.client.effective_clients(cfg.cluster.nodes);
+    let mut progress = opts.progress;
+
+    let (stats, window, traffic, timeline) = std::thread::scope(|s| {
+        let handles: Vec<_> = (0..threads)
+            .map(|t| {
+                let ids: Vec<u32> = (t..clients).step_by(threads as usize).collect();
+                let (cluster, control, workload) = (&cluster, &control, workload.as_ref());
+                std::thread::Builder::new()
+                    .name(format!("client-{t}"))
+                    .spawn_scoped(s, move || {
+                        Driver::new(t, threads, &ids, cluster, workload, control, cfg.seed).run()
+                    })
+                    .expect("spawn client thread")
+            })
+            .collect();
+        let measured = control_run(cfg, &cluster, &control, &mut progress);
+        let mut stats = ClientStats::default();
+        for h in handles {
+            stats.merge(&h.join().expect("client thread panicked"));
+        }
+        (stats, measured.0, measured.1, measured.2)
+    });
+
+    let mut report = RunReport::new(cfg, &stats, window, load_s, traffic, timeline);
+    let stopped = cluster.stop();
+    if opts.state_hashes {
+        report.state_hashes = Some(
+            stopped
+                .partition_hashes()
+                .iter()
+                .map(|h| format!("{h:016x}"))
+                .collect(),
+        );
+    }
+    Ok(RunOutcome {
+        report,
+        cluster: stopped,
+    })
+}
+
+/// Paces the run from the calling thread: warm-up, measurement window (or until the
+/// transaction count is reached), progress every second. Returns the window length, the
+/// traffic during the window, and commits per second.
+fn control_run(
+    cfg: &RunConfig,
+    cluster: &Cluster,
+    control: &Control,
+    progress: &mut Option<&mut dyn FnMut(&Progress)>,
+) -> (f64, Traffic, Vec<u64>) {
+    let start = Instant::now();
+    let snapshot = || {
+        cluster
+            .net_counters()
+            .map(|c| c.snapshot())
+            .unwrap_or_default()
+    };
+    let by_count = cfg.client.txns > 0;
+    if !by_count {
+        wait_with_progress(
+            start,
+            cfg.client.warmup_s,
+            control,
+            progress,
+            &mut Vec::new(),
+        );
+    }
+    let before = snapshot();
+    let window_start = Instant::now();
+    control.measuring.store(true, Ordering::Relaxed);
+    let mut timeline = Vec::new();
+    let window = if by_count {
+        wait_with_progress(start, f64::INFINITY, control, progress, &mut timeline)
+    } else {
+        wait_with_progress(
+            start,
+            cfg.client.duration_s,
+            control,
+            progress,
+            &mut timeline,
+        )
+    };
+    control.measuring.store(false, Ordering::Relaxed);
+    control.stop.store(true, Ordering::Relaxed);
+    let after = snapshot();
+    let window_s = match *control.finished_at.lock() {
+        Some(t) if by_count => t.duration_since(window_start).as_secs_f64(),
+        _ => window.as_secs_f64(),
+    };
+    let traffic = after
+        .iter()
+        .zip(before.iter().chain(std::iter::repeat(&(0, 0))))
+        .map(|(a, b)| (a.0 - b.0, a.1 - b.1))
+        .collect();
+    (window_s, traffic, timeline)
+}
+
+/// Waits `seconds` (or until the run is stopped), reporting progress each second and
+/// appending commits per second to `timeline`. Returns the time waited.
+fn wait_with_progress(
+    run_start: Instant,
+    seconds: f64,
+    control: &Control,
+    progress: &mut Option<&mut dyn FnMut(&Progress)>,
+    timeline: &mut Vec<u64>,
+) -> Duration {
+    let begin = Instant::now();
+    let end = (seconds.is_finite()).then(|| begin + Duration::from_secs_f64(seconds));
+    let mut next_tick = begin + Duration::from_secs(1);
+    let mut last_commits = control.commits.load(Ordering::Relaxed);
+    loop {
+        let now = Instant::now();
+        if end.is_some_and(|e| now >= e) || control.stop.load(Ordering::Relaxed) {
+            return now - begin;
+        }
+        if now >= next_tick {
+            let commits = control.commits.load(Ordering::Relaxed);
+            let measuring = control.measuring.load(Ordering::Relaxed);
+            if measuring {
+                timeline.push(commits - last_commits);
+            }
+            if let Some(f) = progress.as_mut() {
+                f(&Progress {
+                    elapsed_s: run_start.elapsed().as_secs_f64(),
+                    measuring,
+                    tps: (commits - last_commits) as f64,
+                    committed: commits,
+                    cc_aborts: control.cc_aborts.load(Ordering::Relaxed),
+                });
+            }
+            last_commits = commits;
+            next_tick += Duration::from_secs(1);
+        }
+        let mut wake = next_tick.min(now + Duration::from_millis(10));
+        if let Some(e) = end {
+            wake = wake.min(e);
+        }
+        std::thread::sleep(wake.saturating_duration_since(now));
+    }
+}

@@ -1,0 +1,345 @@
+//! The results of a run: one serializable record, printed as a table, written as JSON or CSV.
+
+use crate::stats::ClientStats;
+use comfy_table::{presets::UTF8_FULL_CONDENSED, Cell, CellAlignment, Table};
+use qstore_core::RunConfig;
+use serde::Serialize;
+use std::collections::BTreeMap;
+use std::io::Write;
+
+#[derive(Clone, Debug, Serialize, PartialEq)]
+pub struct Latency {
+    pub mean_us: f64,
+    pub p50_us: u64,
+    pub p90_us: u64,
+    pub p99_us: u64,
+    pub p999_us: u64,
+    pub max_us: u64,
+}
+
+#[derive(Clone, Debug, Serialize, PartialEq)]
+pub struct NodeTraffic {
+    pub node: u32,
+    pub msgs: u64,
+    pub bytes: u64,
+}
+
+/// Everything a run measured, plus the configuration that produced it.
+#[derive(Clone, Debug, Serialize, PartialEq)]
+pub struct RunReport {
+    pub protocol: String,
+    pub workload: String,
+    pub nodes: u32,
+    pub workers: u32,
+    pub clients: u32,
+    pub inflight: u32,
+    /// Open-loop target rate (0 = closed loop).
+    pub rate: f64,
+    pub seed: u64,
+    /// Seconds spent loading the initial data.
+    pub load_s: f64,
+    /// Length of the measurement window in seconds.
+    pub window_s: f64,
+    pub committed: u64,
+    pub ops: u64,
+    pub throughput_tps: f64,
+    pub throughput_ops: f64,
+    pub latency: Latency,
+    /// Concurrency-control aborts by cause (each attempt that was aborted and retried).
+    pub cc_aborts: BTreeMap<String, u64>,
+    /// cc aborts / (commits + cc aborts).
+    pub abort_rate: f64,
+    /// Logic-induced aborts (integrity checks of the programs); never retried.
+    pub logic_aborts: u64,
+    /// Requests the cluster refused, with the first reason.
+    pub rejected: u64,
+    pub first_rejection: Option<String>,
+    /// Transactions still unanswered when the run stopped waiting.
+    pub unfinished: u64,
+    pub missed_arrivals: u64,
+    pub msgs_per_txn: f64,
+    pub bytes_per_txn: f64,
+    pub per_node: Vec<NodeTraffic>,
+    /// The back-off policy after concurrency-control aborts, in microseconds.
+    pub backoff_base_us: u64,
+    pub backoff_max_us: u64,
+    /// Commits in each second of the measurement window.
+    pub timeline_tps: Vec<u64>,
+    /// Content hash of each partition after the run, when asked for.
+    pub state_hashes: Option<Vec<String>>,
+    pub config: RunConfig,
+}
+
+/// Network traffic during the measurement window: (messages, bytes) per node.
+pub type Traffic = Vec<(u64, u64)>;
+
+impl RunReport {
+    pub(crate) fn new(
+        cfg: &RunConfig,
+        stats: &ClientStats,
+        window_s: f64,
+        load_s: f64,
+        traffic: Traffic,
+        timeline_tps: Vec<u64>,
+    ) -> Self {
+        let h = &stats.latency_us;
+        let per_commit = |x: u64| {
+            if stats.commits == 0 {
+                0.0
+            } else {
+                x as f64 / stats.commits as f64
+            }
+        };
+        let cc = stats.cc_abort_total();
+        let (msgs, bytes) = traffic
+            .iter()
+            .fold((0, 0), |(m, b), (m2, b2)| (m + m2, b + b2));
+        RunReport {
+            protocol: cfg.protocol.name.clone(),
+            workload: cfg.workload.name.clone(),
+            nodes: cfg.cluster.nodes,
+            workers: cfg.cluster.workers,
+            clients: cfg.client.effective_clients(cfg.cluster.nodes),
+            inflight: cfg.client.inflight,
+            rate: cfg.client.rate,
+            seed: cfg.seed,
+            load_s,
+            window_s,
+            committed: stats.commits,
+            ops: stats.ops,
+            throughput_tps: stats.commits as f64 / window_s.max(1e-9),
+            throughput_ops: stats.ops as f64 / window_s.max(1e-9),
+            latency: Latency {
+                mean_us: h.mean(),
+                p50_us: h.value_at_quantile(0.50),
+                p90_us: h.value_at_quantile(0.90),
+                p99_us: h.value_at_quantile(0.99),
+                p999_us: h.value_at_quantile(0.999),
+                max_us: h.max(),
+            },
+            cc_aborts: stats
+                .cc_aborts
+                .iter()
+                .map(|(c, n)| (c.name().to_string(), *n))
+                .collect(),
+            abort_rate: if stats.commits + cc == 0 {
+                0.0
+            } else {
+                cc as f64 / (stats.commits + cc) as f64
+            },
+            logic_aborts: stats.logic_aborts,
+            rejected: stats.rejected,
+            first_rejection: stats.first_rejection.clone(),
+            unfinished: stats.unfinished,
+            missed_arrivals: stats.missed_arrivals,
+            msgs_per_txn: per_commit(msgs),
+            bytes_per_txn: per_commit(bytes),
+            per_node: traffic
+                .iter()
+                .enumerate()
+                .map(|(i, &(msgs, bytes))| NodeTraffic {
+                    node: i as u32,
+                    msgs,
+                    bytes,
+                })
+                .collect(),
+            backoff_base_us: cfg.client.backoff_base_us,
+            backoff_max_us: cfg.client.backoff_max_us,
+            timeline_tps,
+            state_hashes: None,
+            config: cfg.clone(),
+        }
+    }
+
+    /// A human-readable table of the main figures.
+    pub fn table(&self) -> String {
+        let mut t = Table::new();
+        t.load_preset(UTF8_FULL_CONDENSED);
+        t.set_header(vec!["metric", "value"]);
+        for (name, value) in self.rows() {
+            t.add_row(vec![
+                Cell::new(name),
+                Cell::new(value).set_alignment(CellAlignment::Right),
+            ]);
+        }
+        t.to_string()
+    }
+
+    fn rows(&self) -> Vec<(&'static str, String)> {
+        let l = &self.latency;
+        let aborts = if self.cc_aborts.is_empty() {
+            "none".to_string()
+        } else {
+            self.cc_aborts
+                .iter()
+                .map(|(c, n)| format!("{c}={n}"))
+                .collect::<Vec<_>>()
+                .join(" ")
+        };
+        let mut rows = vec![
+            ("protocol", self.protocol.clone()),
+            ("workload", self.workload.clone()),
+            (
+                "nodes x workers",
+                format!("{} x {}", self.nodes, self.workers),
+            ),
+            (
+                "clients x inflight",
+                if self.rate > 0.0 {
+                    format!("{} clients, open loop {} txn/s", self.clients, self.rate)
+                } else {
+                    format!("{} x {}", self.clients, self.inflight)
+                },
+            ),
+            ("window (s)", format!("{:.2}", self.window_s)),
+            ("committed", group(self.committed)),
+            (
+                "throughput (txn/s)",
+                group(self.throughput_tps.round() as u64),
+            ),
+            (
+                "throughput (ops/s)",
+                group(self.throughput_ops.round() as u64),
+            ),
+            ("latency mean (us)", format!("{:.1}", l.mean_us)),
+            (
+                "latency p50/p90 (us)",
+                format!("{} / {}", l.p50_us, l.p90_us),
+            ),
+            (
+                "latency p99/p99.9 (us)",
+                format!("{} / {}", l.p99_us, l.p999_us),
+            ),
+            ("latency max (us)", l.max_us.to_string()),
+            (
+                "abort rate (cc)",
+                format!("{:.2}%", self.abort_rate * 100.0),
+            ),
+            ("cc aborts by cause", aborts),
+            ("logic aborts", group(self.logic_aborts)),
+            ("msgs per txn", format!("{:.2}", self.msgs_per_txn)),
+            ("bytes per txn", format!("{:.1}", self.bytes_per_txn)),
+            (
+                "back-off (us)",
+                format!(
+                    "U[0, min({}, {}*2^retries))",
+                    self.backoff_max_us, self.backoff_base_us
+                ),
+            ),
+            ("load time (s)", format!("{:.2}", self.load_s)),
+        ];
+        if self.rejected > 0 {
+            let why = self.first_rejection.clone().unwrap_or_default();
+            rows.push(("rejected", format!("{} ({why})", self.rejected)));
+        }
+        if self.unfinished > 0 {
+            rows.push(("unfinished", group(self.unfinished)));
+        }
+        if self.missed_arrivals > 0 {
+            rows.push(("missed arrivals", group(self.missed_arrivals)));
+        }
+        rows
+    }
+
+    pub fn write_json(&self, out: impl Write) -> std::io::Result<()> {
+        serde_json::to_writer_pretty(out, self).map_err(std::io::Error::other)
+    }
+
+    /// One header line and one data line of the scalar figures, for spreadsheets and sweeps.
+    pub fn write_csv(&self, out: impl Write) -> std::io::Result<()> {
+        let mut w = csv::Writer::from_writer(out);
+        let l = &self.latency;
+        let cc: u64 = self.cc_aborts.values().sum();
+        let fields: Vec<(&str, String)> = vec![
+            ("protocol", self.protocol.clone()),
+            ("workload", self.workload.clone()),
+            ("nodes", self.nodes.to_string()),
+            ("workers", self.workers.to_string()),
+            ("clients", self.clients.to_string()),
+            ("inflight", self.inflight.to_string()),
+            ("rate", self.rate.to_string()),
+            ("seed", self.seed.to_string()),
+            ("window_s", format!("{:.3}", self.window_s)),
+            ("committed", self.committed.to_string()),
+            ("ops", self.ops.to_string()),
+            ("throughput_tps", format!("{:.1}", self.throughput_tps)),
+            ("throughput_ops", format!("{:.1}", self.throughput_ops)),
+            ("latency_mean_us", format!("{:.1}", l.mean_us)),
+            ("latency_p50_us", l.p50_us.to_string()),
+            ("latency_p90_us", l.p90_us.to_string()),
+            ("latency_p99_us", l.p99_us.to_string()),
+            ("latency_p999_us", l.p999_us.to_string()),
+            ("latency_max_us", l.max_us.to_string()),
+            ("cc_aborts", cc.to_string()),
+            ("abort_rate", format!("{:.6}", self.abort_rate)),
+            ("logic_aborts", self.logic_aborts.to_string()),
+            ("rejected", self.rejected.to_string()),
+            ("unfinished", self.unfinished.to_string()),
+            ("msgs_per_txn", format!("{:.3}", self.msgs_per_txn)),
+            ("bytes_per_txn", format!("{:.1}", self.bytes_per_txn)),
+            ("backoff_base_us", self.backoff_base_us.to_string()),
+            ("backoff_max_us", self.backoff_max_us.to_string()),
+        ];
+        w.write_record(fields.iter().map(|(k, _)| *k))?;
+        w.write_record(fields.iter().map(|(_, v)| v.as_str()))?;
+        w.flush()
+    }
+}
+
+/// 1234567 -> "1,234,567".
+fn group(n: u64) -> String {
+    let s = n.to_string();
+    let mut out = String::with_capacity(s.len() + s.len() / 3);
+    for (i, ch) in s.chars().enumerate() {
+        if i > 0 && (s.len() - i).is_multiple_of(3) {
+            out.push(',');
+        }
+        out.push(ch);
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn grouping() {
+        assert_eq!(group(0), "0");
+        assert_eq!(group(999), "999");
+        assert_eq!(group(1000), "1,000");
+        assert_eq!(group(1234567), "1,234,567");
+    }
+
+    #[test]
+    fn report_formats_agree() {
+        let mut stats = ClientStats::default();
+        stats.record_commit(16, 250);
+        stats.record_cc_abort(qstore_core::txn::CcAbortCause::Conflict);
+        let r = RunReport::new(
+            &RunConfig::default(),
+            &stats,
+            2.0,
+            0.1,
+            vec![(4, 400), (2, 100)],
+            vec![1],
+        );
+        assert_eq!(r.throughput_tps, 0.5);
+        assert_eq!(r.abort_rate, 0.5);
+        assert_eq!(r.msgs_per_txn, 6.0);
+        let table = r.table();
+        assert!(
+            table.contains("throughput (txn/s)") && table.contains("conflict=1"),
+            "{table}"
+        );
+        let mut csv = Vec::new();
+        r.write_csv(&mut csv).unwrap();
+        let csv = String::from_utf8(csv).unwrap();
+        assert_eq!(csv.lines().count(), 2);
+        let mut json = Vec::new();
+        r.write_json(&mut json).unwrap();
+        let v: serde_json::Value = serde_json::from_slice(&json).unwrap();
+        assert_eq!(v["latency"]["p50_us"], 250);
+        assert_eq!(v["cc_aborts"]["conflict"], 1);
+    }
+}

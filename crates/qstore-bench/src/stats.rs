@@ -1,0 +1,148 @@
+//! Client-side statistics. Every metric is defined here, once:
+//! - a transaction counts once, at the client, when its commit answer arrives inside the
+//!   measurement window;
+//! - its latency runs from its first submission (for open loop: its scheduled arrival) to its
+//!   final answer, retries and back-off included;
+//! - abort rate = concurrency-control aborts / (commits + concurrency-control aborts);
+//!   logic-induced aborts are counted apart and never retried.
+
+use hdrhistogram::Histogram;
+use qstore_core::txn::CcAbortCause;
+use std::collections::BTreeMap;
+
+/// Largest latency the histogram distinguishes (60 s); larger values saturate.
+const MAX_LATENCY_US: u64 = 60_000_000;
+
+/// Counts of one load-generator thread, merged at the end of a run.
+#[derive(Clone)]
+pub struct ClientStats {
+    pub commits: u64,
+    pub ops: u64,
+    pub logic_aborts: u64,
+    pub rejected: u64,
+    pub cc_aborts: BTreeMap<CcAbortCause, u64>,
+    /// Latency of committed transactions, in microseconds.
+    pub latency_us: Histogram<u64>,
+    /// First rejection message seen (explains `rejected` to the user).
+    pub first_rejection: Option<String>,
+    /// Transactions still unanswered when the run gave up waiting.
+    pub unfinished: u64,
+    /// Open-loop arrivals skipped because too many transactions were outstanding.
+    pub missed_arrivals: u64,
+}
+
+impl Default for ClientStats {
+    fn default() -> Self {
+        ClientStats {
+            commits: 0,
+            ops: 0,
+            logic_aborts: 0,
+            rejected: 0,
+            cc_aborts: BTreeMap::new(),
+            latency_us: Histogram::new_with_bounds(1, MAX_LATENCY_US, 3)
+                .expect("valid histogram bounds"),
+            first_rejection: None,
+            unfinished: 0,
+            missed_arrivals: 0,
+        }
+    }
+}
+
+impl ClientStats {
+    pub fn record_commit(&mut self, ops: u32, latency_us: u64) {
+        self.commits += 1;
+        self.ops += ops as u64;
+        self.latency_us.saturating_record(latency_us.max(1));
+    }
+
+    pub fn record_cc_abort(&mut self, cause: CcAbortCause) {
+        *self.cc_aborts.entry(cause).or_default() += 1;
+    }
+
+    pub fn cc_abort_total(&self) -> u64 {
+        self.cc_aborts.values().sum()
+    }
+
+    pub fn merge(&mut self, other: &ClientStats) {
+        self.commits += other.commits;
+        self.ops += other.ops;
+        self.logic_aborts += other.logic_aborts;
+        self.rejected += other.rejected;
+        for (cause, n) in &other.cc_aborts {
+            *self.cc_aborts.entry(*cause).or_default() += n;
+        }
+        self.latency_us
+            .add(&other.latency_us)
+            .expect("histograms share bounds");
+        if self.first_rejection.is_none() {
+            self.first_rejection = other.first_rejection.clone();
+        }
+        self.unfinished += other.unfinished;
+        self.missed_arrivals += other.missed_arrivals;
+    }
+}
+
+/// The one back-off policy after a concurrency-control abort, shared by every protocol:
+/// wait a uniformly random time in `[0, min(max, base * 2^retries))` microseconds.
+#[derive(Clone, Copy, Debug)]
+pub struct Backoff {
+    pub base_us: u64,
+    pub max_us: u64,
+}
+
+impl Backoff {
+    pub fn delay_us(&self, retries: u32, rng: &mut qstore_core::rng::Rng) -> u64 {
+        use rand::Rng as _;
+        let cap = self
+            .base_us
+            .saturating_mul(1u64 << retries.min(32))
+            .min(self.max_us);
+        if cap == 0 {
+            0
+        } else {
+            rng.random_range(0..cap)
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn backoff_grows_exponentially_up_to_the_cap() {
+        let b = Backoff {
+            base_us: 10,
+            max_us: 1000,
+        };
+        let mut rng = qstore_core::rng::stream(1, 1);
+        for retries in 0..40 {
+            let cap = (10u64 << retries.min(32)).min(1000);
+            for _ in 0..50 {
+                assert!(b.delay_us(retries, &mut rng) < cap);
+            }
+        }
+        let zero = Backoff {
+            base_us: 0,
+            max_us: 0,
+        };
+        assert_eq!(zero.delay_us(3, &mut rng), 0);
+    }
+
+    #[test]
+    fn merge_adds_everything() {
+        let mut a = ClientStats::default();
+        a.record_commit(4, 100);
+        a.record_cc_abort(CcAbortCause::Conflict);
+        let mut b = ClientStats::default();
+        b.record_commit(4, 300);
+        b.record_cc_abort(CcAbortCause::Conflict);
+        b.logic_aborts = 2;
+        a.merge(&b);
+        assert_eq!(
+            (a.commits, a.ops, a.logic_aborts, a.cc_abort_total()),
+            (2, 8, 2, 2)
+        );
+        assert_eq!(a.latency_us.len(), 2);
+    }
+}

@@ -1,0 +1,83 @@
+//! Short runs of an embedded cluster through the load generator.
+
+use qstore_bench::{run, RunOptions};
+use qstore_core::RunConfig;
+
+fn small(nodes: u32) -> RunConfig {
+    let mut c = RunConfig::default();
+    c.cluster.nodes = nodes;
+    c.workload.ycsb.records_per_partition = 2_000;
+    c.workload.ycsb.ops_per_txn = 8;
+    c.client.warmup_s = 0.0;
+    c
+}
+
+fn hashes(cfg: &RunConfig) -> Vec<String> {
+    let opts = RunOptions {
+        state_hashes: true,
+        ..Default::default()
+    };
+    run(cfg, opts).unwrap().report.state_hashes.unwrap()
+}
+
+#[test]
+fn counted_run_commits_exactly_the_count() {
+    let mut c = small(3);
+    c.client.txns = 3_000;
+    c.client.inflight = 4;
+    c.workload.ycsb.multi_partition_fraction = 0.5;
+    c.workload.ycsb.theta = 0.9;
+    let r = run(&c, RunOptions::default()).unwrap().report;
+    assert_eq!(r.committed, 3_000);
+    assert_eq!(r.ops, 3_000 * 8);
+    assert_eq!((r.rejected, r.unfinished, r.logic_aborts), (0, 0, 0));
+    assert!(r.latency.p50_us > 0 && r.latency.p50_us <= r.latency.p99_us);
+    assert!(r.throughput_tps > 0.0);
+}
+
+#[test]
+fn same_seed_same_state_and_different_seed_different_state() {
+    let mut c = small(2);
+    c.client.txns = 2_000;
+    c.client.clients = 1;
+    c.client.inflight = 1;
+    let a = hashes(&c);
+    assert_eq!(a, hashes(&c));
+    c.seed += 1;
+    assert_ne!(a, hashes(&c));
+}
+
+#[test]
+fn timed_run_measures_its_window() {
+    let mut c = small(2);
+    c.client.duration_s = 0.5;
+    c.client.warmup_s = 0.2;
+    let r = run(&c, RunOptions::default()).unwrap().report;
+    assert!((0.45..1.0).contains(&r.window_s), "window {}", r.window_s);
+    assert!(r.committed > 0);
+    assert_eq!(r.unfinished, 0);
+}
+
+#[test]
+fn open_loop_holds_its_rate() {
+    let mut c = small(2);
+    c.client.rate = 2_000.0;
+    c.client.duration_s = 1.0;
+    let r = run(&c, RunOptions::default()).unwrap().report;
+    assert!((1_500..=2_100).contains(&r.committed), "{}", r.committed);
+}
+
+#[test]
+fn progress_is_reported_each_second() {
+    let mut c = small(1);
+    c.client.duration_s = 2.2;
+    let mut samples = Vec::new();
+    let mut record = |p: &qstore_bench::Progress| samples.push(p.committed);
+    let opts = RunOptions {
+        progress: Some(&mut record),
+        state_hashes: false,
+    };
+    run(&c, opts).unwrap();
+    assert_eq!(samples.len(), 2, "{samples:?}");
+    assert!(samples[1] > samples[0]);
+}

@@ -1,0 +1,1 @@
+//! Transaction histories and the serializability checker (in progress).

@@ -1,0 +1,424 @@
+//! The transaction model.
+//!
+//! Transactions are deterministic stored procedures. A [`Procedure`], given its arguments,
+//! yields a [`Program`]: an ordered list of [`Access`]es to records. Each access names the
+//! step function that computes its effect (registered by name in a [`StepRegistry`] on every
+//! node), the earlier accesses whose outputs it needs (data dependencies), and whether it may
+//! abort the transaction (an integrity check: a logic-induced abort).
+//!
+//! Deterministic protocols read the whole read/write set from the program up front and split
+//! it into fragments; interactive protocols walk it access by access. Programs are plain data
+//! (serde), so they and their fragments can cross the network.
+
+use crate::ids::{Key, TableId, TxnId};
+use crate::QError;
+use rustc_hash::FxHashMap;
+use serde::{Deserialize, Serialize};
+use std::sync::Arc;
+
+/// A value passed into or produced by a step: a procedure argument, an access argument, or an
+/// access output that later accesses depend on.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum Value {
+    #[default]
+    Null,
+    Int(i64),
+    Bytes(Vec<u8>),
+}
+
+impl Value {
+    /// The integer inside, or `None` for other kinds.
+    pub fn as_int(&self) -> Option<i64> {
+        match self {
+            Value::Int(v) => Some(*v),
+            _ => None,
+        }
+    }
+}
+
+/// What an access does to its record.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum AccessKind {
+    /// Reads the record; the step sees it read-only.
+    Read,
+    /// Overwrites the record without reading it (a blind write).
+    Write,
+    /// Reads and updates the record in place.
+    ReadModifyWrite,
+    /// Creates the record; the step fills a zeroed row. Aborts (logic) if the key exists.
+    Insert,
+    /// Removes the record; the step sees it read-only first.
+    Delete,
+}
+
+impl AccessKind {
+    /// Whether the access changes the database (and so conflicts with every other access to
+    /// the record).
+    pub fn is_write(self) -> bool {
+        !matches!(self, AccessKind::Read)
+    }
+}
+
+/// Index of a registered step function. Ids are assigned in registration order, which is the
+/// same on every node; [`StepRegistry::fingerprint`] lets peers check they agree.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct StepId(pub u16);
+
+/// Index of a registered procedure (same rules as [`StepId`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct ProcId(pub u16);
+
+/// One record access of a transaction program.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Access {
+    pub table: TableId,
+    pub key: Key,
+    pub kind: AccessKind,
+    pub step: StepId,
+    /// Argument of the step (e.g. the amount to add).
+    pub arg: Value,
+    /// Indices of earlier accesses of the same program whose outputs this step needs.
+    pub deps: Vec<u16>,
+    /// Whether the step may return a logic-induced abort.
+    pub may_abort: bool,
+}
+
+/// The ordered accesses of one transaction.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct Program {
+    pub accesses: Vec<Access>,
+}
+
+impl Program {
+    /// Whether any access may abort the transaction (protocols keep undo images only then).
+    pub fn may_abort(&self) -> bool {
+        self.accesses.iter().any(|a| a.may_abort)
+    }
+
+    /// Checks the structural rules every protocol relies on: dependencies point to earlier
+    /// accesses only. Procedures build programs from untrusted arguments, so this is enforced.
+    pub fn validate(&self) -> Result<(), String> {
+        if self.accesses.len() > u16::MAX as usize {
+            return Err(format!(
+                "{} accesses (at most {})",
+                self.accesses.len(),
+                u16::MAX
+            ));
+        }
+        for (i, a) in self.accesses.iter().enumerate() {
+            if let Some(d) = a.deps.iter().find(|&&d| d as usize >= i) {
+                return Err(format!(
+                    "access {i} depends on access {d}, which is not earlier"
+                ));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// A logic-induced abort raised by a step: the same on every replica and never retried.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LogicAbort(pub &'static str);
+
+/// The record as a step sees it.
+pub enum RowRef<'a> {
+    /// Read-only view (Read and Delete accesses).
+    Read(&'a [u8]),
+    /// Writable view (Write, ReadModifyWrite and Insert accesses).
+    Write(&'a mut [u8]),
+}
+
+impl RowRef<'_> {
+    pub fn bytes(&self) -> &[u8] {
+        match self {
+            RowRef::Read(b) => b,
+            RowRef::Write(b) => b,
+        }
+    }
+}
+
+/// Outputs of earlier accesses that a step depends on, in the order of [`Access::deps`].
+#[derive(Clone, Copy)]
+pub struct Inputs<'a> {
+    outputs: &'a [Value],
+    deps: &'a [u16],
+}
+
+impl<'a> Inputs<'a> {
+    /// `outputs` is indexed by access index; entries a step does not depend on may be `Null`.
+    pub fn new(outputs: &'a [Value], deps: &'a [u16]) -> Self {
+        Inputs { outputs, deps }
+    }
+
+    pub fn len(&self) -> usize {
+        self.deps.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.deps.is_empty()
+    }
+
+    /// The output of the `i`-th dependency.
+    pub fn get(&self, i: usize) -> &'a Value {
+        self.outputs
+            .get(self.deps[i] as usize)
+            .unwrap_or(&Value::Null)
+    }
+}
+
+/// A step function: computes the effect of one access on its record and returns the access's
+/// output. Steps must be deterministic functions of (row, arg, inputs).
+pub type StepFn = fn(row: RowRef<'_>, arg: &Value, inputs: Inputs<'_>) -> Result<Value, LogicAbort>;
+
+/// Step functions by name and id.
+#[derive(Default)]
+pub struct StepRegistry {
+    names: Vec<&'static str>,
+    fns: Vec<StepFn>,
+    by_name: FxHashMap<&'static str, StepId>,
+}
+
+impl StepRegistry {
+    /// Registers `f` under `name` (idempotent for the same name) and returns its id.
+    pub fn register(&mut self, name: &'static str, f: StepFn) -> StepId {
+        if let Some(&id) = self.by_name.get(name) {
+            return id;
+        }
+        let id = StepId(self.fns.len() as u16);
+        self.names.push(name);
+        self.fns.push(f);
+        self.by_name.insert(name, id);
+        id
+    }
+
+    pub fn id(&self, name: &str) -> Option<StepId> {
+        self.by_name.get(name).copied()
+    }
+
+    pub fn name(&self, id: StepId) -> Option<&'static str> {
+        self.names.get(id.0 as usize).copied()
+    }
+
+    /// Runs access `a` on `row`, with `outputs` holding the outputs of earlier accesses.
+    #[inline]
+    pub fn run(&self, a: &Access, row: RowRef<'_>, outputs: &[Value]) -> Result<Value, LogicAbort> {
+        match self.fns.get(a.step.0 as usize) {
+            Some(f) => f(row, &a.arg, Inputs::new(outputs, &a.deps)),
+            None => Err(LogicAbort("unknown step function")),
+        }
+    }
+
+    /// Hash of the registered names in order; peers with different registries must not talk.
+    pub fn fingerprint(&self) -> u64 {
+        names_fingerprint(&self.names)
+    }
+}
+
+/// A stored procedure: turns arguments into a program.
+pub trait Procedure: Send + Sync {
+    fn name(&self) -> &'static str;
+    /// Builds the program; bad arguments are an error (reported to the client), never a panic.
+    fn program(&self, args: &[Value]) -> Result<Program, String>;
+}
+
+/// The schema of one table: fixed-size rows keyed by a 64-bit primary key.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TableSchema {
+    pub name: String,
+    pub row_size: usize,
+    /// Rows a partition can hold (initial rows plus room for inserts).
+    pub capacity_per_partition: usize,
+    /// Width of a partition's key range under range partitioning: key / width = partition.
+    pub keys_per_partition: u64,
+}
+
+/// Everything a node must know to run a workload's transactions: tables, steps, procedures.
+/// Built identically on every node.
+#[derive(Default)]
+pub struct Catalog {
+    pub tables: Vec<TableSchema>,
+    pub steps: StepRegistry,
+    procs: Vec<Arc<dyn Procedure>>,
+    proc_by_name: FxHashMap<&'static str, ProcId>,
+}
+
+impl Catalog {
+    pub fn add_table(&mut self, schema: TableSchema) -> TableId {
+        self.tables.push(schema);
+        (self.tables.len() - 1) as TableId
+    }
+
+    pub fn add_procedure(&mut self, p: Arc<dyn Procedure>) -> ProcId {
+        let id = ProcId(self.procs.len() as u16);
+        self.proc_by_name.insert(p.name(), id);
+        self.procs.push(p);
+        id
+    }
+
+    pub fn procedure_id(&self, name: &str) -> Option<ProcId> {
+        self.proc_by_name.get(name).copied()
+    }
+
+    pub fn procedure(&self, id: ProcId) -> Option<&dyn Procedure> {
+        self.procs.get(id.0 as usize).map(|p| p.as_ref())
+    }
+
+    /// Builds and validates the program of a call; unknown procedures and bad arguments are
+    /// errors for the client.
+    pub fn program(&self, call: &ProcCall) -> Result<Program, QError> {
+        let proc = self
+            .procedure(call.proc)
+            .ok_or_else(|| QError::UnknownProcedure(format!("#{}", call.proc.0)))?;
+        let bad = |why: String| QError::BadArguments {
+            proc: proc.name().to_string(),
+            why,
+        };
+        let program = proc.program(&call.args).map_err(bad)?;
+        program.validate().map_err(bad)?;
+        for a in &program.accesses {
+            if a.table as usize >= self.tables.len() {
+                return Err(bad(format!("table {} does not exist", a.table)));
+            }
+        }
+        Ok(program)
+    }
+
+    /// Hash of tables, steps and procedures; equal catalogs have equal fingerprints.
+    pub fn fingerprint(&self) -> u64 {
+        let mut names: Vec<&str> = self.tables.iter().map(|t| t.name.as_str()).collect();
+        names.extend(self.procs.iter().map(|p| p.name()));
+        names_fingerprint(&names) ^ self.steps.fingerprint().rotate_left(17)
+    }
+}
+
+fn names_fingerprint(names: &[&str]) -> u64 {
+    let joined = names.join("\u{1f}");
+    xxhash_rust::xxh3::xxh3_64(joined.as_bytes())
+}
+
+/// Where a workload puts its initial rows; implemented by storage. Workloads see only this,
+/// so they depend on the core crate alone.
+pub trait RowLoader {
+    /// Inserts every key of `keys` into `table`, filling each row with `fill(key, row)`.
+    fn load_rows(
+        &mut self,
+        table: TableId,
+        keys: &mut dyn Iterator<Item = Key>,
+        fill: &mut dyn FnMut(Key, &mut [u8]),
+    ) -> Result<(), QError>;
+}
+
+/// A call of a stored procedure by id with arguments: what a client sends.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ProcCall {
+    pub proc: ProcId,
+    pub args: Vec<Value>,
+}
+
+/// Why a concurrency-control protocol aborted a transaction (retried by the client).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+pub enum CcAbortCause {
+    /// A lock or version was held by another transaction (NO_WAIT, OCC, ...).
+    Conflict,
+    /// WAIT_DIE: a younger transaction met an older lock holder.
+    WaitDie,
+    /// A deadlock was detected and this transaction was chosen as the victim.
+    Deadlock,
+    /// Validation failed at commit (OCC, MaaT, Sundial).
+    Validation,
+    /// A timestamp-ordering rule was violated (TIMESTAMP, MVCC).
+    TimestampOrder,
+    /// A participant voted no in two-phase commit.
+    RemoteAbort,
+    /// The node's admission queue was full.
+    Overload,
+}
+
+impl CcAbortCause {
+    pub fn name(self) -> &'static str {
+        match self {
+            CcAbortCause::Conflict => "conflict",
+            CcAbortCause::WaitDie => "wait_die",
+            CcAbortCause::Deadlock => "deadlock",
+            CcAbortCause::Validation => "validation",
+            CcAbortCause::TimestampOrder => "timestamp_order",
+            CcAbortCause::RemoteAbort => "remote_abort",
+            CcAbortCause::Overload => "overload",
+        }
+    }
+}
+
+/// The final answer to one transaction attempt.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub enum TxnOutcome {
+    /// Committed; the outputs of the program's accesses in order.
+    Committed(Vec<Value>),
+    /// Aborted by the program's own integrity check; not retried.
+    LogicAbort(String),
+    /// Aborted by concurrency control; the client retries after back-off.
+    CcAbort(CcAbortCause),
+    /// The request was refused (unknown procedure, bad arguments, shutting down).
+    Rejected(String),
+}
+
+/// A response to a client.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct TxnResponse {
+    pub id: TxnId,
+    pub outcome: TxnOutcome,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn add(row: RowRef<'_>, arg: &Value, inputs: Inputs<'_>) -> Result<Value, LogicAbort> {
+        let RowRef::Write(b) = row else {
+            return Err(LogicAbort("read-only"));
+        };
+        let base = if inputs.is_empty() {
+            0
+        } else {
+            inputs.get(0).as_int().unwrap_or(0)
+        };
+        let v = i64::from_le_bytes(b[..8].try_into().unwrap()) + arg.as_int().unwrap_or(0) + base;
+        b[..8].copy_from_slice(&v.to_le_bytes());
+        Ok(Value::Int(v))
+    }
+
+    #[test]
+    fn steps_run_with_dependencies() {
+        let mut reg = StepRegistry::default();
+        let id = reg.register("add", add);
+        assert_eq!(reg.register("add", add), id);
+        let a = Access {
+            table: 0,
+            key: 1,
+            kind: AccessKind::ReadModifyWrite,
+            step: id,
+            arg: Value::Int(5),
+            deps: vec![0],
+            may_abort: false,
+        };
+        let mut row = [0u8; 8];
+        let out = reg
+            .run(&a, RowRef::Write(&mut row), &[Value::Int(10)])
+            .unwrap();
+        assert_eq!(out, Value::Int(15));
+    }
+
+    #[test]
+    fn forward_dependencies_are_rejected() {
+        let a = Access {
+            table: 0,
+            key: 1,
+            kind: AccessKind::Read,
+            step: StepId(0),
+            arg: Value::Null,
+            deps: vec![0],
+            may_abort: false,
+        };
+        let p = Program { accesses: vec![a] };
+        assert!(p.validate().is_err());
+    }
+}

@@ -1,0 +1,11 @@
+//! The qstore engine: a cluster of nodes, each hosting one partition, running one of the
+//! concurrency-control protocols under [`protocol`]. Clients talk to a running cluster through
+//! [`Cluster::submit`]; answers come back on the reply channel of each request.
+
+pub mod cluster;
+pub mod exec;
+pub mod protocol;
+pub mod runtime;
+
+pub use cluster::{Cluster, EngineCtx, StoppedCluster};
+pub use protocol::{Engine, ReplyTo, TxnRequest, PROTOCOLS};

@@ -1,0 +1,412 @@
+//! Tables and partition stores.
+
+use parking_lot::{Mutex, RwLock};
+use qstore_core::txn::TableSchema;
+use qstore_core::{PartitionId, QError, TableId, TxnId};
+use rustc_hash::FxHashMap;
+use std::ptr::NonNull;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+
+/// Asks the CPU to bring the cache line at `ptr` closer; a no-op where unsupported.
+#[inline(always)]
+fn prefetch_read(ptr: *const u8) {
+    #[cfg(target_arch = "x86_64")]
+    // SAFETY: prefetching never faults and reads nothing observable, even for bad addresses.
+    unsafe {
+        std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(ptr as *const i8)
+    };
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = ptr;
+}
+
+/// Position of a row inside its table; stable for the row's lifetime.
+pub type RowId = u32;
+
+/// Number of independently locked shards of a primary index. Lookups take a shared lock on
+/// one shard, so readers on different cores rarely touch the same cache line.
+const INDEX_SHARDS: usize = 64;
+
+/// Hash primary index: key -> row.
+struct Index {
+    shards: Box<[RwLock<FxHashMap<u64, RowId>>]>,
+}
+
+impl Index {
+    fn new(expected: usize) -> Self {
+        let per_shard = expected / INDEX_SHARDS + 1;
+        let shards = (0..INDEX_SHARDS)
+            .map(|_| {
+                RwLock::new(FxHashMap::with_capacity_and_hasher(
+                    per_shard,
+                    Default::default(),
+                ))
+            })
+            .collect();
+        Index { shards }
+    }
+
+    #[inline]
+    fn shard(&self, key: u64) -> &RwLock<FxHashMap<u64, RowId>> {
+        // Multiplicative mix so that dense keys spread over shards.
+        let h = key.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 58;
+        &self.shards[h as usize % INDEX_SHARDS]
+    }
+}
+
+/// A table of one partition: fixed-size rows in one pre-sized buffer, a hash primary index,
+/// and per row the id of the transaction that wrote its current version.
+pub struct Table {
+    schema: TableSchema,
+    /// Start of `capacity * row_size` zero-initialised bytes, owned by this table.
+    data: NonNull<u8>,
+    capacity: usize,
+    versions: Box<[AtomicU64]>,
+    index: Index,
+    /// Slots handed out so far (the high-water mark).
+    allocated: AtomicUsize,
+    free: Mutex<Vec<RowId>>,
+    live: AtomicUsize,
+}
+
+// SAFETY: `data` is an owned heap buffer (like a Box<[u8]>) that is freed only in Drop.
+// Shared access to row bytes goes through the `unsafe` accessors below, whose callers uphold
+// the no-concurrent-write contract; everything else is atomics and locks.
+unsafe impl Send for Table {}
+unsafe impl Sync for Table {}
+
+impl Drop for Table {
+    fn drop(&mut self) {
+        let len = self.capacity * self.schema.row_size;
+        // SAFETY: `data` came from `Box::<[u8]>::into_raw` of exactly `len` bytes in `new`.
+        unsafe {
+            drop(Box::from_raw(std::ptr::slice_from_raw_parts_mut(
+                self.data.as_ptr(),
+                len,
+            )))
+        };
+    }
+}
+
+impl Table {
+    /// An empty table with room for `schema.capacity_per_partition` rows.
+    pub fn new(schema: TableSchema) -> Self {
+        let capacity = schema.capacity_per_partition.max(1);
+        let len = capacity
+            .checked_mul(schema.row_size)
+            .expect("table size overflows");
+        // vec! of zeros comes from calloc: pages are zeroed lazily by the kernel.
+        let buffer: Box<[u8]> = vec![0u8; len.max(1)].into_boxed_slice();
+        let data = NonNull::new(Box::into_raw(buffer) as *mut u8).expect("non-null allocation");
+        let versions = (0..capacity).map(|_| AtomicU64::new(0)).collect();
+        Table {
+            index: Index::new(capacity),
+            schema,
+            data,
+            capacity: if len == 0 { 0 } else { capacity },
+            versions,
+            allocated: AtomicUsize::new(0),
+            free: Mutex::new(Vec::new()),
+            live: AtomicUsize::new(0),
+        }
+    }
+
+    pub fn schema(&self) -> &TableSchema {
+        &self.schema
+    }
+
+    pub fn row_size(&self) -> usize {
+        self.schema.row_size
+    }
+
+    pub fn capacity(&self) -> usize {
+        self.capacity
+    }
+
+    /// Rows currently stored.
+    pub fn len(&self) -> usize {
+        self.live.load(Ordering::Relaxed)
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The row holding `key`, if any.
+    #[inline]
+    pub fn lookup(&self, key: u64) -> Option<RowId> {
+        self.index.shard(key).read().get(&key).copied()
+    }
+
+    /// Hints the CPU to start fetching the row of `key` (index entry and row bytes) into the
+    /// cache. Executors call it for a whole transaction before running it, so the cache misses
+    /// of its accesses overlap instead of happening one after another. No effect on contents.
+    #[inline]
+    pub fn prefetch(&self, key: u64) {
+        if let Some(rid) = self.lookup(key) {
+            let offset = rid as usize * self.schema.row_size;
+            // SAFETY: rid < capacity, so the address lies inside the buffer; nothing is read.
+            let ptr = unsafe { self.data.as_ptr().add(offset) };
+            prefetch_read(ptr);
+        }
+    }
+
+    /// Read access to a row's bytes.
+    ///
+    /// # Safety
+    /// `rid` must be a live row of this table, and no one may write the row while the returned
+    /// slice is alive (the caller's concurrency control guarantees it).
+    #[inline]
+    pub unsafe fn row(&self, rid: RowId) -> &[u8] {
+        debug_assert!((rid as usize) < self.capacity);
+        let size = self.schema.row_size;
+        // SAFETY: rid < capacity, so the range lies inside the buffer; aliasing per contract.
+        unsafe { std::slice::from_raw_parts(self.data.as_ptr().add(rid as usize * size), size) }
+    }
+
+    /// Write access to a row's bytes.
+    ///
+    /// # Safety
+    /// `rid` must be a live row of this table, and the caller must have exclusive access to
+    /// the row (no other reference to its bytes) while the returned slice is alive.
+    #[inline]
+    #[allow(clippy::mut_from_ref)]
+    pub unsafe fn row_mut(&self, rid: RowId) -> &mut [u8] {
+        debug_assert!((rid as usize) < self.capacity);
+        let size = self.schema.row_size;
+        // SAFETY: as for `row`, with exclusivity guaranteed by the caller.
+        unsafe { std::slice::from_raw_parts_mut(self.data.as_ptr().add(rid as usize * size), size) }
+    }
+
+    /// The transaction that wrote the row's current version (`TxnId::INITIAL` if loaded).
+    #[inline]
+    pub fn version(&self, rid: RowId) -> TxnId {
+        TxnId(self.versions[rid as usize].load(Ordering::Acquire))
+    }
+
+    #[inline]
+    pub fn set_version(&self, rid: RowId, writer: TxnId) {
+        self.versions[rid as usize].store(writer.0, Ordering::Release);
+    }
+
+    fn allocate(&self) -> Result<RowId, QError> {
+        if let Some(rid) = self.free.lock().pop() {
+            return Ok(rid);
+        }
+        let rid = self.allocated.fetch_add(1, Ordering::Relaxed);
+        if rid >= self.capacity {
+            self.allocated.fetch_sub(1, Ordering::Relaxed);
+            return Err(QError::TableFull {
+                table: self.schema.name.clone(),
+                capacity: self.capacity,
+            });
+        }
+        Ok(rid as RowId)
+    }
+
+    /// Inserts `key` with zeroed bytes and returns its row, or `Ok(None)` if the key exists.
+    /// The new row becomes visible to lookups at once; the caller fills it under its own
+    /// concurrency control (the row is exclusively the inserter's until published by it).
+    pub fn insert(&self, key: u64, writer: TxnId) -> Result<Option<RowId>, QError> {
+        let mut shard = self.index.shard(key).write();
+        if shard.contains_key(&key) {
+            return Ok(None);
+        }
+        let rid = self.allocate()?;
+        // SAFETY: the slot was free (never handed out or returned by `remove`), so nobody else
+        // references it.
+        unsafe { self.row_mut(rid).fill(0) };
+        self.set_version(rid, writer);
+        shard.insert(key, rid);
+        self.live.fetch_add(1, Ordering::Relaxed);
+        Ok(Some(rid))
+    }
+
+    /// Removes `key`; its slot is reused by later inserts. Returns the row it occupied.
+    pub fn remove(&self, key: u64) -> Option<RowId> {
+        let rid = self.index.shard(key).write().remove(&key)?;
+        self.live.fetch_sub(1, Ordering::Relaxed);
+        self.free.lock().push(rid);
+        Some(rid)
+    }
+
+    /// Loads rows `keys` in bulk, filling each with `fill(key, row)`. Used before the run
+    /// starts, so it takes each index shard once per call rather than once per row.
+    pub fn load(
+        &self,
+        keys: impl Iterator<Item = u64>,
+        mut fill: impl FnMut(u64, &mut [u8]),
+    ) -> Result<(), QError> {
+        let mut by_shard: Vec<Vec<(u64, RowId)>> = vec![Vec::new(); INDEX_SHARDS];
+        for key in keys {
+            let rid = self.allocate()?;
+            // SAFETY: freshly allocated slot, not yet in the index: nobody else can see it.
+            fill(key, unsafe { self.row_mut(rid) });
+            let shard = (key.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 58) as usize % INDEX_SHARDS;
+            by_shard[shard].push((key, rid));
+        }
+        for (shard, entries) in self.index.shards.iter().zip(by_shard) {
+            let mut map = shard.write();
+            for (key, rid) in entries {
+                if map.insert(key, rid).is_some() {
+                    return Err(QError::Other(format!(
+                        "duplicate key {key} loaded into table {}",
+                        self.schema.name
+                    )));
+                }
+                self.live.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+        Ok(())
+    }
+
+    /// Order-independent hash of the table's contents (keys and row bytes, not versions):
+    /// equal contents give equal hashes whatever the insertion order or slot layout.
+    ///
+    /// Must be called while no transaction writes the table.
+    pub fn content_hash(&self) -> u64 {
+        let mut sum = 0u64;
+        let mut count = 0u64;
+        for shard in self.index.shards.iter() {
+            for (&key, &rid) in shard.read().iter() {
+                // SAFETY: quiescent table per the contract above; rid is live (in the index).
+                let bytes = unsafe { self.row(rid) };
+                sum = sum.wrapping_add(xxhash_rust::xxh3::xxh3_64_with_seed(bytes, key));
+                count += 1;
+            }
+        }
+        qstore_core::rng::splitmix64(sum ^ qstore_core::rng::splitmix64(count))
+    }
+
+    /// Calls `f(key, row)` for every row (unspecified order). Quiescent tables only.
+    pub fn for_each(&self, mut f: impl FnMut(u64, RowId)) {
+        for shard in self.index.shards.iter() {
+            for (&key, &rid) in shard.read().iter() {
+                f(key, rid);
+            }
+        }
+    }
+}
+
+/// The tables of one partition.
+pub struct PartitionStore {
+    pub id: PartitionId,
+    tables: Vec<Table>,
+}
+
+impl PartitionStore {
+    pub fn new(id: PartitionId, schemas: &[TableSchema]) -> Self {
+        PartitionStore {
+            id,
+            tables: schemas.iter().cloned().map(Table::new).collect(),
+        }
+    }
+
+    #[inline]
+    pub fn table(&self, id: TableId) -> &Table {
+        &self.tables[id as usize]
+    }
+
+    pub fn tables(&self) -> &[Table] {
+        &self.tables
+    }
+
+    /// Content hash of the whole partition (see [`Table::content_hash`]).
+    pub fn content_hash(&self) -> u64 {
+        self.tables.iter().enumerate().fold(0u64, |acc, (i, t)| {
+            acc ^ qstore_core::rng::splitmix64(t.content_hash().wrapping_add(i as u64))
+        })
+    }
+}
+
+impl qstore_core::txn::RowLoader for &PartitionStore {
+    fn load_rows(
+        &mut self,
+        table: TableId,
+        keys: &mut dyn Iterator<Item = u64>,
+        fill: &mut dyn FnMut(u64, &mut [u8]),
+    ) -> Result<(), QError> {
+        let t = self.tables.get(table as usize).ok_or_else(|| {
+            QError::Other(format!(
+                "table {table} does not exist in partition {}",
+                self.id
+            ))
+        })?;
+        t.load(keys, fill)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn schema(cap: usize) -> TableSchema {
+        TableSchema {
+            name: "t".into(),
+            row_size: 16,
+            capacity_per_partition: cap,
+            keys_per_partition: 1 << 32,
+        }
+    }
+
+    #[test]
+    fn insert_lookup_remove_reuse() {
+        let t = Table::new(schema(2));
+        let a = t.insert(10, TxnId(1)).unwrap().unwrap();
+        assert_eq!(
+            t.insert(10, TxnId(2)).unwrap(),
+            None,
+            "duplicate key refused"
+        );
+        let b = t.insert(20, TxnId(1)).unwrap().unwrap();
+        assert_ne!(a, b);
+        assert!(matches!(
+            t.insert(30, TxnId(1)),
+            Err(QError::TableFull { .. })
+        ));
+        assert_eq!(t.lookup(10), Some(a));
+        assert_eq!(t.remove(10), Some(a));
+        assert_eq!(t.lookup(10), None);
+        assert_eq!(
+            t.insert(30, TxnId(3)).unwrap(),
+            Some(a),
+            "freed slot reused"
+        );
+        assert_eq!(t.version(a), TxnId(3));
+        assert_eq!(t.len(), 2);
+    }
+
+    #[test]
+    fn rows_keep_their_bytes() {
+        let t = Table::new(schema(100));
+        t.load(0..100, |k, row| row[..8].copy_from_slice(&k.to_le_bytes()))
+            .unwrap();
+        for k in 0..100u64 {
+            let rid = t.lookup(k).unwrap();
+            let row = unsafe { t.row(rid) };
+            assert_eq!(u64::from_le_bytes(row[..8].try_into().unwrap()), k);
+        }
+        assert_eq!(t.len(), 100);
+    }
+
+    #[test]
+    fn content_hash_ignores_order_and_sees_changes() {
+        let a = Table::new(schema(10));
+        let b = Table::new(schema(10));
+        a.load(0..10, |k, r| r[0] = k as u8).unwrap();
+        b.load((0..10).rev(), |k, r| r[0] = k as u8).unwrap();
+        assert_eq!(a.content_hash(), b.content_hash());
+        let rid = b.lookup(3).unwrap();
+        unsafe { b.row_mut(rid)[1] = 9 };
+        assert_ne!(a.content_hash(), b.content_hash());
+        // Versions are not content.
+        a.set_version(a.lookup(4).unwrap(), TxnId(77));
+        unsafe { b.row_mut(rid)[1] = 0 };
+        assert_eq!(a.content_hash(), b.content_hash());
+    }
+
+    #[test]
+    fn duplicate_keys_in_a_load_are_an_error() {
+        let t = Table::new(schema(10));
+        assert!(t.load([1, 2, 1].into_iter(), |_, _| {}).is_err());
+    }
+}

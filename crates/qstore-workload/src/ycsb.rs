@@ -1,0 +1,355 @@
+//! YCSB-style transactions, as in the Q-Store, Calvin and Sundial evaluations: one table of
+//! fixed-size rows, transactions of `ops_per_txn` accesses that are reads or
+//! read-modify-writes, keys drawn uniformly or with Zipfian skew inside a partition, and a
+//! fraction of multi-partition transactions that spread their accesses over several
+//! partitions.
+//!
+//! Row layout: bytes 0..8 are a little-endian counter that every read-modify-write increments;
+//! the rest is payload, rewritten by each write.
+
+use crate::zipf::RankChooser;
+use crate::{TxnCall, TxnGenerator, Workload};
+use qstore_core::config::YcsbConfig;
+use qstore_core::partition::PartitionMap;
+use qstore_core::rng::Rng;
+use qstore_core::txn::{
+    Access, AccessKind, Catalog, Inputs, LogicAbort, ProcCall, ProcId, Procedure, Program,
+    RowLoader, RowRef, StepId, TableSchema, Value,
+};
+use qstore_core::{ConfigError, PartitionId, QError, RunConfig};
+use rand::Rng as _;
+use std::sync::Arc;
+
+/// The only table.
+pub const USERTABLE: u16 = 0;
+
+/// Argument code of a read in a `ycsb_txn` call.
+pub const OP_READ: i64 = 0;
+/// Argument code of a read-modify-write in a `ycsb_txn` call.
+pub const OP_RMW: i64 = 1;
+
+pub struct Ycsb {
+    cfg: YcsbConfig,
+    seed: u64,
+    partitions: u32,
+    pmap: PartitionMap,
+    catalog: Arc<Catalog>,
+    proc: ProcId,
+    ranks: RankChooser,
+}
+
+impl Ycsb {
+    pub fn new(run: &RunConfig) -> Result<Self, ConfigError> {
+        let cfg = run.workload.ycsb.clone();
+        let partitions = run.cluster.nodes;
+        cfg.validate(partitions)?;
+        let schema = TableSchema {
+            name: "usertable".into(),
+            row_size: cfg.row_size,
+            capacity_per_partition: cfg.records_per_partition as usize,
+            keys_per_partition: cfg.records_per_partition,
+        };
+        let mut catalog = Catalog::default();
+        catalog.add_table(schema);
+        let steps = YcsbSteps {
+            read: catalog.steps.register("ycsb_read", ycsb_read),
+            rmw: catalog.steps.register("ycsb_rmw", ycsb_rmw),
+        };
+        let proc = catalog.add_procedure(Arc::new(YcsbTxn { steps }));
+        Ok(Ycsb {
+            pmap: PartitionMap::new(partitions, run.cluster.partitioning, &catalog.tables),
+            ranks: RankChooser::new(cfg.records_per_partition, cfg.theta),
+            catalog: Arc::new(catalog),
+            cfg,
+            seed: run.seed,
+            partitions,
+            proc,
+        })
+    }
+}
+
+impl Workload for Ycsb {
+    fn name(&self) -> &'static str {
+        "ycsb"
+    }
+
+    fn catalog(&self) -> Arc<Catalog> {
+        self.catalog.clone()
+    }
+
+    fn partition_map(&self) -> &PartitionMap {
+        &self.pmap
+    }
+
+    fn load(&self, partition: PartitionId, loader: &mut dyn RowLoader) -> Result<(), QError> {
+        let pmap = &self.pmap;
+        let mut keys =
+            (0..self.cfg.records_per_partition).map(|i| pmap.nth_key_of(USERTABLE, partition, i));
+        loader.load_rows(USERTABLE, &mut keys, &mut |key, row| {
+            // Counter 0, payload derived from the key so rows differ.
+            row[8..].fill(key as u8);
+        })
+    }
+
+    fn generator(&self, client: u32, home: PartitionId) -> Box<dyn TxnGenerator> {
+        Box::new(YcsbGenerator {
+            rng: qstore_core::rng::stream(self.seed, client as u64),
+            home,
+            cfg: self.cfg.clone(),
+            partitions: self.partitions,
+            pmap: self.pmap.clone(),
+            ranks: self.ranks.clone(),
+            proc: self.proc,
+            chosen: Vec::with_capacity(self.cfg.ops_per_txn as usize),
+            parts: Vec::new(),
+        })
+    }
+}
+
+struct YcsbGenerator {
+    rng: Rng,
+    home: PartitionId,
+    cfg: YcsbConfig,
+    partitions: u32,
+    pmap: PartitionMap,
+    ranks: RankChooser,
+    proc: ProcId,
+    chosen: Vec<u64>,
+    parts: Vec<PartitionId>,
+}
+
+impl YcsbGenerator {
+    /// The partitions of the next transaction: the home partition, plus distinct others for
+    /// a multi-partition transaction.
+    fn choose_partitions(&mut self) {
+        self.parts.clear();
+        self.parts.push(self.home);
+        let mp = self.cfg.multi_partition_fraction > 0.0
+            && self.rng.random::<f64>() < self.cfg.multi_partition_fraction;
+        if !mp {
+            return;
+        }
+        let want = self.cfg.partitions_per_mp_txn.min(self.partitions) as usize;
+        while self.parts.len() < want {
+            let p = PartitionId(self.rng.random_range(0..self.partitions));
+            if !self.parts.contains(&p) {
+                self.parts.push(p);
+            }
+        }
+    }
+
+    /// A key of partition `p` not yet chosen in this transaction (unless duplicates are
+    /// allowed). Configuration validation guarantees enough distinct keys exist.
+    fn choose_key(&mut self, p: PartitionId) -> u64 {
+        loop {
+            let key = self
+                .pmap
+                .nth_key_of(USERTABLE, p, self.ranks.sample(&mut self.rng));
+            if self.cfg.allow_duplicate_keys || !self.chosen.contains(&key) {
+                self.chosen.push(key);
+                return key;
+            }
+        }
+    }
+}
+
+impl TxnGenerator for YcsbGenerator {
+    fn next_txn(&mut self) -> TxnCall {
+        self.choose_partitions();
+        self.chosen.clear();
+        let ops = self.cfg.ops_per_txn;
+        let mut args = Vec::with_capacity(2 * ops as usize);
+        for i in 0..ops as usize {
+            // Spread accesses evenly over the transaction's partitions.
+            let p = self.parts[i % self.parts.len()];
+            let key = self.choose_key(p);
+            let write = self.rng.random::<f64>() < self.cfg.write_fraction;
+            args.push(Value::Int(key as i64));
+            args.push(Value::Int(if write { OP_RMW } else { OP_READ }));
+        }
+        TxnCall {
+            call: ProcCall {
+                proc: self.proc,
+                args,
+            },
+            ops,
+        }
+    }
+}
+
+#[derive(Clone, Copy)]
+struct YcsbSteps {
+    read: StepId,
+    rmw: StepId,
+}
+
+/// `ycsb_txn(key0, op0, key1, op1, ...)`: reads (op 0) or read-modify-writes (op 1) of
+/// `usertable` rows, in order.
+struct YcsbTxn {
+    steps: YcsbSteps,
+}
+
+impl Procedure for YcsbTxn {
+    fn name(&self) -> &'static str {
+        "ycsb_txn"
+    }
+
+    fn program(&self, args: &[Value]) -> Result<Program, String> {
+        if !args.len().is_multiple_of(2) {
+            return Err(format!(
+                "expected (key, op) pairs, got {} values",
+                args.len()
+            ));
+        }
+        let accesses = args
+            .chunks_exact(2)
+            .map(|pair| {
+                let (Some(key), Some(op)) = (pair[0].as_int(), pair[1].as_int()) else {
+                    return Err("keys and ops must be integers".to_string());
+                };
+                let (kind, step, arg) = match op {
+                    OP_READ => (AccessKind::Read, self.steps.read, Value::Null),
+                    OP_RMW => (AccessKind::ReadModifyWrite, self.steps.rmw, Value::Int(1)),
+                    other => return Err(format!("op must be 0 (read) or 1 (rmw), got {other}")),
+                };
+                Ok(Access {
+                    table: USERTABLE,
+                    key: key as u64,
+                    kind,
+                    step,
+                    arg,
+                    deps: Vec::new(),
+                    may_abort: false,
+                })
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok(Program { accesses })
+    }
+}
+
+#[inline]
+fn counter(row: &[u8]) -> i64 {
+    i64::from_le_bytes(row[..8].try_into().expect("rows are at least 8 bytes"))
+}
+
+/// Reads a row: returns its counter.
+fn ycsb_read(row: RowRef<'_>, _arg: &Value, _inputs: Inputs<'_>) -> Result<Value, LogicAbort> {
+    Ok(Value::Int(counter(row.bytes())))
+}
+
+/// Read-modify-write: adds the argument to the counter and rewrites the payload; returns the
+/// counter as read.
+fn ycsb_rmw(row: RowRef<'_>, arg: &Value, _inputs: Inputs<'_>) -> Result<Value, LogicAbort> {
+    let RowRef::Write(row) = row else {
+        return Err(LogicAbort("ycsb_rmw needs a writable row"));
+    };
+    let old = counter(row);
+    let new = old.wrapping_add(arg.as_int().unwrap_or(1));
+    row[..8].copy_from_slice(&new.to_le_bytes());
+    row[8..].fill(new as u8);
+    Ok(Value::Int(old))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn config(nodes: u32, mp: f64, theta: f64) -> RunConfig {
+        let mut c = RunConfig::default();
+        c.cluster.nodes = nodes;
+        c.workload.ycsb.records_per_partition = 1000;
+        c.workload.ycsb.multi_partition_fraction = mp;
+        c.workload.ycsb.theta = theta;
+        c
+    }
+
+    fn keys_of(call: &TxnCall) -> Vec<u64> {
+        call.call
+            .args
+            .chunks(2)
+            .map(|p| p[0].as_int().unwrap() as u64)
+            .collect()
+    }
+
+    #[test]
+    fn single_partition_txns_stay_home_without_duplicates() {
+        let y = Ycsb::new(&config(4, 0.0, 0.99)).unwrap();
+        let mut g = y.generator(0, PartitionId(2));
+        for _ in 0..200 {
+            let t = g.next_txn();
+            let keys = keys_of(&t);
+            assert_eq!(keys.len(), 16);
+            assert!(keys
+                .iter()
+                .all(|&k| y.pmap.partition_of(0, k) == PartitionId(2)));
+            let mut sorted = keys.clone();
+            sorted.sort();
+            sorted.dedup();
+            assert_eq!(sorted.len(), 16, "no duplicate keys");
+        }
+    }
+
+    #[test]
+    fn multi_partition_fraction_and_spread() {
+        let y = Ycsb::new(&config(4, 0.5, 0.0)).unwrap();
+        let mut g = y.generator(3, PartitionId(1));
+        let mut multi = 0;
+        for _ in 0..2000 {
+            let keys = keys_of(&g.next_txn());
+            let mut parts: Vec<_> = keys.iter().map(|&k| y.pmap.partition_of(0, k)).collect();
+            assert!(
+                parts.contains(&PartitionId(1)),
+                "home partition always involved"
+            );
+            parts.sort();
+            parts.dedup();
+            assert!(parts.len() <= 2);
+            multi += (parts.len() == 2) as u32;
+        }
+        assert!((900..1100).contains(&multi), "{multi}");
+    }
+
+    #[test]
+    fn write_fraction_is_respected() {
+        let mut c = config(1, 0.0, 0.0);
+        c.workload.ycsb.write_fraction = 0.25;
+        let y = Ycsb::new(&c).unwrap();
+        let mut g = y.generator(0, PartitionId(0));
+        let writes: usize = (0..1000)
+            .map(|_| {
+                g.next_txn()
+                    .call
+                    .args
+                    .chunks(2)
+                    .filter(|p| p[1] == Value::Int(OP_RMW))
+                    .count()
+            })
+            .sum();
+        assert!((3600..4400).contains(&writes), "{writes}");
+    }
+
+    #[test]
+    fn same_seed_same_stream() {
+        let y = Ycsb::new(&config(2, 0.3, 0.9)).unwrap();
+        let a: Vec<_> = {
+            let mut g = y.generator(5, PartitionId(1));
+            (0..50).map(|_| g.next_txn()).collect()
+        };
+        let mut g = y.generator(5, PartitionId(1));
+        assert!(a.iter().all(|t| *t == g.next_txn()));
+    }
+
+    #[test]
+    fn bad_arguments_are_errors_not_panics() {
+        let y = Ycsb::new(&config(1, 0.0, 0.0)).unwrap();
+        let cat = y.catalog();
+        for args in [
+            vec![Value::Int(1)],
+            vec![Value::Int(1), Value::Int(7)],
+            vec![Value::Bytes(vec![1]), Value::Int(0)],
+        ] {
+            let call = ProcCall { proc: y.proc, args };
+            assert!(cat.program(&call).is_err());
+        }
+    }
+}

@@ -1,0 +1,138 @@
+//! The command line as a user meets it: exit codes, error lines, output files.
+
+use std::process::{Command, Output};
+
+fn qstore(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_qstore"))
+        .args(args)
+        .output()
+        .expect("run qstore")
+}
+
+fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+#[test]
+fn invalid_values_exit_2_with_one_clear_line() {
+    let cases: &[(&[&str], &str)] = &[
+        (&["--theta", "-0.5"], "workload.ycsb.theta = -0.5"),
+        (&["--nodes", "0"], "cluster.nodes = 0"),
+        (
+            &["--write-fraction", "1.5"],
+            "workload.ycsb.write_fraction = 1.5",
+        ),
+        (
+            &["--protocol", "nope"],
+            "unknown protocol; choose one of: serial",
+        ),
+        (
+            &["--workload", "nope"],
+            "unknown workload; choose one of: ycsb",
+        ),
+        (&["--row-size", "99999999"], "workload.ycsb.row_size"),
+        (&["--nodes", "1", "--mp-fraction", "0.5"], "single-node"),
+        (
+            &["--config", "/nonexistent/q.toml"],
+            "cannot read configuration file",
+        ),
+    ];
+    for (args, expect) in cases {
+        let mut full = vec!["run"];
+        full.extend_from_slice(args);
+        let o = qstore(&full);
+        let err = stderr(&o);
+        assert_eq!(o.status.code(), Some(2), "{args:?}: {err}");
+        assert!(
+            err.starts_with("error: ") && err.contains(expect),
+            "{args:?}: {err}"
+        );
+        assert_eq!(err.trim_end().lines().count(), 1, "{args:?}: {err}");
+    }
+}
+
+#[test]
+fn bad_config_file_names_the_unknown_setting() {
+    let dir = std::env::temp_dir().join(format!("qstore-cli-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("bad.toml");
+    std::fs::write(&path, "[cluster]\nnodez = 2\n").unwrap();
+    let o = qstore(&["run", "--config", path.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(stderr(&o).contains("nodez"), "{}", stderr(&o));
+}
+
+#[test]
+fn default_config_prints_and_reads_back() {
+    let o = qstore(&["config", "--default"]);
+    assert!(o.status.success());
+    let text = String::from_utf8(o.stdout).unwrap();
+    assert!(text.contains("[workload.ycsb]") && text.contains("theta"));
+    let dir = std::env::temp_dir().join(format!("qstore-cfg-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("default.toml");
+    std::fs::write(&path, &text).unwrap();
+    let back = qstore(&["config", "--config", path.to_str().unwrap()]);
+    assert_eq!(String::from_utf8(back.stdout).unwrap(), text);
+}
+
+#[test]
+fn run_prints_a_table_and_writes_json_and_csv() {
+    let dir = std::env::temp_dir().join(format!("qstore-run-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let json = dir.join("r.json");
+    let csv = dir.join("r.csv");
+    let o = qstore(&[
+        "run",
+        "--nodes",
+        "2",
+        "--records",
+        "1000",
+        "--txns",
+        "500",
+        "--print-state-hash",
+        "--output",
+        json.to_str().unwrap(),
+        "--csv",
+        csv.to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let out = String::from_utf8(o.stdout).unwrap();
+    assert!(out.contains("throughput (txn/s)"), "{out}");
+    assert!(out.contains("partition 1 state hash"), "{out}");
+    let r: serde_json::Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
+    assert_eq!(r["committed"], 500);
+    for field in [
+        "throughput_tps",
+        "latency",
+        "cc_aborts",
+        "msgs_per_txn",
+        "bytes_per_txn",
+    ] {
+        assert!(r.get(field).is_some(), "missing {field}");
+    }
+    let csv = std::fs::read_to_string(&csv).unwrap();
+    assert!(csv.starts_with("protocol,workload,"));
+    assert_eq!(csv.lines().count(), 2);
+}
+
+#[test]
+fn help_lists_every_command() {
+    let o = qstore(&["--help"]);
+    let text = String::from_utf8(o.stdout).unwrap();
+    for cmd in ["run", "config"] {
+        assert!(text.contains(cmd), "{text}");
+    }
+    let o = qstore(&["run", "--help"]);
+    let text = String::from_utf8(o.stdout).unwrap();
+    for flag in [
+        "--theta",
+        "--mp-fraction",
+        "--inflight",
+        "--rate",
+        "--txns",
+        "--delay-us",
+    ] {
+        assert!(text.contains(flag), "{flag} missing from run --help");
+    }
+}

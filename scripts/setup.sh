@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# Installs what qstore needs on a fresh Debian machine. Idempotent: skips what is present.
+set -euo pipefail
+
+need_apt=()
+command -v cargo >/dev/null 2>&1 || need_apt+=(cargo rustc)
+command -v cc >/dev/null 2>&1 || need_apt+=(build-essential)
+if [ ${#need_apt[@]} -gt 0 ]; then
+  echo "setup: installing ${need_apt[*]} with apt-get"
+  apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need_apt[@]}"
+fi
+
+# rustfmt and clippy come with rustup toolchains; add them if this toolchain lacks them.
+if ! cargo fmt --version >/dev/null 2>&1 || ! cargo clippy --version >/dev/null 2>&1; then
+  if command -v rustup >/dev/null 2>&1; then
+    rustup component add rustfmt clippy
+  else
+    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq rustfmt rust-clippy
+  fi
+fi
+echo "setup: $(cargo --version), $(rustc --version)"
