@@ -20,3 +20,9 @@ if ! cargo fmt --version >/dev/null 2>&1 || ! cargo clippy --version >/dev/null 
   fi
 fi
 echo "setup: $(cargo --version), $(rustc --version)"
+
+# adya: an independent, Elle-style checker of list-append histories, used by the tests.
+if ! command -v adya >/dev/null 2>&1; then
+  echo "setup: installing adya (checker only)"
+  cargo install adya --version 0.1.0 --no-default-features --locked
+fi

@@ -1,5 +1,8 @@
 #!/usr/bin/env bash
-# The test command: every unit and integration test of the workspace.
+# The test command: every unit and integration test of the workspace, then the end-to-end
+# history checks (our checker and the independent adya) on a release build.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-cargo test --workspace --locked "$@"
+cargo test --workspace --locked
+cargo build --release --locked -p qstore
+scripts/check-histories.sh

@@ -6,14 +6,15 @@
 //! target rate whatever the answers (open loop). A transaction aborted by concurrency
 //! control is resubmitted, as a new attempt, after the shared [`Backoff`] policy's delay.
 
+use crate::elle::{Completion, ElleLog};
 use crate::stats::{Backoff, ClientStats};
 use crossbeam_channel::{unbounded, Receiver, RecvTimeoutError, Sender};
 use parking_lot::Mutex;
 use qstore_core::config::ClientConfig;
-use qstore_core::txn::{TxnOutcome, TxnResponse};
+use qstore_core::txn::{TxnOutcome, TxnResponse, Value};
 use qstore_core::{NodeId, TxnId};
 use qstore_engine::{Cluster, TxnRequest};
-use qstore_workload::{TxnCall, TxnGenerator, Workload};
+use qstore_workload::{ElleOp, TxnCall, TxnGenerator, Workload};
 use rustc_hash::FxHashMap;
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
@@ -78,6 +79,8 @@ struct Pending {
     ops: u32,
     first_submit: Instant,
     retries: u32,
+    /// The Elle lane of this transaction and its invocation, when an Elle history is kept.
+    elle: Option<(u64, Vec<ElleOp>)>,
 }
 
 /// A retry waiting for its back-off to pass.
@@ -107,6 +110,11 @@ impl Ord for Retry {
 pub struct Driver<'a> {
     index: u32,
     cluster: &'a Cluster,
+    workload: &'a dyn Workload,
+    elle: Option<&'a ElleLog>,
+    /// Elle lanes not in use, and the number of lanes created.
+    free_lanes: Vec<u64>,
+    lanes: u64,
     control: &'a Control,
     cfg: &'a ClientConfig,
     backoff: Backoff,
@@ -129,9 +137,9 @@ impl<'a> Driver<'a> {
         threads: u32,
         client_ids: &[u32],
         cluster: &'a Cluster,
-        workload: &dyn Workload,
+        workload: &'a dyn Workload,
         control: &'a Control,
-        seed: u64,
+        elle: Option<&'a ElleLog>,
     ) -> Self {
         let ctx = cluster.ctx();
         let cfg = &ctx.cfg.client;
@@ -154,6 +162,10 @@ impl<'a> Driver<'a> {
         Driver {
             index,
             cluster,
+            workload,
+            elle,
+            free_lanes: Vec::new(),
+            lanes: 0,
             control,
             cfg,
             backoff: Backoff {
@@ -166,7 +178,7 @@ impl<'a> Driver<'a> {
             reply_tx,
             reply_rx,
             next_id: 0,
-            rng: qstore_core::rng::stream(seed, (1 << 32) + index as u64),
+            rng: qstore_core::rng::stream(ctx.cfg.seed, (1 << 32) + index as u64),
             stats: ClientStats::default(),
             next_arrival,
         }
@@ -193,7 +205,7 @@ impl<'a> Driver<'a> {
                     break;
                 }
                 if now >= deadline {
-                    self.stats.unfinished += (self.pending.len() + self.retries.len()) as u64;
+                    self.give_up_outstanding();
                     break;
                 }
             }
@@ -234,15 +246,47 @@ impl<'a> Driver<'a> {
             return false;
         }
         let TxnCall { call, ops } = self.clients[c].generator.next_txn();
+        let elle = self.elle.and_then(|log| {
+            let invocation = self.workload.elle_ops(&call, None)?;
+            let lane = self.free_lanes.pop().unwrap_or_else(|| {
+                self.lanes += 1;
+                ((self.index as u64) << 32) | self.lanes
+            });
+            log.invoke(lane, &invocation);
+            Some((lane, invocation))
+        });
         let pending = Pending {
             client: c,
             call: Arc::new(call),
             ops,
             first_submit,
             retries: 0,
+            elle,
         };
         self.submit(pending);
         true
+    }
+
+    /// Records the end of a transaction in the Elle history and frees its lane.
+    fn elle_complete(&mut self, p: &Pending, how: Completion, outputs: Option<&[Value]>) {
+        let (Some(log), Some((lane, invocation))) = (self.elle, &p.elle) else {
+            return;
+        };
+        let completed = outputs.and_then(|o| self.workload.elle_ops(&p.call, Some(o)));
+        log.complete(*lane, how, completed.as_deref().unwrap_or(invocation));
+        self.free_lanes.push(*lane);
+    }
+
+    /// The run stopped waiting: count what is still outstanding, outcome unknown.
+    fn give_up_outstanding(&mut self) {
+        let pending: Vec<Pending> = self.pending.drain().map(|(_, p)| p).collect();
+        let waiting = std::mem::take(&mut self.retries)
+            .into_iter()
+            .map(|Reverse(r)| r.pending);
+        for p in pending.into_iter().chain(waiting) {
+            self.stats.unfinished += 1;
+            self.elle_complete(&p, Completion::Info, None);
+        }
     }
 
     fn submit(&mut self, pending: Pending) {
@@ -289,7 +333,12 @@ impl<'a> Driver<'a> {
         };
         let measuring = self.control.measuring.load(Ordering::Relaxed);
         match resp.outcome {
-            TxnOutcome::Committed(_) => {
+            TxnOutcome::Committed(outputs) => {
+                if let Err(why) = self.workload.check_commit(&p.call, &outputs) {
+                    self.stats.invariant_violations += 1;
+                    self.stats.first_violation.get_or_insert(why);
+                }
+                self.elle_complete(&p, Completion::Ok, Some(&outputs));
                 if measuring {
                     let latency = p.first_submit.elapsed().as_micros() as u64;
                     self.stats.record_commit(p.ops, latency);
@@ -308,6 +357,7 @@ impl<'a> Driver<'a> {
                 self.retries.push(Reverse(Retry { at, pending: p }));
             }
             TxnOutcome::LogicAbort(_) => {
+                self.elle_complete(&p, Completion::Fail, None);
                 if measuring {
                     self.stats.logic_aborts += 1;
                 }
@@ -317,6 +367,7 @@ impl<'a> Driver<'a> {
             TxnOutcome::Rejected(why) => {
                 // A refused request means a misconfigured run or a cluster going away:
                 // end the run and show the reason rather than spin on refusals.
+                self.elle_complete(&p, Completion::Fail, None);
                 self.stats.rejected += 1;
                 self.stats.first_rejection.get_or_insert(why);
                 self.control.stop.store(true, Ordering::Relaxed);

@@ -2,15 +2,19 @@
 //! ([`driver`]), the statistics ([`stats`]) and the results ([`report`]).
 
 pub mod driver;
+pub mod elle;
 pub mod report;
 pub mod stats;
+pub mod verify;
 
 use driver::{Control, Driver};
 use qstore_core::{QError, RunConfig};
 use qstore_engine::{Cluster, StoppedCluster};
+use qstore_workload::Workload;
 use report::{RunReport, Traffic};
 use stats::ClientStats;
 use std::sync::atomic::Ordering;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// A progress sample, taken once per second of the run.
@@ -33,12 +37,18 @@ pub struct RunOptions<'a> {
     pub progress: Option<&'a mut dyn FnMut(&Progress)>,
     /// Compute partition content hashes after the run.
     pub state_hashes: bool,
+    /// Record the engine-side history (for `--verify` and `--engine-history`).
+    pub record_history: bool,
+    /// Write the client-observed Elle history here (list-append workloads).
+    pub elle: Option<&'a elle::ElleLog>,
 }
 
-/// What a run leaves: its report and the stopped cluster (for hashes and checks).
+/// What a run leaves: its report, the stopped cluster (for hashes and checks) and the
+/// workload (for its invariants).
 pub struct RunOutcome {
     pub report: RunReport,
     pub cluster: StoppedCluster,
+    pub workload: Arc<dyn Workload>,
 }
 
 /// Builds the workload, starts an embedded cluster, drives it as configured, and reports.
@@ -50,6 +60,7 @@ pub fn run(cfg: &RunConfig, opts: RunOptions<'_>) -> Result<RunOutcome, QError> 
         workload.catalog(),
         workload.partition_map().clone(),
         &|p, loader| workload.load(p, loader),
+        opts.record_history,
     )?;
     let load_s = cluster.load_time().as_secs_f64();
     let control = Control::default();
@@ -59,16 +70,21 @@ pub fn run(cfg: &RunConfig, opts: RunOptions<'_>) -> Result<RunOutcome, QError> 
         .min(cfg.client.effective_clients(cfg.cluster.nodes));
     let clients = cfg.client.effective_clients(cfg.cluster.nodes);
     let mut progress = opts.progress;
+    // A counted run has no warm-up: every commit counts, from the very first one.
+    if cfg.client.txns > 0 {
+        control.measuring.store(true, Ordering::Relaxed);
+    }
 
     let (stats, window, traffic, timeline) = std::thread::scope(|s| {
         let handles: Vec<_> = (0..threads)
             .map(|t| {
                 let ids: Vec<u32> = (t..clients).step_by(threads as usize).collect();
                 let (cluster, control, workload) = (&cluster, &control, workload.as_ref());
+                let elle = opts.elle;
                 std::thread::Builder::new()
                     .name(format!("client-{t}"))
                     .spawn_scoped(s, move || {
-                        Driver::new(t, threads, &ids, cluster, workload, control, cfg.seed).run()
+                        Driver::new(t, threads, &ids, cluster, workload, control, elle).run()
                     })
                     .expect("spawn client thread")
             })
@@ -95,6 +111,7 @@ pub fn run(cfg: &RunConfig, opts: RunOptions<'_>) -> Result<RunOutcome, QError> 
     Ok(RunOutcome {
         report,
         cluster: stopped,
+        workload,
     })
 }
 
@@ -125,7 +142,7 @@ fn control_run(
         );
     }
     let before = snapshot();
-    let window_start = Instant::now();
+    let window_start = if by_count { start } else { Instant::now() };
     control.measuring.store(true, Ordering::Relaxed);
     let mut timeline = Vec::new();
     let window = if by_count {

@@ -57,6 +57,9 @@ pub struct RunReport {
     /// Transactions still unanswered when the run stopped waiting.
     pub unfinished: u64,
     pub missed_arrivals: u64,
+    /// Committed answers that broke a workload invariant (e.g. a bank audit's sum).
+    pub invariant_violations: u64,
+    pub first_violation: Option<String>,
     pub msgs_per_txn: f64,
     pub bytes_per_txn: f64,
     pub per_node: Vec<NodeTraffic>,
@@ -132,6 +135,8 @@ impl RunReport {
             first_rejection: stats.first_rejection.clone(),
             unfinished: stats.unfinished,
             missed_arrivals: stats.missed_arrivals,
+            invariant_violations: stats.invariant_violations,
+            first_violation: stats.first_violation.clone(),
             msgs_per_txn: per_commit(msgs),
             bytes_per_txn: per_commit(bytes),
             per_node: traffic
@@ -234,6 +239,13 @@ impl RunReport {
         }
         if self.unfinished > 0 {
             rows.push(("unfinished", group(self.unfinished)));
+        }
+        if self.invariant_violations > 0 {
+            let why = self.first_violation.clone().unwrap_or_default();
+            rows.push((
+                "INVARIANT VIOLATIONS",
+                format!("{} ({why})", self.invariant_violations),
+            ));
         }
         if self.missed_arrivals > 0 {
             rows.push(("missed arrivals", group(self.missed_arrivals)));

@@ -29,6 +29,9 @@ pub struct ClientStats {
     pub unfinished: u64,
     /// Open-loop arrivals skipped because too many transactions were outstanding.
     pub missed_arrivals: u64,
+    /// Committed answers that broke a workload invariant, and the first explanation.
+    pub invariant_violations: u64,
+    pub first_violation: Option<String>,
 }
 
 impl Default for ClientStats {
@@ -44,6 +47,8 @@ impl Default for ClientStats {
             first_rejection: None,
             unfinished: 0,
             missed_arrivals: 0,
+            invariant_violations: 0,
+            first_violation: None,
         }
     }
 }
@@ -79,6 +84,10 @@ impl ClientStats {
         }
         self.unfinished += other.unfinished;
         self.missed_arrivals += other.missed_arrivals;
+        self.invariant_violations += other.invariant_violations;
+        if self.first_violation.is_none() {
+            self.first_violation = other.first_violation.clone();
+        }
     }
 }
 

@@ -75,7 +75,7 @@ fn progress_is_reported_each_second() {
     let mut record = |p: &qstore_bench::Progress| samples.push(p.committed);
     let opts = RunOptions {
         progress: Some(&mut record),
-        state_hashes: false,
+        ..Default::default()
     };
     run(&c, opts).unwrap();
     assert_eq!(samples.len(), 2, "{samples:?}");

@@ -90,6 +90,8 @@ pub struct WorkloadConfig {
     /// Workload name, e.g. `ycsb`.
     pub name: String,
     pub ycsb: YcsbConfig,
+    pub bank: BankConfig,
+    pub append: AppendConfig,
 }
 
 impl Default for WorkloadConfig {
@@ -97,6 +99,8 @@ impl Default for WorkloadConfig {
         WorkloadConfig {
             name: "ycsb".into(),
             ycsb: YcsbConfig::default(),
+            bank: BankConfig::default(),
+            append: AppendConfig::default(),
         }
     }
 }
@@ -134,6 +138,79 @@ impl Default for YcsbConfig {
             multi_partition_fraction: 0.0,
             partitions_per_mp_txn: 2,
             allow_duplicate_keys: false,
+        }
+    }
+}
+
+/// The bank workload: transfers inside branches of accounts (total money is invariant) and
+/// read-only audits of whole branches (each branch's sum is invariant).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct BankConfig {
+    /// Accounts loaded into each partition.
+    pub accounts_per_partition: u64,
+    /// Accounts per branch; transfers and audits stay inside one branch.
+    pub branch_size: u32,
+    /// Average starting balance: every branch starts with `branch_size * initial_balance`.
+    pub initial_balance: i64,
+    /// A transfer moves a uniformly random amount in [1, max_amount] to each destination.
+    pub max_amount: i64,
+    /// Accounts a transfer touches: one source and `accounts_per_transfer - 1` destinations.
+    pub accounts_per_transfer: u32,
+    /// Fraction of transactions that are audits (read a whole branch); the rest transfer.
+    pub audit_fraction: f64,
+    /// Zipfian skew θ of branch choice; 0 is uniform.
+    pub theta: f64,
+    /// Fraction of transfers and audits whose accounts lie in more than one partition.
+    pub multi_partition_fraction: f64,
+}
+
+impl Default for BankConfig {
+    fn default() -> Self {
+        BankConfig {
+            accounts_per_partition: 10_000,
+            branch_size: 8,
+            initial_balance: 1_000,
+            max_amount: 200,
+            accounts_per_transfer: 2,
+            audit_fraction: 0.1,
+            theta: 0.0,
+            multi_partition_fraction: 0.5,
+        }
+    }
+}
+
+/// The list-append workload (as in Jepsen's Elle): transactions of appends to and reads of
+/// per-key lists, whose histories an Elle-style checker can verify.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct AppendConfig {
+    /// Lists (keys) loaded, empty, into each partition.
+    pub keys_per_partition: u64,
+    /// Capacity of a list; appending to a full list aborts the transaction (logic abort).
+    pub max_list_len: u32,
+    /// Micro-operations (reads or appends, on distinct keys) per transaction.
+    pub ops_per_txn: u32,
+    /// Fraction of micro-operations that read a whole list (the rest append).
+    pub read_fraction: f64,
+    /// Size of the sliding window of keys a client draws from in each partition.
+    pub active_keys: u32,
+    /// Fraction of transactions that touch more than one partition.
+    pub multi_partition_fraction: f64,
+    /// Partitions a multi-partition transaction touches (its home partition included).
+    pub partitions_per_mp_txn: u32,
+}
+
+impl Default for AppendConfig {
+    fn default() -> Self {
+        AppendConfig {
+            keys_per_partition: 100_000,
+            max_list_len: 32,
+            ops_per_txn: 4,
+            read_fraction: 0.5,
+            active_keys: 16,
+            multi_partition_fraction: 0.5,
+            partitions_per_mp_txn: 2,
         }
     }
 }
@@ -253,10 +330,12 @@ impl RunConfig {
         )?;
         self.validate_client()?;
         self.validate_net()?;
-        if self.workload.name == "ycsb" {
-            self.workload.ycsb.validate(c.nodes)?;
+        match self.workload.name.as_str() {
+            "ycsb" => self.workload.ycsb.validate(c.nodes),
+            "bank" => self.workload.bank.validate(c.nodes),
+            "append" => self.workload.append.validate(c.nodes),
+            _ => Ok(()),
         }
-        Ok(())
     }
 
     fn validate_client(&self) -> Result<(), ConfigError> {
@@ -399,6 +478,159 @@ impl YcsbConfig {
     }
 }
 
+/// A multi-partition fraction: a fraction, and 0 on a single-node cluster.
+fn mp_fraction(setting: &str, v: f64, partitions: u32) -> Result<(), ConfigError> {
+    fraction(setting, v)?;
+    check(
+        v == 0.0 || partitions >= 2,
+        setting,
+        v,
+        "must be 0 on a single-node cluster (multi-partition transactions need 2+ nodes)",
+    )
+}
+
+impl BankConfig {
+    /// Largest total amount of money: balances and their sums stay far from i64 overflow.
+    pub const MAX_TOTAL_MONEY: u128 = 1 << 62;
+
+    pub fn validate(&self, partitions: u32) -> Result<(), ConfigError> {
+        self.validate_layout()?;
+        self.validate_money(partitions)?;
+        check(
+            (2..=self.branch_size).contains(&self.accounts_per_transfer),
+            "workload.bank.accounts_per_transfer",
+            self.accounts_per_transfer,
+            &format!(
+                "must be between 2 and workload.bank.branch_size ({})",
+                self.branch_size
+            ),
+        )?;
+        fraction("workload.bank.audit_fraction", self.audit_fraction)?;
+        check(
+            self.theta.is_finite() && (0.0..=100.0).contains(&self.theta),
+            "workload.bank.theta",
+            self.theta,
+            "must be a finite number between 0 and 100 (0 = uniform)",
+        )?;
+        let mp = "workload.bank.multi_partition_fraction";
+        mp_fraction(mp, self.multi_partition_fraction, partitions)?;
+        // A branch spans partitions only if it can keep 2 accounts in each of at least two.
+        check(
+            self.multi_partition_fraction == 0.0 || self.branch_size >= 4,
+            mp,
+            self.multi_partition_fraction,
+            "must be 0 when workload.bank.branch_size < 4 (a branch spans partitions with \
+             at least 2 accounts in each)",
+        )
+    }
+
+    fn validate_layout(&self) -> Result<(), ConfigError> {
+        check(
+            (2..=1024).contains(&self.branch_size),
+            "workload.bank.branch_size",
+            self.branch_size,
+            "must be between 2 and 1024",
+        )?;
+        let min = 2 * self.branch_size as u64;
+        check(
+            (min..=1u64 << 40).contains(&self.accounts_per_partition),
+            "workload.bank.accounts_per_partition",
+            self.accounts_per_partition,
+            &format!("must be between 2 * workload.bank.branch_size ({min}) and 2^40"),
+        )
+    }
+
+    fn validate_money(&self, partitions: u32) -> Result<(), ConfigError> {
+        check(
+            (0..=1i64 << 40).contains(&self.initial_balance),
+            "workload.bank.initial_balance",
+            self.initial_balance,
+            "must be between 0 and 2^40",
+        )?;
+        check(
+            (1..=1i64 << 40).contains(&self.max_amount),
+            "workload.bank.max_amount",
+            self.max_amount,
+            "must be between 1 and 2^40",
+        )?;
+        let total =
+            partitions as u128 * self.accounts_per_partition as u128 * self.initial_balance as u128;
+        check(
+            total <= Self::MAX_TOTAL_MONEY,
+            "workload.bank.initial_balance",
+            self.initial_balance,
+            "makes the total money (nodes * accounts_per_partition * initial_balance) exceed 2^62",
+        )
+    }
+}
+
+impl AppendConfig {
+    /// Longest list: rows (8 + 8 * max_list_len bytes) stay within the engine's row limit.
+    pub const MAX_LIST_LEN: u32 = 65_536;
+
+    /// Bytes of a row: a u64 count, then `max_list_len` u64 values.
+    pub fn row_size(&self) -> usize {
+        8 + 8 * self.max_list_len as usize
+    }
+
+    pub fn validate(&self, partitions: u32) -> Result<(), ConfigError> {
+        check(
+            (1..=Self::MAX_LIST_LEN).contains(&self.max_list_len),
+            "workload.append.max_list_len",
+            self.max_list_len,
+            "must be between 1 and 65536",
+        )?;
+        check(
+            (1..=64).contains(&self.ops_per_txn),
+            "workload.append.ops_per_txn",
+            self.ops_per_txn,
+            "must be between 1 and 64",
+        )?;
+        // Every micro-operation of a transaction on one partition needs its own active key.
+        check(
+            self.active_keys >= self.ops_per_txn,
+            "workload.append.active_keys",
+            self.active_keys,
+            &format!(
+                "must be at least workload.append.ops_per_txn ({})",
+                self.ops_per_txn
+            ),
+        )?;
+        check(
+            (self.active_keys as u64..=1u64 << 40).contains(&self.keys_per_partition),
+            "workload.append.keys_per_partition",
+            self.keys_per_partition,
+            &format!(
+                "must be between workload.append.active_keys ({}) and 2^40",
+                self.active_keys
+            ),
+        )?;
+        fraction("workload.append.read_fraction", self.read_fraction)?;
+        self.validate_mp(partitions)
+    }
+
+    fn validate_mp(&self, partitions: u32) -> Result<(), ConfigError> {
+        let mp = self.multi_partition_fraction;
+        mp_fraction("workload.append.multi_partition_fraction", mp, partitions)?;
+        check(
+            self.partitions_per_mp_txn >= 2 && self.partitions_per_mp_txn <= partitions.max(2),
+            "workload.append.partitions_per_mp_txn",
+            self.partitions_per_mp_txn,
+            &format!("must be between 2 and the number of nodes ({partitions})"),
+        )?;
+        check(
+            mp == 0.0 || self.ops_per_txn >= self.partitions_per_mp_txn,
+            "workload.append.ops_per_txn",
+            self.ops_per_txn,
+            &format!(
+                "must be at least workload.append.partitions_per_mp_txn ({}) when \
+                 multi-partition transactions are on",
+                self.partitions_per_mp_txn
+            ),
+        )
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -479,5 +711,172 @@ mod tests {
             e.to_string(),
             "invalid workload.ycsb.theta = -1: must be a finite number between 0 and 100 (0 = uniform)"
         );
+    }
+
+    /// A change to a configuration, for tables of invalid cases.
+    type Edit = Box<dyn FnOnce(&mut RunConfig)>;
+
+    fn invalid_for(workload: &str, f: impl FnOnce(&mut RunConfig)) -> ConfigError {
+        invalid(|c| {
+            c.workload.name = workload.into();
+            f(c)
+        })
+    }
+
+    #[test]
+    fn bank_and_append_defaults_are_valid_and_round_trip_through_toml() {
+        for name in ["bank", "append"] {
+            let mut c = RunConfig::default();
+            c.workload.name = name.into();
+            c.validate().unwrap();
+            assert_eq!(RunConfig::from_toml(&c.to_toml()).unwrap(), c);
+        }
+        let text = RunConfig::default().to_toml();
+        assert!(text.contains("[workload.bank]") && text.contains("branch_size"));
+        assert!(text.contains("[workload.append]") && text.contains("max_list_len"));
+    }
+
+    #[test]
+    fn partial_bank_and_append_toml_keeps_defaults() {
+        let c = RunConfig::from_toml(
+            "[workload]\nname = \"bank\"\n[workload.bank]\nbranch_size = 4\n\
+             [workload.append]\nops_per_txn = 8\n",
+        )
+        .unwrap();
+        assert_eq!(c.workload.bank.branch_size, 4);
+        assert_eq!(c.workload.bank.initial_balance, 1_000);
+        assert_eq!(c.workload.append.ops_per_txn, 8);
+        assert_eq!(c.workload.append.max_list_len, 32);
+        c.validate().unwrap();
+        let err = RunConfig::from_toml("[workload.bank]\nbranchsize = 3\n").unwrap_err();
+        assert!(err.contains("branchsize"), "{err}");
+    }
+
+    #[test]
+    fn only_the_selected_workload_is_validated() {
+        let mut c = RunConfig::default();
+        c.workload.bank.branch_size = 1;
+        c.workload.append.max_list_len = 0;
+        c.validate().unwrap();
+    }
+
+    #[test]
+    fn bad_bank_values_are_rejected_with_the_setting_named() {
+        let cases: Vec<(&str, Edit)> = vec![
+            ("branch_size", Box::new(|c| c.workload.bank.branch_size = 1)),
+            (
+                "accounts_per_partition",
+                Box::new(|c| c.workload.bank.accounts_per_partition = 15),
+            ),
+            (
+                "initial_balance",
+                Box::new(|c| c.workload.bank.initial_balance = -1),
+            ),
+            (
+                "initial_balance",
+                Box::new(|c| {
+                    c.workload.bank.accounts_per_partition = 1 << 30;
+                    c.workload.bank.initial_balance = 1 << 40;
+                }),
+            ),
+            ("max_amount", Box::new(|c| c.workload.bank.max_amount = 0)),
+            (
+                "accounts_per_transfer",
+                Box::new(|c| c.workload.bank.accounts_per_transfer = 1),
+            ),
+            (
+                "accounts_per_transfer",
+                Box::new(|c| c.workload.bank.accounts_per_transfer = 9),
+            ),
+            (
+                "audit_fraction",
+                Box::new(|c| c.workload.bank.audit_fraction = 1.5),
+            ),
+            ("theta", Box::new(|c| c.workload.bank.theta = f64::NAN)),
+            (
+                "multi_partition_fraction",
+                Box::new(|c| c.workload.bank.multi_partition_fraction = 1.1),
+            ),
+            (
+                "multi_partition_fraction",
+                Box::new(|c| c.cluster.nodes = 1),
+            ),
+            (
+                "multi_partition_fraction",
+                Box::new(|c| {
+                    c.workload.bank.branch_size = 3;
+                    c.workload.bank.accounts_per_transfer = 2;
+                }),
+            ),
+        ];
+        for (setting, f) in cases {
+            let e = invalid_for("bank", f);
+            assert_eq!(e.setting, format!("workload.bank.{setting}"), "{e}");
+        }
+        let e = invalid_for("bank", |c| c.cluster.nodes = 1);
+        assert!(e.to_string().contains("single-node"), "{e}");
+        let mut c = RunConfig::default();
+        c.workload.name = "bank".into();
+        c.cluster.nodes = 1;
+        c.workload.bank.multi_partition_fraction = 0.0;
+        c.validate().unwrap();
+    }
+
+    #[test]
+    fn bad_append_values_are_rejected_with_the_setting_named() {
+        let cases: Vec<(&str, Edit)> = vec![
+            (
+                "max_list_len",
+                Box::new(|c| c.workload.append.max_list_len = 0),
+            ),
+            (
+                "max_list_len",
+                Box::new(|c| c.workload.append.max_list_len = 1 << 20),
+            ),
+            (
+                "ops_per_txn",
+                Box::new(|c| c.workload.append.ops_per_txn = 0),
+            ),
+            (
+                "ops_per_txn",
+                Box::new(|c| c.workload.append.ops_per_txn = 65),
+            ),
+            (
+                "active_keys",
+                Box::new(|c| c.workload.append.active_keys = 3),
+            ),
+            (
+                "keys_per_partition",
+                Box::new(|c| c.workload.append.keys_per_partition = 15),
+            ),
+            (
+                "read_fraction",
+                Box::new(|c| c.workload.append.read_fraction = 1.01),
+            ),
+            (
+                "multi_partition_fraction",
+                Box::new(|c| c.workload.append.multi_partition_fraction = -0.1),
+            ),
+            (
+                "multi_partition_fraction",
+                Box::new(|c| c.cluster.nodes = 1),
+            ),
+            (
+                "partitions_per_mp_txn",
+                Box::new(|c| c.workload.append.partitions_per_mp_txn = 5),
+            ),
+            (
+                "ops_per_txn",
+                Box::new(|c| {
+                    c.workload.append.ops_per_txn = 2;
+                    c.workload.append.partitions_per_mp_txn = 3;
+                }),
+            ),
+        ];
+        for (setting, f) in cases {
+            let e = invalid_for("append", f);
+            assert_eq!(e.setting, format!("workload.append.{setting}"), "{e}");
+        }
+        assert_eq!(AppendConfig::default().row_size(), 8 + 8 * 32);
     }
 }

@@ -1,5 +1,6 @@
 //! An embedded cluster: every node of a cluster in one process.
 
+use crate::history::HistoryRecorder;
 use crate::protocol::{self, Engine, TxnRequest};
 use qstore_core::partition::PartitionMap;
 use qstore_core::txn::{Catalog, RowLoader};
@@ -16,6 +17,8 @@ pub struct EngineCtx {
     pub catalog: Arc<Catalog>,
     pub pmap: PartitionMap,
     pub partitions: Vec<Arc<PartitionStore>>,
+    /// Set when the run records its history (for `--verify` and `--history`).
+    pub history: Option<Arc<HistoryRecorder>>,
 }
 
 impl EngineCtx {
@@ -41,11 +44,13 @@ pub struct Cluster {
 
 impl Cluster {
     /// Creates the partitions, loads them in parallel, and starts the configured protocol.
+    /// With `record_history`, protocols record every transaction for the checkers.
     pub fn start(
         cfg: RunConfig,
         catalog: Arc<Catalog>,
         pmap: PartitionMap,
         load: &LoadFn<'_>,
+        record_history: bool,
     ) -> Result<Cluster, QError> {
         cfg.validate()?;
         if !protocol::names().contains(&cfg.protocol.name.as_str()) {
@@ -54,7 +59,9 @@ impl Cluster {
         let started = Instant::now();
         let partitions = load_partitions(cfg.cluster.nodes, &catalog, load)?;
         let load_time = started.elapsed();
+        let history = record_history.then(|| Arc::new(HistoryRecorder::new(pmap.clone())));
         let ctx = Arc::new(EngineCtx {
+            history,
             pmap,
             catalog,
             partitions,
@@ -115,7 +122,7 @@ impl StoppedCluster {
 }
 
 /// Creates and loads every partition, several at a time (one thread per core).
-fn load_partitions(
+pub(crate) fn load_partitions(
     nodes: u32,
     catalog: &Catalog,
     load: &LoadFn<'_>,

@@ -3,9 +3,11 @@
 //! index lookup, the step function, insert/delete, undo images for rollback, and the
 //! versions read and written (for histories).
 
-use qstore_core::txn::{Access, AccessKind, LogicAbort, RowRef, StepRegistry, Value};
+use crate::history::TxnTrace;
+use qstore_core::partition::PartitionMap;
+use qstore_core::txn::{Access, AccessKind, LogicAbort, Program, RowRef, StepRegistry, Value};
 use qstore_core::{PartitionId, TableId, TxnId};
-use qstore_storage::PartitionStore;
+use qstore_storage::{PartitionStore, RowVersion};
 
 /// Before-images of one transaction's changes, so a logic-induced abort can be rolled back.
 /// Row images live in one reused byte arena, so recording them allocates nothing in the
@@ -23,7 +25,7 @@ enum UndoEntry {
         table: TableId,
         key: u64,
         at: usize,
-        version: TxnId,
+        version: RowVersion,
     },
     /// Remove a row the transaction inserted.
     Insert {
@@ -37,7 +39,7 @@ enum UndoEntry {
         table: TableId,
         key: u64,
         at: usize,
-        version: TxnId,
+        version: RowVersion,
     },
 }
 
@@ -110,18 +112,20 @@ pub struct TxnScratch {
     /// Outputs of the accesses executed so far, indexed by access.
     pub outputs: Vec<Value>,
     pub undo: UndoLog,
+    pub trace: TxnTrace,
 }
 
 impl TxnScratch {
     pub fn begin(&mut self) {
         self.outputs.clear();
         self.undo.clear();
+        self.trace.clear();
     }
 }
 
 /// Runs access `a` of transaction `txn` against partition `store`, with the outputs of the
 /// transaction's earlier accesses in `outputs`. When `undo` is given, before-images are
-/// recorded there. Missing rows (and inserts of existing keys) are logic-induced aborts: they
+/// recorded there; when `trace` is given, the version read and the record written. Missing rows (and inserts of existing keys) are logic-induced aborts: they
 /// are deterministic given the order of transactions.
 ///
 /// # Safety
@@ -134,68 +138,267 @@ pub unsafe fn run_access(
     a: &Access,
     outputs: &[Value],
     undo: Option<&mut UndoLog>,
+    trace: Option<&mut TxnTrace>,
 ) -> Result<Value, LogicAbort> {
     let table = store.table(a.table);
-    let part = store.id;
+    if a.kind == AccessKind::Insert {
+        if let Some(t) = trace {
+            t.write(a.table, a.key);
+        }
+        // SAFETY: forwarded contract.
+        return unsafe { run_insert(store, steps, txn, a, outputs, undo) };
+    }
+    let rid = table.lookup(a.key).ok_or(LogicAbort("key not found"))?;
+    let version = table.version(rid);
+    if let Some(t) = trace {
+        if a.kind != AccessKind::Write {
+            t.read(a.table, a.key, version);
+        }
+        if a.kind.is_write() {
+            t.write(a.table, a.key);
+        }
+    }
+    let before_image = |u: &mut UndoLog, row: &[u8], delete: bool| {
+        let (part, table, key, at) = (store.id, a.table, a.key, u.save(row));
+        u.entries.push(if delete {
+            UndoEntry::Delete {
+                part,
+                table,
+                key,
+                at,
+                version,
+            }
+        } else {
+            UndoEntry::Update {
+                part,
+                table,
+                key,
+                at,
+                version,
+            }
+        });
+    };
     match a.kind {
-        AccessKind::Read => {
-            let rid = table.lookup(a.key).ok_or(LogicAbort("key not found"))?;
-            // SAFETY: no concurrent writer, per the contract.
-            steps.run(a, RowRef::Read(unsafe { table.row(rid) }), outputs)
-        }
-        AccessKind::Write | AccessKind::ReadModifyWrite => {
-            let rid = table.lookup(a.key).ok_or(LogicAbort("key not found"))?;
-            // SAFETY: exclusive access, per the contract.
-            let row = unsafe { table.row_mut(rid) };
-            if let Some(u) = undo {
-                let at = u.save(row);
-                let version = table.version(rid);
-                u.entries.push(UndoEntry::Update {
-                    part,
-                    table: a.table,
-                    key: a.key,
-                    at,
-                    version,
-                });
-            }
-            let out = steps.run(a, RowRef::Write(row), outputs)?;
-            table.set_version(rid, txn);
-            Ok(out)
-        }
-        AccessKind::Insert => {
-            let rid = match table.insert(a.key, txn) {
-                Ok(Some(rid)) => rid,
-                Ok(None) => return Err(LogicAbort("duplicate key")),
-                Err(_) => return Err(LogicAbort("table full")),
-            };
-            if let Some(u) = undo {
-                u.entries.push(UndoEntry::Insert {
-                    part,
-                    table: a.table,
-                    key: a.key,
-                });
-            }
-            // SAFETY: the row was just created by this transaction.
-            steps.run(a, RowRef::Write(unsafe { table.row_mut(rid) }), outputs)
-        }
+        // SAFETY (all arms): the contract gives the access the row, exclusively if it writes.
+        AccessKind::Read => steps.run(a, RowRef::Read(unsafe { table.row(rid) }), outputs),
         AccessKind::Delete => {
-            let rid = table.lookup(a.key).ok_or(LogicAbort("key not found"))?;
-            // SAFETY: exclusive access, per the contract.
             let row = unsafe { table.row(rid) };
             let out = steps.run(a, RowRef::Read(row), outputs)?;
             if let Some(u) = undo {
-                let at = u.save(row);
-                let version = table.version(rid);
-                u.entries.push(UndoEntry::Delete {
-                    part,
-                    table: a.table,
-                    key: a.key,
-                    at,
-                    version,
-                });
+                before_image(u, row, true);
             }
             table.remove(a.key);
             Ok(out)
         }
+        _ => {
+            let row = unsafe { table.row_mut(rid) };
+            if let Some(u) = undo {
+                before_image(u, row, false);
+            }
+            let out = steps.run(a, RowRef::Write(row), outputs)?;
+            table.set_version(rid, version.next_for(txn));
+            Ok(out)
+        }
+    }
+}
+
+/// The Insert arm of [`run_access`]; an existing key is a logic-induced abort.
+unsafe fn run_insert(
+    store: &PartitionStore,
+    steps: &StepRegistry,
+    txn: TxnId,
+    a: &Access,
+    outputs: &[Value],
+    undo: Option<&mut UndoLog>,
+) -> Result<Value, LogicAbort> {
+    let table = store.table(a.table);
+    let version = RowVersion {
+        writer: txn,
+        seq: 0,
+    };
+    let rid = match table.insert(a.key, version) {
+        Ok(Some(rid)) => rid,
+        Ok(None) => return Err(LogicAbort("duplicate key")),
+        Err(_) => return Err(LogicAbort("table full")),
+    };
+    if let Some(u) = undo {
+        let (part, table, key) = (store.id, a.table, a.key);
+        u.entries.push(UndoEntry::Insert { part, table, key });
+    }
+    // SAFETY: the row was just created by this transaction.
+    steps.run(a, RowRef::Write(unsafe { table.row_mut(rid) }), outputs)
+}
+
+/// Runs a whole program on a thread that has every partition it touches to itself (the serial
+/// protocol and the serial oracle): every access in order, rolled back on a logic-induced
+/// abort. Returns the outputs, which are left in `s.outputs` too.
+///
+/// # Safety
+/// No other thread may touch any row of the partitions `store` returns while this runs.
+pub unsafe fn run_program_alone<'a>(
+    store: impl Fn(PartitionId) -> &'a PartitionStore,
+    pmap: &PartitionMap,
+    steps: &StepRegistry,
+    txn: TxnId,
+    program: &Program,
+    s: &mut TxnScratch,
+    trace: bool,
+) -> Result<(), LogicAbort> {
+    let keep_undo = program.may_abort();
+    s.begin();
+    // Start every cache miss of the transaction at once, so they overlap.
+    for a in &program.accesses {
+        store(pmap.partition_of(a.table, a.key))
+            .table(a.table)
+            .prefetch(a.key);
+    }
+    for a in &program.accesses {
+        let part = store(pmap.partition_of(a.table, a.key));
+        let undo = keep_undo.then_some(&mut s.undo);
+        let t = trace.then_some(&mut s.trace);
+        // SAFETY: the caller guarantees this thread is alone on these partitions.
+        match unsafe { run_access(part, steps, txn, a, &s.outputs, undo, t) } {
+            Ok(v) => s.outputs.push(v),
+            Err(abort) => {
+                // SAFETY: as above.
+                unsafe { s.undo.rollback(&store) };
+                return Err(abort);
+            }
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use super::*;
+    use qstore_core::config::Partitioning;
+    use qstore_core::txn::{Catalog, Inputs, TableSchema};
+
+    /// Adds the argument to the row's counter; aborts when the argument is negative and the
+    /// counter would drop below zero.
+    fn add(row: RowRef<'_>, arg: &Value, _: Inputs<'_>) -> Result<Value, LogicAbort> {
+        let RowRef::Write(b) = row else {
+            return Err(LogicAbort("needs a writable row"));
+        };
+        let v = i64::from_le_bytes(b[..8].try_into().unwrap()) + arg.as_int().unwrap();
+        if v < 0 {
+            return Err(LogicAbort("below zero"));
+        }
+        b[..8].copy_from_slice(&v.to_le_bytes());
+        Ok(Value::Int(v))
+    }
+
+    fn read(row: RowRef<'_>, _: &Value, _: Inputs<'_>) -> Result<Value, LogicAbort> {
+        Ok(Value::Int(i64::from_le_bytes(
+            row.bytes()[..8].try_into().unwrap(),
+        )))
+    }
+
+    /// A one-table catalog over two partitions of 10 keys each; keys p*10 + 0..8 are loaded
+    /// with counter 5, keys p*10 + 8 and 9 are free.
+    pub(crate) fn fixture() -> (Catalog, PartitionMap, Vec<PartitionStore>) {
+        let mut cat = Catalog::default();
+        cat.add_table(TableSchema {
+            name: "t".into(),
+            row_size: 8,
+            capacity_per_partition: 16,
+            keys_per_partition: 10,
+        });
+        cat.steps.register("add", add);
+        cat.steps.register("read", read);
+        let pmap = PartitionMap::new(2, Partitioning::Range, &cat.tables);
+        let stores: Vec<_> = (0..2)
+            .map(|p| {
+                let s = PartitionStore::new(PartitionId(p), &cat.tables);
+                let keys = (0..8).map(|i| p as u64 * 10 + i);
+                s.table(0)
+                    .load(keys, |_, r| r.copy_from_slice(&5i64.to_le_bytes()))
+                    .unwrap();
+                s
+            })
+            .collect();
+        (cat, pmap, stores)
+    }
+
+    pub(crate) fn access(cat: &Catalog, kind: AccessKind, key: u64, arg: i64) -> Access {
+        let step = match kind {
+            AccessKind::Read | AccessKind::Delete => "read",
+            _ => "add",
+        };
+        Access {
+            table: 0,
+            key,
+            kind,
+            step: cat.steps.id(step).unwrap(),
+            arg: Value::Int(arg),
+            deps: vec![],
+            may_abort: arg < 0,
+        }
+    }
+
+    fn run(
+        cat: &Catalog,
+        pmap: &PartitionMap,
+        stores: &[PartitionStore],
+        txn: u64,
+        accesses: Vec<Access>,
+        s: &mut TxnScratch,
+    ) -> Result<(), LogicAbort> {
+        let program = Program { accesses };
+        let store = |p: PartitionId| &stores[p.index()];
+        unsafe { run_program_alone(store, pmap, &cat.steps, TxnId(txn), &program, s, true) }
+    }
+
+    #[test]
+    fn logic_abort_rolls_back_updates_inserts_and_deletes_across_partitions() {
+        let (cat, pmap, stores) = fixture();
+        let before: Vec<u64> = stores.iter().map(|s| s.content_hash()).collect();
+        let mut s = TxnScratch::default();
+        let accesses = vec![
+            access(&cat, AccessKind::ReadModifyWrite, 1, 3),
+            access(&cat, AccessKind::Insert, 19, 1),
+            access(&cat, AccessKind::ReadModifyWrite, 1, 2),
+            access(&cat, AccessKind::Delete, 12, 0),
+            access(&cat, AccessKind::ReadModifyWrite, 3, -9),
+        ];
+        let err = run(&cat, &pmap, &stores, 7, accesses, &mut s).unwrap_err();
+        assert_eq!(err, LogicAbort("below zero"));
+        let after: Vec<u64> = stores.iter().map(|s| s.content_hash()).collect();
+        assert_eq!(before, after);
+        let t = stores[1].table(0);
+        assert!(t.lookup(19).is_none() && t.lookup(12).is_some());
+        let rid = stores[0].table(0).lookup(1).unwrap();
+        assert_eq!(stores[0].table(0).version(rid), RowVersion::INITIAL);
+    }
+
+    #[test]
+    fn versions_count_writes_and_missing_keys_abort() {
+        let (cat, pmap, stores) = fixture();
+        let mut s = TxnScratch::default();
+        let twice = vec![
+            access(&cat, AccessKind::ReadModifyWrite, 4, 1),
+            access(&cat, AccessKind::ReadModifyWrite, 4, 1),
+        ];
+        run(&cat, &pmap, &stores, 9, twice, &mut s).unwrap();
+        assert_eq!(s.outputs, vec![Value::Int(6), Value::Int(7)]);
+        let t = stores[0].table(0);
+        assert_eq!(
+            t.version(t.lookup(4).unwrap()),
+            RowVersion {
+                writer: TxnId(9),
+                seq: 1
+            }
+        );
+        let missing = vec![access(&cat, AccessKind::Read, 9_999, 0)];
+        assert_eq!(
+            run(&cat, &pmap, &stores, 10, missing, &mut s),
+            Err(LogicAbort("key not found"))
+        );
+        let dup = vec![access(&cat, AccessKind::Insert, 2, 1)];
+        assert_eq!(
+            run(&cat, &pmap, &stores, 11, dup, &mut s),
+            Err(LogicAbort("duplicate key"))
+        );
     }
 }

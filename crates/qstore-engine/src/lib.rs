@@ -4,6 +4,8 @@
 
 pub mod cluster;
 pub mod exec;
+pub mod history;
+pub mod oracle;
 pub mod protocol;
 pub mod runtime;
 

@@ -12,4 +12,4 @@ mod table;
 
 pub use meta::MetaColumn;
 pub use qstore_core::partition::PartitionMap;
-pub use table::{PartitionStore, RowId, Table};
+pub use table::{PartitionStore, RowId, RowVersion, Table};

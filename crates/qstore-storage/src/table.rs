@@ -22,6 +22,52 @@ fn prefetch_read(ptr: *const u8) {
 /// Position of a row inside its table; stable for the row's lifetime.
 pub type RowId = u32;
 
+/// Which version of a row is current: the transaction that wrote it, and which of that
+/// transaction's writes to the row it is (0 for its first). Histories use it to tell the
+/// versions a transaction read; (`TxnId::INITIAL`, 0) is the loaded row.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct RowVersion {
+    pub writer: TxnId,
+    pub seq: u16,
+}
+
+impl RowVersion {
+    /// Transaction ids in versions are limited to 48 bits so a version packs into one word.
+    pub const MAX_WRITER: u64 = (1 << 48) - 1;
+    pub const INITIAL: RowVersion = RowVersion {
+        writer: TxnId::INITIAL,
+        seq: 0,
+    };
+
+    /// The version `txn` installs when it writes a row whose current version is `self`.
+    #[inline]
+    pub fn next_for(self, txn: TxnId) -> RowVersion {
+        let seq = if self.writer == txn {
+            self.seq.saturating_add(1)
+        } else {
+            0
+        };
+        RowVersion { writer: txn, seq }
+    }
+
+    #[inline]
+    fn pack(self) -> u64 {
+        debug_assert!(
+            self.writer.0 <= Self::MAX_WRITER,
+            "transaction id over 48 bits"
+        );
+        (self.writer.0 & Self::MAX_WRITER) | (self.seq as u64) << 48
+    }
+
+    #[inline]
+    fn unpack(word: u64) -> RowVersion {
+        RowVersion {
+            writer: TxnId(word & Self::MAX_WRITER),
+            seq: (word >> 48) as u16,
+        }
+    }
+}
+
 /// Number of independently locked shards of a primary index. Lookups take a shared lock on
 /// one shard, so readers on different cores rarely touch the same cache line.
 const INDEX_SHARDS: usize = 64;
@@ -54,7 +100,7 @@ impl Index {
 }
 
 /// A table of one partition: fixed-size rows in one pre-sized buffer, a hash primary index,
-/// and per row the id of the transaction that wrote its current version.
+/// and per row its current [`RowVersion`].
 pub struct Table {
     schema: TableSchema,
     /// Start of `capacity * row_size` zero-initialised bytes, owned by this table.
@@ -177,15 +223,15 @@ impl Table {
         unsafe { std::slice::from_raw_parts_mut(self.data.as_ptr().add(rid as usize * size), size) }
     }
 
-    /// The transaction that wrote the row's current version (`TxnId::INITIAL` if loaded).
+    /// The row's current version.
     #[inline]
-    pub fn version(&self, rid: RowId) -> TxnId {
-        TxnId(self.versions[rid as usize].load(Ordering::Acquire))
+    pub fn version(&self, rid: RowId) -> RowVersion {
+        RowVersion::unpack(self.versions[rid as usize].load(Ordering::Acquire))
     }
 
     #[inline]
-    pub fn set_version(&self, rid: RowId, writer: TxnId) {
-        self.versions[rid as usize].store(writer.0, Ordering::Release);
+    pub fn set_version(&self, rid: RowId, version: RowVersion) {
+        self.versions[rid as usize].store(version.pack(), Ordering::Release);
     }
 
     fn allocate(&self) -> Result<RowId, QError> {
@@ -203,10 +249,10 @@ impl Table {
         Ok(rid as RowId)
     }
 
-    /// Inserts `key` with zeroed bytes and returns its row, or `Ok(None)` if the key exists.
-    /// The new row becomes visible to lookups at once; the caller fills it under its own
-    /// concurrency control (the row is exclusively the inserter's until published by it).
-    pub fn insert(&self, key: u64, writer: TxnId) -> Result<Option<RowId>, QError> {
+    /// Inserts `key` with zeroed bytes and version `version`, and returns its row, or
+    /// `Ok(None)` if the key exists. The new row becomes visible to lookups at once; the caller
+    /// fills it under its own concurrency control (the row is the inserter's until published).
+    pub fn insert(&self, key: u64, version: RowVersion) -> Result<Option<RowId>, QError> {
         let mut shard = self.index.shard(key).write();
         if shard.contains_key(&key) {
             return Ok(None);
@@ -215,7 +261,7 @@ impl Table {
         // SAFETY: the slot was free (never handed out or returned by `remove`), so nobody else
         // references it.
         unsafe { self.row_mut(rid).fill(0) };
-        self.set_version(rid, writer);
+        self.set_version(rid, version);
         shard.insert(key, rid);
         self.live.fetch_add(1, Ordering::Relaxed);
         Ok(Some(rid))
@@ -241,6 +287,7 @@ impl Table {
             let rid = self.allocate()?;
             // SAFETY: freshly allocated slot, not yet in the index: nobody else can see it.
             fill(key, unsafe { self.row_mut(rid) });
+            self.set_version(rid, RowVersion::INITIAL);
             let shard = (key.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 58) as usize % INDEX_SHARDS;
             by_shard[shard].push((key, rid));
         }
@@ -348,30 +395,46 @@ mod tests {
         }
     }
 
+    fn v(writer: u64) -> RowVersion {
+        RowVersion {
+            writer: TxnId(writer),
+            seq: 0,
+        }
+    }
+
+    #[test]
+    fn versions_pack_and_count_writes_of_one_writer() {
+        let t = Table::new(schema(1));
+        let rid = t.insert(1, v(5)).unwrap().unwrap();
+        let again = t.version(rid).next_for(TxnId(5));
+        assert_eq!(
+            again,
+            RowVersion {
+                writer: TxnId(5),
+                seq: 1
+            }
+        );
+        t.set_version(rid, again);
+        assert_eq!(t.version(rid), again);
+        assert_eq!(
+            again.next_for(TxnId(RowVersion::MAX_WRITER)),
+            v(RowVersion::MAX_WRITER)
+        );
+    }
+
     #[test]
     fn insert_lookup_remove_reuse() {
         let t = Table::new(schema(2));
-        let a = t.insert(10, TxnId(1)).unwrap().unwrap();
-        assert_eq!(
-            t.insert(10, TxnId(2)).unwrap(),
-            None,
-            "duplicate key refused"
-        );
-        let b = t.insert(20, TxnId(1)).unwrap().unwrap();
+        let a = t.insert(10, v(1)).unwrap().unwrap();
+        assert_eq!(t.insert(10, v(2)).unwrap(), None, "duplicate key refused");
+        let b = t.insert(20, v(1)).unwrap().unwrap();
         assert_ne!(a, b);
-        assert!(matches!(
-            t.insert(30, TxnId(1)),
-            Err(QError::TableFull { .. })
-        ));
+        assert!(matches!(t.insert(30, v(1)), Err(QError::TableFull { .. })));
         assert_eq!(t.lookup(10), Some(a));
         assert_eq!(t.remove(10), Some(a));
         assert_eq!(t.lookup(10), None);
-        assert_eq!(
-            t.insert(30, TxnId(3)).unwrap(),
-            Some(a),
-            "freed slot reused"
-        );
-        assert_eq!(t.version(a), TxnId(3));
+        assert_eq!(t.insert(30, v(3)).unwrap(), Some(a), "freed slot reused");
+        assert_eq!(t.version(a), v(3));
         assert_eq!(t.len(), 2);
     }
 
@@ -399,7 +462,7 @@ mod tests {
         unsafe { b.row_mut(rid)[1] = 9 };
         assert_ne!(a.content_hash(), b.content_hash());
         // Versions are not content.
-        a.set_version(a.lookup(4).unwrap(), TxnId(77));
+        a.set_version(a.lookup(4).unwrap(), v(77));
         unsafe { b.row_mut(rid)[1] = 0 };
         assert_eq!(a.content_hash(), b.content_hash());
     }

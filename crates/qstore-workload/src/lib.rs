@@ -3,16 +3,18 @@
 //!
 //! Workloads depend on `qstore-core` only; they never see storage or protocols.
 
+pub mod append;
+pub mod bank;
 pub mod ycsb;
 pub mod zipf;
 
 use qstore_core::partition::PartitionMap;
-use qstore_core::txn::{Catalog, ProcCall, RowLoader};
-use qstore_core::{ConfigError, PartitionId, QError, RunConfig};
+use qstore_core::txn::{Catalog, ProcCall, RowLoader, Value};
+use qstore_core::{ConfigError, Key, PartitionId, QError, RunConfig, TableId};
 use std::sync::Arc;
 
 /// Names accepted by `--workload`.
-pub const WORKLOADS: &[&str] = &["ycsb"];
+pub const WORKLOADS: &[&str] = &["ycsb", "bank", "append"];
 
 /// One procedure call to submit, with the number of record operations it performs (for
 /// operations/s).
@@ -38,16 +40,55 @@ pub trait Workload: Send + Sync {
     fn generator(&self, client: u32, home: PartitionId) -> Box<dyn TxnGenerator>;
     /// The partition map this workload's keys were laid out for.
     fn partition_map(&self) -> &PartitionMap;
+
+    /// Checks the answer of a committed call against the workload's invariants (e.g. the sum
+    /// a bank audit read). Called by the client for every commit.
+    fn check_commit(&self, _call: &ProcCall, _outputs: &[Value]) -> Result<(), String> {
+        Ok(())
+    }
+
+    /// Checks the final database state after a run. `scan(table, f)` calls `f(key, row)` for
+    /// every row of `table` in every partition. Returns a one-line summary of what was checked
+    /// (`None` if the workload has no final invariant), or what is wrong.
+    fn check_final(&self, _scan: &mut ScanFn<'_>) -> Result<Option<String>, String> {
+        Ok(None)
+    }
+
+    /// The call as list-append micro-operations for an Elle-style history (`None` for
+    /// workloads that are not list-append). `outputs` is `None` for the invocation and the
+    /// committed outputs for the completion, where reads carry the lists they saw.
+    fn elle_ops(&self, _call: &ProcCall, _outputs: Option<&[Value]>) -> Option<Vec<ElleOp>> {
+        None
+    }
+}
+
+/// Visits every row of a table across all partitions: `scan(table, f)` calls `f(key, row)`.
+pub type ScanFn<'a> = dyn FnMut(TableId, &mut dyn FnMut(Key, &[u8])) + 'a;
+
+/// One micro-operation of a list-append transaction, as Elle and adya understand them.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ElleOp {
+    /// `["append", key, value]`.
+    Append { key: u64, value: u64 },
+    /// `["r", key, list]`; `None` before the read is done (invocations), `Some` after.
+    Read { key: u64, list: Option<Vec<u64>> },
 }
 
 /// Builds the workload named in `cfg.workload.name`.
 pub fn build(cfg: &RunConfig) -> Result<Arc<dyn Workload>, ConfigError> {
     match cfg.workload.name.as_str() {
         "ycsb" => Ok(Arc::new(ycsb::Ycsb::new(cfg)?)),
+        "bank" => Ok(Arc::new(bank::Bank::new(cfg)?)),
+        "append" => Ok(Arc::new(append::Append::new(cfg)?)),
         other => Err(ConfigError::new(
             "workload.name",
             other,
             format!("unknown workload; choose one of: {}", WORKLOADS.join(", ")),
         )),
     }
+}
+
+/// Whether workload `name` produces list-append histories (`--history` in the Elle format).
+pub fn is_list_append(name: &str) -> bool {
+    name == "append"
 }

@@ -34,6 +34,32 @@ enum Command {
     Run(Box<RunArgs>),
     /// Print a configuration as TOML.
     Config(ConfigArgs),
+    /// List the protocols `--protocol` accepts.
+    Protocols(ProtocolsArgs),
+    /// Check a recorded history (from `run --engine-history`) for serializability anomalies.
+    ///
+    /// Builds the direct serialization graph (ww, wr and rw edges) and reports G0, G1a, G1b,
+    /// G1c, G2 and reads of versions that never existed, each with a short cycle. Exit code 0
+    /// when serializable, 1 when anomalies are found, 2 when the file cannot be read.
+    Check(CheckArgs),
+}
+
+#[derive(Args)]
+struct ProtocolsArgs {
+    /// Names only, one per line (for scripts).
+    #[arg(long)]
+    names: bool,
+}
+
+#[derive(Args)]
+struct CheckArgs {
+    /// History file in qstore's JSON-lines format.
+    #[arg(value_name = "FILE", required_unless_present = "synthetic")]
+    file: Option<PathBuf>,
+    /// Instead of a file, generate a serializable history of N transactions and time parsing
+    /// and checking it (a benchmark of the checker).
+    #[arg(long, value_name = "N", conflicts_with = "file")]
+    synthetic: Option<usize>,
 }
 
 #[derive(Args)]
@@ -79,36 +105,60 @@ struct RunArgs {
     jitter_us: Option<u64>,
 
     // --- workload ---
-    /// Workload: ycsb.
+    /// Workload: ycsb, bank or append.
     #[arg(long, help_heading = "Workload")]
     workload: Option<String>,
     /// Seed of every random choice (same seed, same workload stream).
     #[arg(long, help_heading = "Workload")]
     seed: Option<u64>,
-    /// YCSB: rows per partition.
+    /// Rows per partition (ycsb records, bank accounts, append keys).
     #[arg(long, help_heading = "Workload")]
     records: Option<u64>,
-    /// YCSB: bytes per row (8 to 1048576).
-    #[arg(long, help_heading = "Workload")]
-    row_size: Option<usize>,
-    /// YCSB: record accesses per transaction.
+    /// Record accesses per transaction (ycsb, append).
     #[arg(long, help_heading = "Workload")]
     ops: Option<u32>,
-    /// YCSB: fraction of accesses that are read-modify-writes (0 to 1).
-    #[arg(long, allow_negative_numbers = true, help_heading = "Workload")]
-    write_fraction: Option<f64>,
-    /// YCSB: Zipfian skew θ of key choice (0 = uniform; 0.99 and above allowed).
+    /// Zipfian skew θ of key choice (ycsb keys, bank branches): 0 = uniform; 0.99 and above allowed.
     #[arg(long, allow_negative_numbers = true, help_heading = "Workload")]
     theta: Option<f64>,
-    /// YCSB: fraction of multi-partition transactions (0 to 1).
+    /// Fraction of multi-partition transactions, 0 to 1 (every workload).
     #[arg(long, allow_negative_numbers = true, help_heading = "Workload")]
     mp_fraction: Option<f64>,
-    /// YCSB: partitions a multi-partition transaction touches.
+    /// Partitions a multi-partition transaction touches (ycsb, append).
     #[arg(long, help_heading = "Workload")]
     mp_partitions: Option<u32>,
-    /// YCSB: allow a transaction to pick the same key twice.
+    /// ycsb: bytes per row (8 to 1048576).
+    #[arg(long, help_heading = "Workload")]
+    row_size: Option<usize>,
+    /// ycsb: fraction of accesses that are read-modify-writes (0 to 1).
+    #[arg(long, allow_negative_numbers = true, help_heading = "Workload")]
+    write_fraction: Option<f64>,
+    /// ycsb: allow a transaction to pick the same key twice.
     #[arg(long, help_heading = "Workload")]
     allow_duplicate_keys: bool,
+    /// bank: accounts per branch (a branch's total is invariant).
+    #[arg(long, help_heading = "Workload")]
+    branch_size: Option<u32>,
+    /// bank: average opening balance of an account.
+    #[arg(long, allow_negative_numbers = true, help_heading = "Workload")]
+    initial_balance: Option<i64>,
+    /// bank: largest amount a transfer moves.
+    #[arg(long, allow_negative_numbers = true, help_heading = "Workload")]
+    max_amount: Option<i64>,
+    /// bank: accounts a transfer touches (one source, the rest destinations).
+    #[arg(long, help_heading = "Workload")]
+    accounts_per_transfer: Option<u32>,
+    /// bank: fraction of transactions that are read-only audits of a whole branch.
+    #[arg(long, allow_negative_numbers = true, help_heading = "Workload")]
+    audit_fraction: Option<f64>,
+    /// append: values a list can hold (its row size is 8 + 8 x this).
+    #[arg(long, help_heading = "Workload")]
+    max_list_len: Option<u32>,
+    /// append: fraction of micro-operations that read a whole list.
+    #[arg(long, allow_negative_numbers = true, help_heading = "Workload")]
+    read_fraction: Option<f64>,
+    /// append: size of the sliding window of hot keys per partition.
+    #[arg(long, help_heading = "Workload")]
+    active_keys: Option<u32>,
 
     // --- load generator ---
     /// Clients in the cluster, spread round-robin over home nodes (0 = one per node).
@@ -149,6 +199,19 @@ struct RunArgs {
     /// Print the content hash of every partition after the run.
     #[arg(long, help_heading = "Output")]
     print_state_hash: bool,
+    /// Check the run: history serializability, the serial oracle for deterministic protocols,
+    /// and the workload's invariants. Exit code 1 if any check fails.
+    #[arg(long, help_heading = "Verification")]
+    verify: bool,
+    /// Write the client-observed history in the Jepsen/Elle JSON-lines format to FILE, for an
+    /// independent checker (list-append workloads: --workload append), e.g.
+    /// `adya check -m list-append -c serializable FILE`.
+    #[arg(long, value_name = "FILE", help_heading = "Verification")]
+    history: Option<PathBuf>,
+    /// Write the engine's history (versions read and written, version order) to FILE, for
+    /// `qstore check FILE`.
+    #[arg(long, value_name = "FILE", help_heading = "Verification")]
+    engine_history: Option<PathBuf>,
     /// Progress line each second even when stderr is not a terminal.
     #[arg(long, help_heading = "Output", conflicts_with = "quiet")]
     progress: bool,
@@ -189,15 +252,7 @@ impl RunArgs {
         set(&mut c.net.delay_us, self.delay_us);
         set(&mut c.net.jitter_us, self.jitter_us);
         set(&mut c.workload.name, self.workload.clone());
-        let y = &mut c.workload.ycsb;
-        set(&mut y.records_per_partition, self.records);
-        set(&mut y.row_size, self.row_size);
-        set(&mut y.ops_per_txn, self.ops);
-        set(&mut y.write_fraction, self.write_fraction);
-        set(&mut y.theta, self.theta);
-        set(&mut y.multi_partition_fraction, self.mp_fraction);
-        set(&mut y.partitions_per_mp_txn, self.mp_partitions);
-        y.allow_duplicate_keys |= self.allow_duplicate_keys;
+        self.apply_workload_flags(&mut c)?;
         let k = &mut c.client;
         set(&mut k.clients, self.clients);
         set(&mut k.inflight, self.inflight);
@@ -211,6 +266,89 @@ impl RunArgs {
         validate_names(&c)?;
         c.validate().map_err(|e| e.to_string())?;
         Ok(c)
+    }
+}
+
+impl RunArgs {
+    /// Workload flags apply to the selected workload; a flag it does not have is an error
+    /// rather than silently ignored.
+    fn apply_workload_flags(&self, c: &mut RunConfig) -> Result<(), String> {
+        let name = c.workload.name.clone();
+        let not_for = |flag: &str, given: bool| -> Result<(), String> {
+            if given {
+                Err(format!("{flag} does not apply to workload {name}"))
+            } else {
+                Ok(())
+            }
+        };
+        let w = &mut c.workload;
+        match name.as_str() {
+            "ycsb" => {
+                let y = &mut w.ycsb;
+                set(&mut y.records_per_partition, self.records);
+                set(&mut y.ops_per_txn, self.ops);
+                set(&mut y.theta, self.theta);
+                set(&mut y.multi_partition_fraction, self.mp_fraction);
+                set(&mut y.partitions_per_mp_txn, self.mp_partitions);
+                set(&mut y.row_size, self.row_size);
+                set(&mut y.write_fraction, self.write_fraction);
+                y.allow_duplicate_keys |= self.allow_duplicate_keys;
+            }
+            "bank" => {
+                let b = &mut w.bank;
+                set(&mut b.accounts_per_partition, self.records);
+                set(&mut b.theta, self.theta);
+                set(&mut b.multi_partition_fraction, self.mp_fraction);
+                set(&mut b.branch_size, self.branch_size);
+                set(&mut b.initial_balance, self.initial_balance);
+                set(&mut b.max_amount, self.max_amount);
+                set(&mut b.accounts_per_transfer, self.accounts_per_transfer);
+                set(&mut b.audit_fraction, self.audit_fraction);
+                not_for("--ops", self.ops.is_some())?;
+                not_for("--mp-partitions", self.mp_partitions.is_some())?;
+            }
+            "append" => {
+                let a = &mut w.append;
+                set(&mut a.keys_per_partition, self.records);
+                set(&mut a.ops_per_txn, self.ops);
+                set(&mut a.multi_partition_fraction, self.mp_fraction);
+                set(&mut a.partitions_per_mp_txn, self.mp_partitions);
+                set(&mut a.max_list_len, self.max_list_len);
+                set(&mut a.read_fraction, self.read_fraction);
+                set(&mut a.active_keys, self.active_keys);
+                not_for("--theta", self.theta.is_some())?;
+            }
+            _ => {}
+        }
+        let ycsb_only =
+            self.row_size.is_some() || self.write_fraction.is_some() || self.allow_duplicate_keys;
+        let bank_only = self.branch_size.is_some()
+            || self.initial_balance.is_some()
+            || self.max_amount.is_some()
+            || self.accounts_per_transfer.is_some()
+            || self.audit_fraction.is_some();
+        let append_only = self.max_list_len.is_some()
+            || self.read_fraction.is_some()
+            || self.active_keys.is_some();
+        not_for(
+            "--row-size/--write-fraction/--allow-duplicate-keys",
+            ycsb_only && name != "ycsb",
+        )?;
+        not_for(
+            "bank flags (--branch-size, --max-amount, ...)",
+            bank_only && name != "bank",
+        )?;
+        not_for(
+            "append flags (--max-list-len, ...)",
+            append_only && name != "append",
+        )?;
+        // On one node nothing can be multi-partition: a default fraction yields to that.
+        if c.cluster.nodes == 1 && self.mp_fraction.is_none() {
+            w.ycsb.multi_partition_fraction = 0.0;
+            w.bank.multi_partition_fraction = 0.0;
+            w.append.multi_partition_fraction = 0.0;
+        }
+        Ok(())
     }
 }
 
@@ -240,6 +378,81 @@ pub fn main() -> i32 {
     match cli.command {
         Command::Run(args) => run(*args),
         Command::Config(args) => config(args),
+        Command::Check(args) => check(args),
+        Command::Protocols(args) => protocols(args),
+    }
+}
+
+fn protocols(args: ProtocolsArgs) -> i32 {
+    for p in qstore_engine::PROTOCOLS {
+        if args.names {
+            println!("{}", p.name);
+        } else {
+            let kind = if p.deterministic {
+                "deterministic"
+            } else {
+                "interactive"
+            };
+            println!("{:<10} {:<14} {}", p.name, kind, p.summary);
+        }
+    }
+    0
+}
+
+fn check(args: CheckArgs) -> i32 {
+    if let Some(n) = args.synthetic {
+        return check_synthetic(n);
+    }
+    let path = args.file.expect("clap requires FILE without --synthetic");
+    let file = match std::fs::File::open(&path) {
+        Ok(f) => std::io::BufReader::new(f),
+        Err(e) => return usage_error(&format!("cannot read {}: {e}", path.display())),
+    };
+    let history = match qstore_check::History::read_jsonl(file) {
+        Ok(h) => h,
+        Err(e) => {
+            let hint = if e.to_string().contains("\"invoke\"") || e.to_string().contains("\"ok\"") {
+                " (this looks like a client-observed Elle history: check it with adya)"
+            } else {
+                ""
+            };
+            return usage_error(&format!("{}: {e}{hint}", path.display()));
+        }
+    };
+    let report = qstore_check::check(&history);
+    print!("{report}");
+    if report.is_serializable() {
+        0
+    } else {
+        EXIT_FAILURE
+    }
+}
+
+fn check_synthetic(n: usize) -> i32 {
+    use std::time::Instant;
+    let t = Instant::now();
+    let history = qstore_check::generate_serial_history(n, (n as u64 / 10).max(10), 4, 1);
+    let generated = t.elapsed();
+    let mut bytes = Vec::new();
+    history.write_jsonl(&mut bytes).expect("writing to memory");
+    let t = Instant::now();
+    let parsed = qstore_check::History::read_jsonl(&bytes[..]).expect("own output parses");
+    let parse = t.elapsed();
+    let t = Instant::now();
+    let report = qstore_check::check(&parsed);
+    let checking = t.elapsed();
+    print!("{report}");
+    println!(
+        "synthetic history: {n} transactions, {:.0} MB; generate {:.2}s, parse {:.2}s, check {:.2}s",
+        bytes.len() as f64 / 1e6,
+        generated.as_secs_f64(),
+        parse.as_secs_f64(),
+        checking.as_secs_f64()
+    );
+    if report.is_serializable() {
+        0
+    } else {
+        EXIT_FAILURE
     }
 }
 
@@ -284,6 +497,10 @@ fn run(args: RunArgs) -> i32 {
             eprintln!("{line}");
         }
     };
+    let elle = match open_elle(&args, &cfg) {
+        Ok(e) => e,
+        Err(e) => return usage_error(&e),
+    };
     let opts = RunOptions {
         progress: if live {
             Some(&mut print_progress)
@@ -291,6 +508,8 @@ fn run(args: RunArgs) -> i32 {
             None
         },
         state_hashes: args.print_state_hash,
+        record_history: args.verify || args.engine_history.is_some(),
+        elle: elle.as_ref(),
     };
     if !args.quiet {
         eprintln!(
@@ -322,6 +541,17 @@ fn run(args: RunArgs) -> i32 {
         eprintln!("error: {e}");
         return EXIT_FAILURE;
     }
+    if let Some(Err(e)) = elle.map(|log| log.finish()) {
+        eprintln!("error: writing the history: {e}");
+        return EXIT_FAILURE;
+    }
+    if let Err(e) = write_engine_history(&args, &outcome) {
+        eprintln!("error: {e}");
+        return EXIT_FAILURE;
+    }
+    if args.verify && !verify(&cfg, &outcome) {
+        return EXIT_FAILURE;
+    }
     if report.rejected > 0 {
         eprintln!(
             "error: the cluster refused {} request(s): {}",
@@ -334,6 +564,61 @@ fn run(args: RunArgs) -> i32 {
         return EXIT_FAILURE;
     }
     0
+}
+
+/// Opens the Elle history file if one was asked for; only list-append workloads have one.
+fn open_elle(
+    args: &RunArgs,
+    cfg: &RunConfig,
+) -> Result<Option<qstore_bench::elle::ElleLog>, String> {
+    let Some(path) = &args.history else {
+        return Ok(None);
+    };
+    if !qstore_workload::is_list_append(&cfg.workload.name) {
+        return Err(format!(
+            "--history writes list-append histories; use --workload append, or --engine-history {} \
+             for the engine's history of workload {}",
+            path.display(),
+            cfg.workload.name
+        ));
+    }
+    let file =
+        std::fs::File::create(path).map_err(|e| format!("cannot write {}: {e}", path.display()))?;
+    Ok(Some(qstore_bench::elle::ElleLog::new(Box::new(
+        std::io::BufWriter::new(file),
+    ))))
+}
+
+fn write_engine_history(args: &RunArgs, outcome: &qstore_bench::RunOutcome) -> Result<(), String> {
+    let (Some(path), Some(recorder)) = (&args.engine_history, &outcome.cluster.ctx().history)
+    else {
+        return Ok(());
+    };
+    let file =
+        std::fs::File::create(path).map_err(|e| format!("cannot write {}: {e}", path.display()))?;
+    let mut out = std::io::BufWriter::new(file);
+    recorder
+        .history()
+        .write_jsonl(&mut out)
+        .and_then(|_| out.flush())
+        .map_err(|e| format!("writing {}: {e}", path.display()))
+}
+
+/// Runs the checks of `--verify` and prints their verdicts; true when all pass.
+fn verify(cfg: &RunConfig, outcome: &qstore_bench::RunOutcome) -> bool {
+    let r = &outcome.report;
+    let violations = (r.invariant_violations, r.first_violation.clone());
+    match qstore_bench::verify::verify(cfg, outcome.workload.as_ref(), &outcome.cluster, violations)
+    {
+        Ok(v) => {
+            print!("{v}");
+            v.passed()
+        }
+        Err(e) => {
+            eprintln!("error: verification could not run: {e}");
+            false
+        }
+    }
 }
 
 fn write_outputs(args: &RunArgs, report: &qstore_bench::report::RunReport) -> Result<(), String> {

@@ -136,3 +136,98 @@ fn help_lists_every_command() {
         assert!(text.contains(flag), "{flag} missing from run --help");
     }
 }
+
+#[test]
+fn check_flags_each_planted_anomaly_with_its_class() {
+    let fixtures = concat!(env!("CARGO_MANIFEST_DIR"), "/../qstore-check/fixtures");
+    let cases = [
+        ("clean", 0, "serializable: yes"),
+        ("lost_update", 1, "G2:"),
+        ("write_skew", 1, "G2:"),
+        ("dirty_read", 1, "G1b"),
+        ("fractured_read", 1, "G2:"),
+        ("aborted_read", 1, "G1a"),
+        ("long_g2", 1, "G2:"),
+    ];
+    for (name, code, class) in cases {
+        let o = qstore(&["check", &format!("{fixtures}/{name}.jsonl")]);
+        let out = String::from_utf8_lossy(&o.stdout);
+        assert_eq!(o.status.code(), Some(code), "{name}: {out}");
+        assert!(out.contains(class), "{name}: {out}");
+    }
+    let o = qstore(&["check", "/nonexistent.jsonl"]);
+    assert_eq!(o.status.code(), Some(2));
+}
+
+#[test]
+fn verify_passes_on_bank_and_engine_history_round_trips_through_check() {
+    let dir = std::env::temp_dir().join(format!("qstore-verify-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let hist = dir.join("e.jsonl");
+    let o = qstore(&[
+        "run",
+        "--workload",
+        "bank",
+        "--nodes",
+        "3",
+        "--records",
+        "64",
+        "--txns",
+        "3000",
+        "--verify",
+        "--engine-history",
+        hist.to_str().unwrap(),
+        "-q",
+    ]);
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(o.status.success(), "{out}{}", stderr(&o));
+    for line in [
+        "serializable: yes",
+        "serial oracle: match",
+        "invariants: ok",
+    ] {
+        assert!(out.contains(line), "missing {line:?} in {out}");
+    }
+    let o = qstore(&["check", hist.to_str().unwrap()]);
+    assert!(o.status.success());
+}
+
+#[test]
+fn history_needs_a_list_append_workload_and_writes_jepsen_events() {
+    let dir = std::env::temp_dir().join(format!("qstore-elle-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let h = dir.join("h.jsonl");
+    let o = qstore(&[
+        "run",
+        "--workload",
+        "ycsb",
+        "--history",
+        h.to_str().unwrap(),
+    ]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(stderr(&o).contains("--engine-history"), "{}", stderr(&o));
+    let o = qstore(&[
+        "run",
+        "--workload",
+        "append",
+        "--nodes",
+        "2",
+        "--records",
+        "100",
+        "--txns",
+        "500",
+        "--history",
+        h.to_str().unwrap(),
+        "-q",
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let text = std::fs::read_to_string(&h).unwrap();
+    let events: Vec<serde_json::Value> = text
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let invokes = events.iter().filter(|e| e["type"] == "invoke").count();
+    let oks = events.iter().filter(|e| e["type"] == "ok").count();
+    assert!(invokes >= 500 && oks == 500, "{invokes} invokes, {oks} oks");
+    assert!(events.iter().enumerate().all(|(i, e)| e["index"] == i));
+}

@@ -3,8 +3,9 @@
 pub mod serial;
 
 use crate::cluster::EngineCtx;
-use crossbeam_channel::Sender;
-use qstore_core::txn::{ProcCall, TxnResponse};
+use crate::history::HistoryRecorder;
+use crossbeam_channel::{Sender, TrySendError};
+use qstore_core::txn::{CcAbortCause, ProcCall, TxnOutcome, TxnResponse};
 use qstore_core::{ConfigError, NodeId, TxnId};
 use qstore_net::NetCounters;
 use std::sync::Arc;
@@ -33,17 +34,38 @@ pub trait Engine: Send + Sync {
 
 type Constructor = fn(Arc<EngineCtx>) -> Result<Box<dyn Engine>, ConfigError>;
 
-/// Every protocol by its `--protocol` name.
-pub const PROTOCOLS: &[(&str, Constructor)] = &[("serial", serial::start)];
+/// A protocol as the command line and the checkers know it.
+pub struct ProtocolInfo {
+    /// The `--protocol` name.
+    pub name: &'static str,
+    /// Whether a serial replay of its serialization order must reproduce its final state
+    /// (the serial oracle applies).
+    pub deterministic: bool,
+    pub summary: &'static str,
+    start: Constructor,
+}
+
+/// Every protocol.
+pub const PROTOCOLS: &[ProtocolInfo] = &[ProtocolInfo {
+    name: "serial",
+    deterministic: true,
+    summary: "one thread runs every transaction of the cluster in turn, no concurrency control",
+    start: serial::start,
+}];
 
 /// Names accepted by `--protocol`.
 pub fn names() -> Vec<&'static str> {
-    PROTOCOLS.iter().map(|(n, _)| *n).collect()
+    PROTOCOLS.iter().map(|p| p.name).collect()
+}
+
+/// The protocol called `name`.
+pub fn info(name: &str) -> Option<&'static ProtocolInfo> {
+    PROTOCOLS.iter().find(|p| p.name == name)
 }
 
 pub(crate) fn start(name: &str, ctx: Arc<EngineCtx>) -> Result<Box<dyn Engine>, ConfigError> {
-    match PROTOCOLS.iter().find(|(n, _)| *n == name) {
-        Some((_, ctor)) => ctor(ctx),
+    match info(name) {
+        Some(p) => (p.start)(ctx),
         None => Err(unknown_protocol(name)),
     }
 }
@@ -55,4 +77,39 @@ pub fn unknown_protocol(name: &str) -> ConfigError {
         name,
         format!("unknown protocol; choose one of: {}", names().join(", ")),
     )
+}
+
+/// Answers a request. A client that went away no longer needs the answer, so a failed send
+/// is ignored.
+pub(crate) fn reply(req: &TxnRequest, outcome: TxnOutcome) {
+    let _ = req.reply.send(TxnResponse {
+        id: req.id,
+        outcome,
+    });
+}
+
+/// Puts a request on a node's bounded admission queue without blocking: a full queue answers
+/// a concurrency-control abort of cause `Overload` (the client backs off and retries), and a
+/// closed one (`None`, or no receiver) answers `Rejected`.
+pub(crate) fn admit(
+    queue: Option<&Sender<(NodeId, TxnRequest)>>,
+    home: NodeId,
+    req: TxnRequest,
+    history: Option<&HistoryRecorder>,
+) {
+    let closed =
+        |req: &TxnRequest| reply(req, TxnOutcome::Rejected("cluster is shutting down".into()));
+    let Some(queue) = queue else {
+        return closed(&req);
+    };
+    match queue.try_send((home, req)) {
+        Ok(()) => {}
+        Err(TrySendError::Full((home, req))) => {
+            if let Some(h) = history {
+                h.cc_abort(home, req.id, CcAbortCause::Overload, &Default::default());
+            }
+            reply(&req, TxnOutcome::CcAbort(CcAbortCause::Overload));
+        }
+        Err(TrySendError::Disconnected((_, req))) => closed(&req),
+    }
 }

@@ -8,13 +8,13 @@
 //! only for programs that can abort.
 
 use crate::cluster::EngineCtx;
-use crate::exec::{run_access, TxnScratch};
-use crate::protocol::{Engine, TxnRequest};
+use crate::exec::{run_program_alone, TxnScratch};
+use crate::protocol::{admit, reply, Engine, TxnRequest};
 use crate::runtime::spawn_worker;
-use crossbeam_channel::{bounded, Receiver, Sender, TrySendError};
+use crossbeam_channel::{bounded, Receiver, Sender};
 use parking_lot::{Mutex, RwLock};
-use qstore_core::txn::{CcAbortCause, Program, TxnOutcome, TxnResponse};
-use qstore_core::{ConfigError, NodeId, TxnId};
+use qstore_core::txn::TxnOutcome;
+use qstore_core::{ConfigError, NodeId, PartitionId};
 use qstore_net::NetCounters;
 use std::sync::Arc;
 use std::thread::JoinHandle;
@@ -31,36 +31,27 @@ pub fn start(ctx: Arc<EngineCtx>) -> Result<Box<dyn Engine>, ConfigError> {
     });
     Ok(Box::new(Serial {
         admission: RwLock::new(Some(tx)),
+        ctx,
         handle: Mutex::new(Some(handle)),
     }))
 }
 
 struct Serial {
     /// `None` once shut down.
-    admission: RwLock<Option<Sender<TxnRequest>>>,
+    admission: RwLock<Option<Sender<(NodeId, TxnRequest)>>>,
+    ctx: Arc<EngineCtx>,
     handle: Mutex<Option<JoinHandle<()>>>,
 }
 
 impl Engine for Serial {
-    fn submit(&self, _home: NodeId, req: TxnRequest) {
+    fn submit(&self, home: NodeId, req: TxnRequest) {
         // Every node's clients feed the one global executor.
-        let guard = self.admission.read();
-        let Some(sender) = guard.as_ref() else {
-            return reply(
-                &req,
-                TxnOutcome::Rejected("cluster is shutting down".into()),
-            );
-        };
-        match sender.try_send(req) {
-            Ok(()) => {}
-            Err(TrySendError::Full(req)) => {
-                reply(&req, TxnOutcome::CcAbort(CcAbortCause::Overload))
-            }
-            Err(TrySendError::Disconnected(req)) => reply(
-                &req,
-                TxnOutcome::Rejected("cluster is shutting down".into()),
-            ),
-        }
+        admit(
+            self.admission.read().as_ref(),
+            home,
+            req,
+            self.ctx.history.as_deref(),
+        );
     }
 
     fn net_counters(&self) -> Option<&NetCounters> {
@@ -73,14 +64,6 @@ impl Engine for Serial {
             let _ = h.join();
         }
     }
-}
-
-fn reply(req: &TxnRequest, outcome: TxnOutcome) {
-    // A client that went away no longer needs the answer.
-    let _ = req.reply.send(TxnResponse {
-        id: req.id,
-        outcome,
-    });
 }
 
 struct Executor {
@@ -97,48 +80,53 @@ impl Executor {
     }
 
     /// Serves requests until every sender is gone.
-    fn run(mut self, rx: Receiver<TxnRequest>) {
+    fn run(mut self, rx: Receiver<(NodeId, TxnRequest)>) {
         let mut batch = Vec::with_capacity(DRAIN_BATCH);
         while let Ok(first) = rx.recv() {
             batch.push(first);
             batch.extend(rx.try_iter().take(DRAIN_BATCH - 1));
-            for req in batch.drain(..) {
-                let outcome = self.run_request(&req);
+            for (home, req) in batch.drain(..) {
+                let outcome = self.run_request(home, &req);
                 reply(&req, outcome);
             }
         }
     }
 
-    fn run_request(&mut self, req: &TxnRequest) -> TxnOutcome {
-        match self.ctx.catalog.program(&req.call) {
-            Ok(program) => self.execute(req.id, &program),
-            Err(e) => TxnOutcome::Rejected(e.to_string()),
-        }
-    }
-
-    /// Runs `program` to completion; rolls it back on a logic-induced abort.
-    fn execute(&mut self, txn: TxnId, program: &Program) -> TxnOutcome {
+    fn run_request(&mut self, home: NodeId, req: &TxnRequest) -> TxnOutcome {
+        let program = match self.ctx.catalog.program(&req.call) {
+            Ok(p) => p,
+            Err(e) => return TxnOutcome::Rejected(e.to_string()),
+        };
         let ctx = &*self.ctx;
-        let keep_undo = program.may_abort();
         let s = &mut self.scratch;
-        s.begin();
-        for a in &program.accesses {
-            let store = ctx.store(ctx.pmap.partition_of(a.table, a.key));
-            store.table(a.table).prefetch(a.key);
-        }
-        for a in &program.accesses {
-            let store = ctx.store(ctx.pmap.partition_of(a.table, a.key));
-            let undo = keep_undo.then_some(&mut s.undo);
-            // SAFETY: this is the only thread that touches any row while the cluster runs.
-            match unsafe { run_access(store, &ctx.catalog.steps, txn, a, &s.outputs, undo) } {
-                Ok(v) => s.outputs.push(v),
-                Err(abort) => {
-                    // SAFETY: as above; nobody else touches rows.
-                    unsafe { s.undo.rollback(|p| ctx.store(p)) };
-                    return TxnOutcome::LogicAbort(abort.0.to_string());
+        let history = ctx.history.as_deref();
+        let store = |p: PartitionId| ctx.store(p);
+        let steps = &ctx.catalog.steps;
+        // SAFETY: this is the only thread that touches any row while the cluster runs.
+        let result = unsafe {
+            run_program_alone(
+                store,
+                &ctx.pmap,
+                steps,
+                req.id,
+                &program,
+                s,
+                history.is_some(),
+            )
+        };
+        match result {
+            Ok(()) => {
+                if let Some(h) = history {
+                    h.commit(home, req.id, &req.call, &s.trace);
                 }
+                TxnOutcome::Committed(std::mem::take(&mut s.outputs))
+            }
+            Err(abort) => {
+                if let Some(h) = history {
+                    h.logic_abort(home, req.id, &req.call, abort.0, &s.trace);
+                }
+                TxnOutcome::LogicAbort(abort.0.to_string())
             }
         }
-        TxnOutcome::Committed(std::mem::take(&mut s.outputs))
     }
 }

@@ -1,0 +1,150 @@
+//! `--verify`: after a run, check its recorded history for serializability anomalies, replay
+//! it through the serial oracle (deterministic protocols), and check the workload's
+//! invariants. Each check prints one line; any failure makes the verification fail.
+
+use qstore_check::Report;
+use qstore_core::RunConfig;
+use qstore_engine::{oracle, StoppedCluster};
+use qstore_workload::Workload;
+use std::fmt;
+
+/// The verdicts of one run.
+pub struct Verification {
+    pub history: Report,
+    /// Serial oracle: `None` when the protocol is not deterministic.
+    pub oracle: Option<OracleVerdict>,
+    /// Workload invariants: summary or failure (`None` if the workload has none).
+    pub invariants: Option<Result<String, String>>,
+    /// Violations seen by clients in committed answers (e.g. a bank audit's sum).
+    pub client_violations: u64,
+    pub first_client_violation: Option<String>,
+}
+
+pub struct OracleVerdict {
+    pub replayed: usize,
+    pub hashes_match: bool,
+    pub divergent: usize,
+    pub detail: String,
+}
+
+impl Verification {
+    pub fn passed(&self) -> bool {
+        self.history.is_serializable()
+            && self
+                .oracle
+                .as_ref()
+                .is_none_or(|o| o.hashes_match && o.divergent == 0)
+            && !matches!(self.invariants, Some(Err(_)))
+            && self.client_violations == 0
+    }
+}
+
+impl fmt::Display for Verification {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        writeln!(f, "{}", self.history.to_string().trim_end())?;
+        match &self.oracle {
+            Some(o) if o.hashes_match && o.divergent == 0 => writeln!(
+                f,
+                "serial oracle: match ({} transactions replayed, {})",
+                o.replayed, o.detail
+            )?,
+            Some(o) => writeln!(
+                f,
+                "serial oracle: MISMATCH ({} transactions replayed, {} decided differently; {})",
+                o.replayed, o.divergent, o.detail
+            )?,
+            None => writeln!(
+                f,
+                "serial oracle: not applicable (protocol is not deterministic)"
+            )?,
+        }
+        match &self.invariants {
+            Some(Ok(s)) => writeln!(f, "invariants: ok ({s})")?,
+            Some(Err(e)) => writeln!(f, "invariants: VIOLATED ({e})")?,
+            None => {}
+        }
+        if self.client_violations > 0 {
+            writeln!(
+                f,
+                "client checks: {} VIOLATIONS, first: {}",
+                self.client_violations,
+                self.first_client_violation.as_deref().unwrap_or("")
+            )?;
+        }
+        Ok(())
+    }
+}
+
+/// Verifies a finished run whose cluster recorded its history.
+pub fn verify(
+    cfg: &RunConfig,
+    workload: &dyn Workload,
+    cluster: &StoppedCluster,
+    client_violations: (u64, Option<String>),
+) -> Result<Verification, qstore_core::QError> {
+    let ctx = cluster.ctx();
+    let recorder = ctx
+        .history
+        .as_ref()
+        .ok_or_else(|| qstore_core::QError::Other("the run did not record its history".into()))?;
+    let history = qstore_check::check(&recorder.history());
+    let deterministic =
+        qstore_engine::protocol::info(&cfg.protocol.name).is_some_and(|p| p.deterministic);
+    let oracle = if deterministic {
+        let order = recorder.serialization_order();
+        let replay = oracle::replay(&ctx.catalog, &ctx.pmap, &|p, l| workload.load(p, l), &order)?;
+        let run_hashes = cluster.partition_hashes();
+        let hashes_match = replay.hashes == run_hashes;
+        let detail = if hashes_match {
+            format!("{} partition hashes equal", run_hashes.len())
+        } else {
+            format!(
+                "run hashes {} vs replay {}",
+                hex(&run_hashes),
+                hex(&replay.hashes)
+            )
+        };
+        Some(OracleVerdict {
+            replayed: replay.replayed,
+            hashes_match,
+            divergent: replay.divergent.len(),
+            detail,
+        })
+    } else {
+        None
+    };
+    let invariants = check_final(workload, cluster);
+    Ok(Verification {
+        history,
+        oracle,
+        invariants,
+        client_violations: client_violations.0,
+        first_client_violation: client_violations.1,
+    })
+}
+
+fn hex(hashes: &[u64]) -> String {
+    hashes
+        .iter()
+        .map(|h| format!("{h:016x}"))
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
+/// Runs the workload's final-state check over every partition.
+pub fn check_final(
+    workload: &dyn Workload,
+    cluster: &StoppedCluster,
+) -> Option<Result<String, String>> {
+    let ctx = cluster.ctx();
+    let mut scan = |table: u16, f: &mut dyn FnMut(u64, &[u8])| {
+        for store in &ctx.partitions {
+            let t = store.table(table);
+            t.for_each(|key, rid| {
+                // SAFETY: the cluster is stopped; nothing writes rows any more.
+                f(key, unsafe { t.row(rid) })
+            });
+        }
+    };
+    workload.check_final(&mut scan).transpose()
+}

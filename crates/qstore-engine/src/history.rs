@@ -1,0 +1,188 @@
+//! Recording transaction histories for the checkers: for every finished attempt, the
+//! versions it read and the records it wrote; per partition, the order in which committed
+//! versions were installed; and the order in which the protocol serialized transactions (the
+//! input of the serial oracle).
+//!
+//! Protocols fill a reusable [`TxnTrace`] while a transaction runs (the shared
+//! [`run_access`](crate::exec::run_access) does it) and hand it to the recorder when the
+//! transaction ends.
+
+use parking_lot::Mutex;
+use qstore_check::{History, ObjKey, Outcome, TxnRecord, Version};
+use qstore_core::partition::PartitionMap;
+use qstore_core::txn::{CcAbortCause, ProcCall};
+use qstore_core::{NodeId, TableId, TxnId};
+use qstore_storage::RowVersion;
+use rustc_hash::FxHashMap;
+use std::sync::Arc;
+
+/// What one transaction attempt read and wrote, in access order.
+#[derive(Default)]
+pub struct TxnTrace {
+    reads: Vec<(ObjKey, Version)>,
+    writes: Vec<ObjKey>,
+}
+
+impl TxnTrace {
+    pub fn clear(&mut self) {
+        self.reads.clear();
+        self.writes.clear();
+    }
+
+    #[inline]
+    pub fn read(&mut self, table: TableId, key: u64, v: RowVersion) {
+        let version = Version {
+            writer: v.writer.0,
+            seq: v.seq as u32,
+        };
+        self.reads.push((ObjKey { table, key }, version));
+    }
+
+    #[inline]
+    pub fn write(&mut self, table: TableId, key: u64) {
+        self.writes.push(ObjKey { table, key });
+    }
+
+    /// Written records with their write counts, in first-write order.
+    fn write_counts(&self) -> Vec<(ObjKey, u32)> {
+        let mut counts: Vec<(ObjKey, u32)> = Vec::with_capacity(self.writes.len());
+        for &k in &self.writes {
+            match counts.iter_mut().find(|(x, _)| *x == k) {
+                Some((_, n)) => *n += 1,
+                None => counts.push((k, 1)),
+            }
+        }
+        counts
+    }
+}
+
+/// One entry of the serialization order: a transaction whose outcome was decided by its
+/// program (committed or logic-aborted), which a serial replay must reproduce.
+#[derive(Clone)]
+pub struct Serialized {
+    pub id: TxnId,
+    pub call: Arc<ProcCall>,
+    pub committed: bool,
+}
+
+/// Collects a run's history. Shared by every worker of every node.
+pub struct HistoryRecorder {
+    pmap: PartitionMap,
+    txns: Mutex<Vec<TxnRecord>>,
+    /// Per partition: (record, writer) in installation order.
+    installs: Vec<Mutex<Vec<(ObjKey, u64)>>>,
+    order: Mutex<Vec<Serialized>>,
+}
+
+impl HistoryRecorder {
+    pub fn new(pmap: PartitionMap) -> Self {
+        let installs = (0..pmap.partitions())
+            .map(|_| Mutex::new(Vec::new()))
+            .collect();
+        HistoryRecorder {
+            pmap,
+            txns: Mutex::new(Vec::new()),
+            installs,
+            order: Mutex::new(Vec::new()),
+        }
+    }
+
+    /// Records a commit. Must be called while the transaction still excludes other writers
+    /// of its records, so that installation order is the order of these calls.
+    pub fn commit(&self, node: NodeId, id: TxnId, call: &Arc<ProcCall>, trace: &TxnTrace) {
+        let writes = trace.write_counts();
+        for &(k, _) in &writes {
+            let p = self.pmap.partition_of(k.table, k.key);
+            self.installs[p.index()].lock().push((k, id.0));
+        }
+        self.push(node, id, Outcome::Committed, trace, writes);
+        self.order.lock().push(Serialized {
+            id,
+            call: call.clone(),
+            committed: true,
+        });
+    }
+
+    /// Records a logic-induced abort (part of the serialization order: replay must abort it
+    /// too).
+    pub fn logic_abort(
+        &self,
+        node: NodeId,
+        id: TxnId,
+        call: &Arc<ProcCall>,
+        why: &str,
+        trace: &TxnTrace,
+    ) {
+        let outcome = Outcome::Aborted {
+            cause: why.to_string(),
+            logic: true,
+        };
+        self.push(node, id, outcome, trace, trace.write_counts());
+        self.order.lock().push(Serialized {
+            id,
+            call: call.clone(),
+            committed: false,
+        });
+    }
+
+    /// Records a concurrency-control abort.
+    pub fn cc_abort(&self, node: NodeId, id: TxnId, cause: CcAbortCause, trace: &TxnTrace) {
+        let outcome = Outcome::Aborted {
+            cause: cause.name().to_string(),
+            logic: false,
+        };
+        self.push(node, id, outcome, trace, trace.write_counts());
+    }
+
+    fn push(
+        &self,
+        node: NodeId,
+        id: TxnId,
+        outcome: Outcome,
+        trace: &TxnTrace,
+        writes: Vec<(ObjKey, u32)>,
+    ) {
+        let record = TxnRecord {
+            id: id.0,
+            node: node.0,
+            outcome,
+            reads: trace.reads.clone(),
+            writes,
+        };
+        self.txns.lock().push(record);
+    }
+
+    /// The serialization order recorded so far.
+    pub fn serialization_order(&self) -> Vec<Serialized> {
+        self.order.lock().clone()
+    }
+
+    /// The history recorded so far, with each record's version order.
+    pub fn history(&self) -> History {
+        let txns = self.txns.lock().clone();
+        let mut order: FxHashMap<ObjKey, Vec<u64>> = FxHashMap::default();
+        let mut keys = Vec::new();
+        for part in &self.installs {
+            for &(k, writer) in part.lock().iter() {
+                order
+                    .entry(k)
+                    .or_insert_with(|| {
+                        keys.push(k);
+                        Vec::new()
+                    })
+                    .push(writer);
+            }
+        }
+        let version_order = keys
+            .into_iter()
+            .map(|k| {
+                let v = order.remove(&k).unwrap_or_default();
+                (k, v)
+            })
+            .collect();
+        History {
+            txns,
+            version_order,
+        }
+    }
+}
