@@ -420,7 +420,7 @@ fn check(args: CheckArgs) -> i32 {
         }
     };
     let report = qstore_check::check(&history);
-    print!("{report}");
+    println!("{}", report.to_string().trim_end());
     if report.is_serializable() {
         0
     } else {
@@ -441,7 +441,7 @@ fn check_synthetic(n: usize) -> i32 {
     let t = Instant::now();
     let report = qstore_check::check(&parsed);
     let checking = t.elapsed();
-    print!("{report}");
+    println!("{}", report.to_string().trim_end());
     println!(
         "synthetic history: {n} transactions, {:.0} MB; generate {:.2}s, parse {:.2}s, check {:.2}s",
         bytes.len() as f64 / 1e6,
