@@ -73,6 +73,7 @@ pub struct ProtocolConfig {
     pub name: String,
     /// Capacity of each node's client admission queue; a full queue refuses new transactions.
     pub admission_queue: u32,
+    pub qstore: QStoreConfig,
 }
 
 impl Default for ProtocolConfig {
@@ -80,7 +81,63 @@ impl Default for ProtocolConfig {
         ProtocolConfig {
             name: "serial".into(),
             admission_queue: 65_536,
+            qstore: QStoreConfig::default(),
         }
+    }
+}
+
+/// Knobs of the Q-Store protocol.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct QStoreConfig {
+    /// Transactions a planner puts in one batch (count-based demarcation).
+    pub batch_size: u32,
+    /// A planner closes its batch after this many microseconds even if it is not full
+    /// (time-based demarcation; also what keeps an idle cluster moving).
+    pub batch_timeout_us: u64,
+    /// Execution queues each planner fills per node (0 = one per worker thread).
+    pub eqs_per_planner: u32,
+    /// Batches a node may have in flight at once (the ring of batch slots).
+    pub pipeline_depth: u32,
+}
+
+impl Default for QStoreConfig {
+    fn default() -> Self {
+        QStoreConfig {
+            batch_size: 512,
+            batch_timeout_us: 1_000,
+            eqs_per_planner: 0,
+            pipeline_depth: 4,
+        }
+    }
+}
+
+impl QStoreConfig {
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        check(
+            (1..=1_000_000).contains(&self.batch_size),
+            "protocol.qstore.batch_size",
+            self.batch_size,
+            "must be between 1 and 1000000",
+        )?;
+        check(
+            (10..=10_000_000).contains(&self.batch_timeout_us),
+            "protocol.qstore.batch_timeout_us",
+            self.batch_timeout_us,
+            "must be between 10 and 10000000 microseconds",
+        )?;
+        check(
+            self.eqs_per_planner <= 4096,
+            "protocol.qstore.eqs_per_planner",
+            self.eqs_per_planner,
+            "must be at most 4096 (0 = one per worker)",
+        )?;
+        check(
+            (1..=64).contains(&self.pipeline_depth),
+            "protocol.qstore.pipeline_depth",
+            self.pipeline_depth,
+            "must be between 1 and 64",
+        )
     }
 }
 
@@ -328,6 +385,7 @@ impl RunConfig {
             self.protocol.admission_queue,
             "must be at least 1",
         )?;
+        self.protocol.qstore.validate()?;
         self.validate_client()?;
         self.validate_net()?;
         match self.workload.name.as_str() {

@@ -60,6 +60,8 @@ impl TxnTrace {
 /// program (committed or logic-aborted), which a serial replay must reproduce.
 #[derive(Clone)]
 pub struct Serialized {
+    /// Position in the protocol's serialization order (sortable).
+    pub order: u128,
     pub id: TxnId,
     pub call: Arc<ProcCall>,
     pub committed: bool,
@@ -69,9 +71,12 @@ pub struct Serialized {
 pub struct HistoryRecorder {
     pmap: PartitionMap,
     txns: Mutex<Vec<TxnRecord>>,
-    /// Per partition: (record, writer) in installation order.
-    installs: Vec<Mutex<Vec<(ObjKey, u64)>>>,
+    /// Per partition: (serialization position, record, writer) of committed writes.
+    installs: Vec<Mutex<Vec<(u128, ObjKey, u64)>>>,
     order: Mutex<Vec<Serialized>>,
+    /// Trace parts recorded where a transaction's accesses ran (other nodes' fragments),
+    /// merged into its record when it ends.
+    parts: Mutex<FxHashMap<TxnId, TxnTrace>>,
 }
 
 impl HistoryRecorder {
@@ -84,19 +89,39 @@ impl HistoryRecorder {
             txns: Mutex::new(Vec::new()),
             installs,
             order: Mutex::new(Vec::new()),
+            parts: Mutex::new(FxHashMap::default()),
         }
     }
 
-    /// Records a commit. Must be called while the transaction still excludes other writers
-    /// of its records, so that installation order is the order of these calls.
-    pub fn commit(&self, node: NodeId, id: TxnId, call: &Arc<ProcCall>, trace: &TxnTrace) {
+    /// Adds what part of transaction `id` read and wrote (a fragment run away from the
+    /// transaction's coordinator); merged into the record when the transaction ends.
+    pub fn add_part(&self, id: TxnId, trace: &TxnTrace) {
+        let mut parts = self.parts.lock();
+        let t = parts.entry(id).or_default();
+        t.reads.extend_from_slice(&trace.reads);
+        t.writes.extend_from_slice(&trace.writes);
+    }
+
+    /// `trace` plus the parts recorded elsewhere.
+    fn merged(&self, id: TxnId, trace: &TxnTrace) -> TxnTrace {
+        let mut t = self.parts.lock().remove(&id).unwrap_or_default();
+        t.reads.extend_from_slice(&trace.reads);
+        t.writes.extend_from_slice(&trace.writes);
+        t
+    }
+
+    /// Records a commit at position `order` of the protocol's serialization order (which
+    /// orders the versions each record installs).
+    pub fn commit(&self, node: NodeId, id: TxnId, call: &Arc<ProcCall>, trace: &TxnTrace, order: u128) {
+        let trace = self.merged(id, trace);
         let writes = trace.write_counts();
         for &(k, _) in &writes {
             let p = self.pmap.partition_of(k.table, k.key);
-            self.installs[p.index()].lock().push((k, id.0));
+            self.installs[p.index()].lock().push((order, k, id.0));
         }
-        self.push(node, id, Outcome::Committed, trace, writes);
+        self.push(node, id, Outcome::Committed, &trace, writes);
         self.order.lock().push(Serialized {
+            order,
             id,
             call: call.clone(),
             committed: true,
@@ -112,13 +137,16 @@ impl HistoryRecorder {
         call: &Arc<ProcCall>,
         why: &str,
         trace: &TxnTrace,
+        order: u128,
     ) {
         let outcome = Outcome::Aborted {
             cause: why.to_string(),
             logic: true,
         };
-        self.push(node, id, outcome, trace, trace.write_counts());
+        let trace = self.merged(id, trace);
+        self.push(node, id, outcome, &trace, trace.write_counts());
         self.order.lock().push(Serialized {
+            order,
             id,
             call: call.clone(),
             committed: false,
@@ -131,7 +159,8 @@ impl HistoryRecorder {
             cause: cause.name().to_string(),
             logic: false,
         };
-        self.push(node, id, outcome, trace, trace.write_counts());
+        let trace = self.merged(id, trace);
+        self.push(node, id, outcome, &trace, trace.write_counts());
     }
 
     fn push(
@@ -154,7 +183,9 @@ impl HistoryRecorder {
 
     /// The serialization order recorded so far.
     pub fn serialization_order(&self) -> Vec<Serialized> {
-        self.order.lock().clone()
+        let mut order = self.order.lock().clone();
+        order.sort_by_key(|s| s.order);
+        order
     }
 
     /// The history recorded so far, with each record's version order.
@@ -163,7 +194,9 @@ impl HistoryRecorder {
         let mut order: FxHashMap<ObjKey, Vec<u64>> = FxHashMap::default();
         let mut keys = Vec::new();
         for part in &self.installs {
-            for &(k, writer) in part.lock().iter() {
+            let mut installs = part.lock().clone();
+            installs.sort_by_key(|&(order, _, _)| order);
+            for (_, k, writer) in installs {
                 order
                     .entry(k)
                     .or_insert_with(|| {

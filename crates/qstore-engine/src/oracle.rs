@@ -133,16 +133,19 @@ mod tests {
         let (cat, pmap) = catalog();
         let order = vec![
             Serialized {
+                order: 1,
                 id: TxnId(1),
                 call: call(&cat, "bump", 3, 4),
                 committed: true,
             },
             Serialized {
+                order: 2,
                 id: TxnId(2),
                 call: call(&cat, "double", 3, 0),
                 committed: true,
             },
             Serialized {
+                order: 3,
                 id: TxnId(3),
                 call: call(&cat, "bump", 3, -100),
                 committed: false,
@@ -170,7 +173,7 @@ mod tests {
         let mut t1 = crate::history::TxnTrace::default();
         t1.read(0, 3, qstore_storage::RowVersion::INITIAL);
         t1.write(0, 3);
-        rec.commit(NodeId(0), TxnId(1), &call(&cat, "bump", 3, 1), &t1);
+        rec.commit(NodeId(0), TxnId(1), &call(&cat, "bump", 3, 1), &t1, 1);
         let mut t2 = crate::history::TxnTrace::default();
         t2.read(
             0,
@@ -181,7 +184,7 @@ mod tests {
             },
         );
         t2.write(0, 3);
-        rec.commit(NodeId(1), TxnId(2), &call(&cat, "bump", 3, 1), &t2);
+        rec.commit(NodeId(1), TxnId(2), &call(&cat, "bump", 3, 1), &t2, 2);
         let h = rec.history();
         assert_eq!(h.version_order.len(), 1);
         assert_eq!(h.version_order[0].1, vec![1, 2]);
@@ -191,7 +194,7 @@ mod tests {
         let mut t3 = crate::history::TxnTrace::default();
         t3.read(0, 3, qstore_storage::RowVersion::INITIAL);
         t3.write(0, 3);
-        rec.commit(NodeId(1), TxnId(3), &call(&cat, "bump", 3, 1), &t3);
+        rec.commit(NodeId(1), TxnId(3), &call(&cat, "bump", 3, 1), &t3, 3);
         assert!(!qstore_check::check(&rec.history()).is_serializable());
     }
 }

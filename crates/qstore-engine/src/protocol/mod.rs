@@ -1,5 +1,6 @@
 //! Concurrency-control protocols, one folder each. A protocol is chosen at run time by name.
 
+pub mod qstore;
 pub mod serial;
 
 use crate::cluster::EngineCtx;
@@ -46,12 +47,20 @@ pub struct ProtocolInfo {
 }
 
 /// Every protocol.
-pub const PROTOCOLS: &[ProtocolInfo] = &[ProtocolInfo {
-    name: "serial",
-    deterministic: true,
-    summary: "one thread runs every transaction of the cluster in turn, no concurrency control",
-    start: serial::start,
-}];
+pub const PROTOCOLS: &[ProtocolInfo] = &[
+    ProtocolInfo {
+        name: "serial",
+        deterministic: true,
+        summary: "one thread runs every transaction of the cluster in turn, no concurrency control",
+        start: serial::start,
+    },
+    ProtocolInfo {
+        name: "qstore",
+        deterministic: true,
+        summary: "Q-Store: planned batches of prioritised execution queues, no two-phase commit",
+        start: qstore::start,
+    },
+];
 
 /// Names accepted by `--protocol`.
 pub fn names() -> Vec<&'static str> {

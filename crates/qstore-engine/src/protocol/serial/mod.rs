@@ -69,6 +69,8 @@ impl Engine for Serial {
 struct Executor {
     ctx: Arc<EngineCtx>,
     scratch: TxnScratch,
+    /// Transactions decided so far: the serialization order.
+    decided: u64,
 }
 
 impl Executor {
@@ -76,6 +78,7 @@ impl Executor {
         Executor {
             ctx,
             scratch: TxnScratch::default(),
+            decided: 0,
         }
     }
 
@@ -114,16 +117,18 @@ impl Executor {
                 history.is_some(),
             )
         };
+        let order = self.decided as u128;
+        self.decided += 1;
         match result {
             Ok(()) => {
                 if let Some(h) = history {
-                    h.commit(home, req.id, &req.call, &s.trace);
+                    h.commit(home, req.id, &req.call, &s.trace, order);
                 }
                 TxnOutcome::Committed(std::mem::take(&mut s.outputs))
             }
             Err(abort) => {
                 if let Some(h) = history {
-                    h.logic_abort(home, req.id, &req.call, abort.0, &s.trace);
+                    h.logic_abort(home, req.id, &req.call, abort.0, &s.trace, order);
                 }
                 TxnOutcome::LogicAbort(abort.0.to_string())
             }

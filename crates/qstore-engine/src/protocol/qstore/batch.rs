@@ -1,0 +1,249 @@
+//! Batch metadata at an executing node: the execution queues of every batch in flight, by
+//! sub-partition and planner rank, and which of them may run now.
+//!
+//! The rule (the paper's priority condition): on each sub-partition, the queues run in global
+//! order, batch by batch and within a batch by planner rank; queues of different
+//! sub-partitions run in parallel. A queue runs only once the plan of every higher-priority
+//! planner for that batch has arrived (an arrived plan without a queue for a sub-partition
+//! means "nothing here").
+
+use super::msg::{Eq, Output};
+use std::collections::BTreeMap;
+
+/// One sub-partition of one batch.
+struct SubQueue {
+    /// Queues by planner rank (`None`: not arrived, empty, or running).
+    eqs: Vec<Option<Eq>>,
+    /// Ranks below this one are done here.
+    next_rank: u32,
+    /// Fragments of `eqs[next_rank]` already executed (a queue can stall part-way).
+    cursor: usize,
+    running: bool,
+}
+
+/// One batch at this node.
+pub struct BatchSlot {
+    subs: Vec<SubQueue>,
+    /// Plans arrived, by rank.
+    arrived: Vec<bool>,
+    /// Per rank: its queues here not yet finished, and the outputs to acknowledge with.
+    unfinished: Vec<u32>,
+    outputs: Vec<Vec<Output>>,
+}
+
+/// A queue taken by an executor: run it from `cursor`, then hand it back.
+pub struct Claim {
+    pub batch: u64,
+    pub sub: u32,
+    pub rank: u32,
+    pub eq: Eq,
+    pub cursor: usize,
+}
+
+/// What finishing a queue completed.
+pub struct Finished {
+    /// Every queue of this rank in this batch is done here: acknowledge with these outputs.
+    pub ack: Option<Vec<Output>>,
+}
+
+/// All batches in flight at a node.
+pub struct Batches {
+    subs: u32,
+    ranks: u32,
+    slots: BTreeMap<u64, BatchSlot>,
+}
+
+impl Batches {
+    pub fn new(subs: u32, ranks: u32) -> Self {
+        Batches {
+            subs,
+            ranks,
+            slots: BTreeMap::new(),
+        }
+    }
+
+    fn slot(&mut self, batch: u64) -> &mut BatchSlot {
+        let (subs, ranks) = (self.subs as usize, self.ranks as usize);
+        self.slots.entry(batch).or_insert_with(|| BatchSlot {
+            subs: (0..subs)
+                .map(|_| SubQueue {
+                    eqs: (0..ranks).map(|_| None).collect(),
+                    next_rank: 0,
+                    cursor: 0,
+                    running: false,
+                })
+                .collect(),
+            arrived: vec![false; ranks],
+            unfinished: vec![0; ranks],
+            outputs: vec![Vec::new(); ranks],
+        })
+    }
+
+    /// Installs planner `rank`'s queues for `batch`. Returns true if the rank had none here
+    /// (nothing to acknowledge).
+    pub fn install(&mut self, batch: u64, rank: u32, eqs: Vec<Eq>) -> bool {
+        let slot = self.slot(batch);
+        debug_assert!(!slot.arrived[rank as usize], "one plan per rank and batch");
+        slot.arrived[rank as usize] = true;
+        slot.unfinished[rank as usize] = eqs.len() as u32;
+        let empty = eqs.is_empty();
+        for eq in eqs {
+            let sub = eq.sub as usize;
+            slot.subs[sub].eqs[rank as usize] = Some(eq);
+        }
+        empty
+    }
+
+    /// Takes the first queue that may run now, scanning batches oldest first and
+    /// sub-partitions from `start` (spreading executors over sub-partitions).
+    pub fn claim(&mut self, start: u32) -> Option<Claim> {
+        let ranks = self.ranks;
+        // Sub-partitions still busy in an older batch may not start a newer one.
+        let mut blocked = vec![false; self.subs as usize];
+        for (&batch, slot) in self.slots.iter_mut() {
+            for k in 0..self.subs {
+                let e = ((start + k) % self.subs) as usize;
+                if blocked[e] {
+                    continue;
+                }
+                let arrived = &slot.arrived;
+                let q = &mut slot.subs[e];
+                // Skip ranks that arrived with nothing for this sub-partition.
+                while q.next_rank < ranks
+                    && !q.running
+                    && arrived[q.next_rank as usize]
+                    && q.eqs[q.next_rank as usize].is_none()
+                {
+                    q.next_rank += 1;
+                    q.cursor = 0;
+                }
+                if q.next_rank == ranks {
+                    continue;
+                }
+                blocked[e] = true;
+                if q.running {
+                    continue;
+                }
+                if let Some(eq) = q.eqs[q.next_rank as usize].take() {
+                    q.running = true;
+                    return Some(Claim {
+                        batch,
+                        sub: e as u32,
+                        rank: q.next_rank,
+                        eq,
+                        cursor: q.cursor,
+                    });
+                }
+            }
+        }
+        None
+    }
+
+    /// Returns a queue that stalled at fragment `cursor` (it resumes there later).
+    pub fn stall(&mut self, c: Claim) {
+        let q = &mut self.slot(c.batch).subs[c.sub as usize];
+        q.cursor = c.cursor;
+        q.running = false;
+        q.eqs[c.rank as usize] = Some(c.eq);
+    }
+
+    /// Keeps outputs of fragments that ran before a queue stalled, for the acknowledgement.
+    pub fn add_outputs(&mut self, batch: u64, rank: u32, outputs: Vec<Output>) {
+        self.slot(batch).outputs[rank as usize].extend(outputs);
+    }
+
+    /// Records that a claimed queue ran to its end, with the outputs it produced.
+    pub fn finish(&mut self, batch: u64, sub: u32, rank: u32, outputs: Vec<Output>) -> Finished {
+        let slot = self.slot(batch);
+        let q = &mut slot.subs[sub as usize];
+        q.running = false;
+        q.next_rank = rank + 1;
+        q.cursor = 0;
+        let r = rank as usize;
+        slot.outputs[r].extend(outputs);
+        slot.unfinished[r] -= 1;
+        let ack = (slot.unfinished[r] == 0).then(|| std::mem::take(&mut slot.outputs[r]));
+        Finished { ack }
+    }
+
+    /// Drops the oldest batches whose queues have all run; returns the first batch still in
+    /// flight (or `upto` if none).
+    pub fn retire_done(&mut self, upto: u64) -> u64 {
+        let ranks = self.ranks;
+        while let Some((&b, slot)) = self.slots.first_key_value() {
+            let done = slot.arrived.iter().all(|&a| a)
+                && slot.subs.iter().all(|q| {
+                    !q.running && (q.next_rank as usize..ranks as usize).all(|r| q.eqs[r].is_none())
+                })
+                && slot.unfinished.iter().all(|&u| u == 0);
+            if !done {
+                return b;
+            }
+            self.slots.pop_first();
+        }
+        upto
+    }
+
+    /// Whether any batch is in flight here.
+    #[cfg(test)]
+    pub fn is_empty(&self) -> bool {
+        self.slots.is_empty()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn eq(sub: u32, n: usize) -> Eq {
+        Eq {
+            sub,
+            frags: (0..n as u32)
+                .map(|seq| super::super::msg::Frag {
+                    seq,
+                    id: qstore_core::TxnId(seq as u64 + 1),
+                    accesses: vec![],
+                    needs: vec![],
+                    routes: vec![],
+                    n_accesses: 0,
+                })
+                .collect(),
+        }
+    }
+
+    #[test]
+    fn queues_run_in_rank_order_per_sub_partition() {
+        let mut b = Batches::new(2, 2);
+        // Rank 1's queue for sub 0 arrives first: it must wait for rank 0's plan.
+        assert!(!b.install(0, 1, vec![eq(0, 1)]));
+        assert!(b.claim(0).is_none());
+        // Rank 0 has nothing for sub 0 but a queue for sub 1.
+        b.install(0, 0, vec![eq(1, 2)]);
+        let c1 = b.claim(1).unwrap();
+        assert_eq!((c1.sub, c1.rank), (1, 0));
+        let c0 = b.claim(0).unwrap();
+        assert_eq!((c0.sub, c0.rank), (0, 1), "rank 0 was empty for sub 0");
+        assert!(b.claim(0).is_none(), "both sub-partitions are running");
+        assert!(b.finish(0, 0, 1, vec![]).ack.is_some());
+        assert!(b.finish(0, 1, 0, vec![]).ack.is_some());
+        assert_eq!(b.retire_done(1), 1);
+        assert!(b.is_empty());
+    }
+
+    #[test]
+    fn a_newer_batch_waits_for_the_older_one_on_the_same_sub_partition() {
+        let mut b = Batches::new(1, 1);
+        b.install(0, 0, vec![eq(0, 1)]);
+        b.install(1, 0, vec![eq(0, 1)]);
+        let c = b.claim(0).unwrap();
+        assert_eq!(c.batch, 0);
+        assert!(b.claim(0).is_none());
+        // A stalled queue comes back with its cursor.
+        b.stall(Claim { cursor: 1, ..c });
+        let c = b.claim(0).unwrap();
+        assert_eq!((c.batch, c.cursor), (0, 1));
+        b.finish(0, 0, 0, vec![]);
+        assert_eq!(b.claim(0).unwrap().batch, 1);
+        assert_eq!(b.retire_done(2), 1);
+    }
+}

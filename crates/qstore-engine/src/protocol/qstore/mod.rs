@@ -1,0 +1,30 @@
+//! Q-Store: queue-oriented, deterministic distributed transaction processing
+//! (Qadah and Sadoghi, EDBT 2020).
+//!
+//! Every worker of a node is a planner with its own client queue, and an executor. A planner
+//! closes a batch when it holds `batch_size` transactions or `batch_timeout_us` has passed,
+//! splits each program into fragments, and places them in execution queues by the
+//! sub-partition of their records: conflicting accesses always meet in one queue, in planning
+//! order. Queues for other nodes travel in one message per (destination, planner). Executors
+//! run the queues of each sub-partition in the global priority order (batch, node, planner);
+//! queues of one planner run in parallel, a stalled queue (waiting for a value another queue
+//! produces) is set aside, never waited on. Values needed across queues are forwarded, across
+//! nodes by message. When every queue a planner filled has run (its own node's directly,
+//! remote ones acknowledged), its node answers that planner's transactions: no two-phase
+//! commit, because no node can refuse.
+//!
+//! Batches are pipelined: a node keeps up to `pipeline_depth` batches in flight, each
+//! sub-partition moving to the next batch as soon as it finished the previous one; a
+//! planner may not start a batch beyond that window (the ring of batch slots), which bounds
+//! memory and makes slot reuse safe.
+//!
+//! Not supported yet (refused with a clear error rather than run incorrectly): programs with
+//! accesses that may abort (logic-induced aborts, and with them the speculative and
+//! conservative paradigms' abort handling) and read-committed isolation.
+
+mod batch;
+mod msg;
+mod node;
+mod plan;
+
+pub use node::start;

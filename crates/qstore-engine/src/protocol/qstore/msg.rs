@@ -1,0 +1,76 @@
+//! What Q-Store nodes say to each other.
+
+use qstore_core::txn::{Access, Value};
+use qstore_core::{NodeId, TxnId};
+use serde::{Deserialize, Serialize};
+
+/// Where a transaction sits in the global order: batch, then planner rank (node priority,
+/// then planner priority), then its place in the planner's batch. Every node executes
+/// conflicting accesses in this order.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct TxnPos {
+    pub batch: u64,
+    pub rank: u32,
+    pub seq: u32,
+}
+
+impl TxnPos {
+    /// The position as one sortable number (for histories and the serial oracle).
+    pub fn order_key(self) -> u128 {
+        (self.batch as u128) << 64 | (self.rank as u128) << 32 | self.seq as u128
+    }
+}
+
+/// The accesses of one transaction that fall into one execution queue, in program order.
+/// (The paper's fragments group accesses by record; grouping all of a transaction's accesses
+/// of one queue keeps data dependencies inside a queue in program order, so a queue never
+/// waits on itself.)
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct Frag {
+    pub seq: u32,
+    pub id: TxnId,
+    /// (index in the program, access).
+    pub accesses: Vec<(u16, Access)>,
+    /// Outputs of accesses outside this fragment that its accesses need.
+    pub needs: Vec<u16>,
+    /// Where this fragment's outputs must go besides the home node: (access index, whether a
+    /// fragment on this node needs it, other nodes that need it).
+    pub routes: Vec<Route>,
+    /// Accesses in the whole program (sizes the value table of dependent fragments).
+    pub n_accesses: u16,
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct Route {
+    pub idx: u16,
+    pub local: bool,
+    pub nodes: Vec<NodeId>,
+}
+
+/// One execution queue: the fragments one planner placed into one sub-partition of one
+/// node in one batch, in planning order.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct Eq {
+    pub sub: u32,
+    pub frags: Vec<Frag>,
+}
+
+/// An access output reported to the home node.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct Output {
+    pub seq: u32,
+    pub idx: u16,
+    pub value: Value,
+}
+
+#[derive(Debug, Serialize, Deserialize)]
+pub enum QMsg {
+    /// Planner `rank`'s execution queues for the receiving node in `batch`; an empty list
+    /// tells the receiver that this planner has nothing for it in that batch.
+    Plan { batch: u64, rank: u32, eqs: Vec<Eq> },
+    /// Every fragment planner `rank` sent the sender in `batch` has run; here are their
+    /// outputs.
+    Ack { batch: u64, rank: u32, outputs: Vec<Output> },
+    /// A value an access produced, needed by a fragment at the receiver.
+    Dep { pos: TxnPos, idx: u16, value: Value },
+}

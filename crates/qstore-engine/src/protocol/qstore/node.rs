@@ -1,0 +1,505 @@
+//! A Q-Store node: its workers (planner + executor), its network thread, and the commit of
+//! the batches its planners made.
+
+use super::batch::{Batches, Claim};
+use super::msg::{Eq, Frag, Output, QMsg, TxnPos};
+use super::plan::BatchPlan;
+use crate::cluster::EngineCtx;
+use crate::exec::{run_access, TxnScratch};
+use crate::protocol::{admit, reply, Engine, TxnRequest};
+use crate::runtime::spawn_worker;
+use crossbeam_channel::{bounded, Receiver, RecvTimeoutError, Sender};
+use parking_lot::{Condvar, Mutex, RwLock};
+use qstore_core::txn::{TxnOutcome, Value};
+use qstore_core::{ConfigError, NodeId, PartitionId};
+use qstore_net::{Envelope, InProcNetwork, NetCounters, Transport};
+use rustc_hash::FxHashMap;
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+/// The reason given for programs Q-Store cannot run yet.
+const ABORTS_UNSUPPORTED: &str = "qstore does not support transactions that can abort \
+    (logic-induced aborts) yet; use --protocol serial for this workload";
+
+pub fn start(ctx: Arc<EngineCtx>) -> Result<Box<dyn Engine>, ConfigError> {
+    let nodes = ctx.nodes() as usize;
+    let (net, inboxes) = InProcNetwork::<QMsg>::new(nodes, &ctx.cfg.net, ctx.cfg.seed);
+    let net = Arc::new(net);
+    let qnodes: Vec<Arc<QNode>> = (0..nodes)
+        .map(|n| Arc::new(QNode::new(NodeId(n as u32), ctx.clone(), net.clone())))
+        .collect();
+    let mut threads = Vec::new();
+    let pin = ctx.cfg.cluster.pin_threads;
+    for (node, inbox) in qnodes.iter().zip(inboxes) {
+        let n = node.clone();
+        threads.push(spawn_worker(format!("q{}-net", node.id.0), false, 0, move || {
+            n.serve_network(inbox)
+        }));
+        for w in 0..ctx.cfg.cluster.workers as usize {
+            let n = node.clone();
+            let core = node.id.index() * ctx.cfg.cluster.workers as usize + w;
+            threads.push(spawn_worker(format!("q{}-w{w}", node.id.0), pin, core, move || {
+                n.work(w)
+            }));
+        }
+    }
+    Ok(Box::new(QStore {
+        nodes: qnodes,
+        net,
+        threads: Mutex::new(threads),
+    }))
+}
+
+struct QStore {
+    nodes: Vec<Arc<QNode>>,
+    net: Arc<InProcNetwork<QMsg>>,
+    threads: Mutex<Vec<JoinHandle<()>>>,
+}
+
+impl Engine for QStore {
+    fn submit(&self, home: NodeId, req: TxnRequest) {
+        match self.nodes.get(home.index()) {
+            Some(node) => node.submit(req),
+            None => reply(&req, TxnOutcome::Rejected(format!("no node {home}"))),
+        }
+    }
+
+    fn net_counters(&self) -> Option<&NetCounters> {
+        Some(self.net.counters())
+    }
+
+    fn shutdown(&self) {
+        for n in &self.nodes {
+            n.stop.store(true, Ordering::Release);
+            n.admission.write().take();
+            n.wake.notify_all();
+        }
+        for h in self.threads.lock().drain(..) {
+            let _ = h.join();
+        }
+        for n in &self.nodes {
+            n.reject_leftovers();
+        }
+    }
+}
+
+/// A planner: its client transaction queue and where it is in the batch sequence. Only its
+/// own worker plans with it; other threads read `next_batch`.
+struct Planner {
+    queue: Receiver<(NodeId, TxnRequest)>,
+    next_batch: AtomicU64,
+    /// When the batch being filled was opened.
+    opened: Mutex<Instant>,
+}
+
+/// A transaction this node planned, waiting for its outputs.
+struct HomeTxn {
+    req: TxnRequest,
+    outputs: Vec<Value>,
+}
+
+/// A batch one of this node's planners made, until every queue it filled has run.
+struct HomeBatch {
+    txns: Vec<HomeTxn>,
+    acks_pending: u32,
+}
+
+/// Everything a node's threads share, under one lock: claims and commits are short.
+struct NodeState {
+    batches: Batches,
+    home: BTreeMap<(u64, u32), HomeBatch>,
+    /// Outputs forwarded to this node for fragments that depend on them.
+    values: FxHashMap<TxnPos, Vec<Option<Value>>>,
+    /// Every batch below this one has run here and been answered: the ring's low end.
+    retired: u64,
+}
+
+struct QNode {
+    id: NodeId,
+    ctx: Arc<EngineCtx>,
+    net: Arc<InProcNetwork<QMsg>>,
+    planners: Vec<Planner>,
+    admission: RwLock<Option<Vec<Sender<(NodeId, TxnRequest)>>>>,
+    next_planner: AtomicUsize,
+    state: Mutex<NodeState>,
+    wake: Condvar,
+    stop: AtomicBool,
+    /// Execution queues (sub-partitions) per node and planners per node.
+    subs: u32,
+    planners_per_node: u32,
+    batch_size: usize,
+    batch_timeout: Duration,
+    depth: u64,
+}
+
+impl QNode {
+    fn new(id: NodeId, ctx: Arc<EngineCtx>, net: Arc<InProcNetwork<QMsg>>) -> Self {
+        let q = &ctx.cfg.protocol.qstore;
+        let workers = ctx.cfg.cluster.workers;
+        let subs = if q.eqs_per_planner == 0 { workers } else { q.eqs_per_planner };
+        let per_planner_queue = (ctx.cfg.protocol.admission_queue / workers).max(1) as usize;
+        let (senders, planners): (Vec<_>, Vec<_>) = (0..workers)
+            .map(|_| {
+                let (tx, rx) = bounded(per_planner_queue);
+                let planner = Planner {
+                    queue: rx,
+                    next_batch: AtomicU64::new(0),
+                    opened: Mutex::new(Instant::now()),
+                };
+                (tx, planner)
+            })
+            .unzip();
+        let ranks = workers * ctx.nodes();
+        QNode {
+            id,
+            net,
+            planners,
+            admission: RwLock::new(Some(senders)),
+            next_planner: AtomicUsize::new(0),
+            state: Mutex::new(NodeState {
+                batches: Batches::new(subs, ranks),
+                home: BTreeMap::new(),
+                values: FxHashMap::default(),
+                retired: 0,
+            }),
+            wake: Condvar::new(),
+            stop: AtomicBool::new(false),
+            subs,
+            planners_per_node: workers,
+            batch_size: q.batch_size as usize,
+            batch_timeout: Duration::from_micros(q.batch_timeout_us),
+            depth: q.pipeline_depth as u64,
+            ctx,
+        }
+    }
+
+    /// Client requests go round-robin to the planners' queues.
+    fn submit(&self, req: TxnRequest) {
+        let guard = self.admission.read();
+        let queue = guard.as_ref().map(|qs| {
+            let i = self.next_planner.fetch_add(1, Ordering::Relaxed) % qs.len();
+            &qs[i]
+        });
+        admit(queue, self.id, req, self.ctx.history.as_deref());
+    }
+
+    fn rank(&self, planner: usize) -> u32 {
+        self.id.0 * self.planners_per_node + planner as u32
+    }
+
+    fn node_of_rank(&self, rank: u32) -> NodeId {
+        NodeId(rank / self.planners_per_node)
+    }
+
+    fn store(&self) -> &qstore_storage::PartitionStore {
+        self.ctx.store(PartitionId(self.id.0))
+    }
+
+    /// A worker: plans its planner's batches when they are due, executes queues otherwise,
+    /// and sleeps when there is nothing to do.
+    fn work(&self, w: usize) {
+        let mut scratch = TxnScratch::default();
+        let planner = self.planners.get(w);
+        while !self.stop.load(Ordering::Acquire) {
+            if let Some(p) = planner {
+                if self.plan_if_due(w, p) {
+                    continue;
+                }
+            }
+            let claim = self.state.lock().batches.claim(w as u32);
+            match claim {
+                Some(c) => self.execute(c, &mut scratch),
+                None => self.idle(planner),
+            }
+        }
+    }
+
+    fn idle(&self, planner: Option<&Planner>) {
+        let mut state = self.state.lock();
+        if self.stop.load(Ordering::Acquire) {
+            return;
+        }
+        // Sleep until a plan, value or acknowledgement arrives, or this worker's batch is due.
+        let timeout = planner.map_or(self.batch_timeout, |p| {
+            let opened = *p.opened.lock();
+            (opened + self.batch_timeout).saturating_duration_since(Instant::now())
+        });
+        if !timeout.is_zero() {
+            self.wake.wait_for(&mut state, timeout.min(Duration::from_millis(10)));
+        }
+    }
+
+    /// Plans the next batch of planner `w` if it is full or its time is up, and the ring has
+    /// room for it. Returns whether it planned.
+    fn plan_if_due(&self, w: usize, p: &Planner) -> bool {
+        let due = p.queue.len() >= self.batch_size || p.opened.lock().elapsed() >= self.batch_timeout;
+        let batch = p.next_batch.load(Ordering::Acquire);
+        if !due || batch >= self.state.lock().retired + self.depth {
+            return false;
+        }
+        *p.opened.lock() = Instant::now();
+        self.plan(batch, self.rank(w), &p.queue);
+        // Published after the plan is installed here, so `retire` never counts this batch as
+        // done before its slot exists.
+        p.next_batch.store(batch + 1, Ordering::Release);
+        true
+    }
+
+    /// Takes up to a batch of transactions and sends every node its execution queues.
+    fn plan(&self, batch: u64, rank: u32, queue: &Receiver<(NodeId, TxnRequest)>) {
+        let ctx = &*self.ctx;
+        let nodes = ctx.nodes() as usize;
+        let mut plan = BatchPlan::new(nodes);
+        let mut txns = Vec::new();
+        let mut involved = vec![false; nodes];
+        for (_, req) in queue.try_iter().take(self.batch_size) {
+            let program = match ctx.catalog.program(&req.call) {
+                Ok(p) => p,
+                Err(e) => {
+                    reply(&req, TxnOutcome::Rejected(e.to_string()));
+                    continue;
+                }
+            };
+            if program.may_abort() {
+                reply(&req, TxnOutcome::Rejected(ABORTS_UNSUPPORTED.into()));
+                continue;
+            }
+            let seq = txns.len() as u32;
+            for n in plan.place(seq, req.id, &program, &ctx.pmap, self.subs) {
+                involved[n.index()] = true;
+            }
+            let outputs = vec![Value::Null; program.accesses.len()];
+            txns.push(HomeTxn { req, outputs });
+        }
+        let acks_pending = involved.iter().filter(|&&i| i).count() as u32;
+        if !txns.is_empty() {
+            let home = HomeBatch { txns, acks_pending };
+            self.state.lock().home.insert((batch, rank), home);
+        }
+        for d in 0..nodes as u32 {
+            let eqs = plan.take_eqs(NodeId(d));
+            if d != self.id.0 {
+                self.net.send(self.id, NodeId(d), QMsg::Plan { batch, rank, eqs });
+            } else {
+                self.install(batch, rank, eqs);
+            }
+        }
+    }
+
+    fn install(&self, batch: u64, rank: u32, eqs: Vec<Eq>) {
+        let mut state = self.state.lock();
+        state.batches.install(batch, rank, eqs);
+        self.retire(&mut state);
+        drop(state);
+        self.wake.notify_all();
+    }
+
+    /// Runs a claimed queue from its cursor until it ends or stalls.
+    fn execute(&self, mut c: Claim, scratch: &mut TxnScratch) {
+        let mut outputs = Vec::new();
+        while c.cursor < c.eq.frags.len() {
+            let pos = TxnPos {
+                batch: c.batch,
+                rank: c.rank,
+                seq: c.eq.frags[c.cursor].seq,
+            };
+            match self.run_fragment(pos, &c.eq.frags[c.cursor], scratch, &mut outputs) {
+                true => c.cursor += 1,
+                false => {
+                    // Waiting for a value from another queue: set this one aside.
+                    let mut state = self.state.lock();
+                    let (b, r) = (c.batch, c.rank);
+                    state.batches.stall(c);
+                    state.batches.add_outputs(b, r, outputs);
+                    return;
+                }
+            }
+        }
+        let mut state = self.state.lock();
+        let finished = state.batches.finish(c.batch, c.sub, c.rank, outputs);
+        let home = self.node_of_rank(c.rank);
+        if let Some(outputs) = finished.ack {
+            if home == self.id {
+                self.on_ack(&mut state, c.batch, c.rank, outputs);
+            } else {
+                let msg = QMsg::Ack { batch: c.batch, rank: c.rank, outputs };
+                self.net.send(self.id, home, msg);
+            }
+        }
+        self.retire(&mut state);
+        drop(state);
+        self.wake.notify_all();
+    }
+
+    /// Runs one fragment if the values it needs are here. Returns false if it must wait.
+    fn run_fragment(
+        &self,
+        pos: TxnPos,
+        frag: &Frag,
+        s: &mut TxnScratch,
+        outputs: &mut Vec<Output>,
+    ) -> bool {
+        // The outputs this fragment's steps may read, indexed by access.
+        s.begin();
+        let needs_values = !frag.needs.is_empty() || frag.accesses.iter().any(|(_, a)| !a.deps.is_empty());
+        if needs_values {
+            s.outputs.resize(frag.n_accesses as usize, Value::Null);
+            if !frag.needs.is_empty() && !self.gather(pos, frag, &mut s.outputs) {
+                return false;
+            }
+        }
+        let ctx = &*self.ctx;
+        let trace = ctx.history.is_some();
+        for (idx, a) in &frag.accesses {
+            let t = trace.then_some(&mut s.trace);
+            // SAFETY: this queue owns its sub-partition's records until it finishes: every
+            // access to them is in this queue or in queues that run strictly before or after.
+            let result = unsafe { run_access(self.store(), &ctx.catalog.steps, frag.id, a, &s.outputs, None, t) };
+            // Without abort support, storage-level failures (a missing key) leave Null.
+            let value = result.unwrap_or(Value::Null);
+            self.route(pos, frag, *idx, &value);
+            if needs_values {
+                s.outputs[*idx as usize] = value.clone();
+            }
+            outputs.push(Output { seq: pos.seq, idx: *idx, value });
+        }
+        if let Some(h) = &ctx.history {
+            h.add_part(frag.id, &s.trace);
+        }
+        true
+    }
+
+    /// Copies the forwarded values `frag` needs into `into`; false if some are missing.
+    fn gather(&self, pos: TxnPos, frag: &Frag, into: &mut [Value]) -> bool {
+        let state = self.state.lock();
+        let Some(known) = state.values.get(&pos) else {
+            return false;
+        };
+        for &i in &frag.needs {
+            match &known[i as usize] {
+                Some(v) => into[i as usize] = v.clone(),
+                None => return false,
+            }
+        }
+        true
+    }
+
+    /// Sends the output of access `idx` where the plan says it is needed.
+    fn route(&self, pos: TxnPos, frag: &Frag, idx: u16, value: &Value) {
+        for r in frag.routes.iter().filter(|r| r.idx == idx) {
+            if r.local {
+                let mut state = self.state.lock();
+                state.store_value(pos, frag.n_accesses, idx, value.clone());
+                drop(state);
+                self.wake.notify_all();
+            }
+            for &n in &r.nodes {
+                let msg = QMsg::Dep { pos, idx, value: value.clone() };
+                self.net.send(self.id, n, msg);
+            }
+        }
+    }
+
+    /// A node ran every queue planner `rank` gave it in `batch`: record the outputs, and
+    /// answer the planner's transactions once every node has.
+    fn on_ack(&self, state: &mut NodeState, batch: u64, rank: u32, outputs: Vec<Output>) {
+        let Some(hb) = state.home.get_mut(&(batch, rank)) else {
+            tracing::error!("node {}: acknowledgement for unknown batch {batch} rank {rank}", self.id);
+            return;
+        };
+        for o in outputs {
+            if let Some(t) = hb.txns.get_mut(o.seq as usize) {
+                if let Some(slot) = t.outputs.get_mut(o.idx as usize) {
+                    *slot = o.value;
+                }
+            }
+        }
+        hb.acks_pending -= 1;
+        if hb.acks_pending == 0 {
+            let hb = state.home.remove(&(batch, rank)).expect("present");
+            self.commit(batch, rank, hb);
+        }
+    }
+
+    /// Answers a planner's batch, in planning order. No node can refuse a transaction (no
+    /// concurrency-control aborts), so there is no two-phase commit.
+    fn commit(&self, batch: u64, rank: u32, hb: HomeBatch) {
+        for (seq, t) in hb.txns.into_iter().enumerate() {
+            if let Some(h) = &self.ctx.history {
+                let order = TxnPos { batch, rank, seq: seq as u32 }.order_key();
+                h.commit(self.id, t.req.id, &t.req.call, &Default::default(), order);
+            }
+            reply(&t.req, TxnOutcome::Committed(t.outputs));
+        }
+    }
+
+    /// Advances the ring past batches that have run and been answered here.
+    fn retire(&self, state: &mut NodeState) {
+        // With nothing in flight, every batch this node's planners have planned is done; later
+        // ones cannot be (they need these planners' plans).
+        let planned = self.planners.iter().map(|p| p.next_batch.load(Ordering::Acquire)).min();
+        let upto = state.retired.max(planned.unwrap_or(0));
+        let executing = state.batches.retire_done(upto);
+        let answering = state.home.keys().next().map_or(upto, |&(b, _)| b);
+        let retired = executing.min(answering);
+        if retired > state.retired {
+            state.retired = retired;
+            state.values.retain(|pos, _| pos.batch >= retired);
+        }
+    }
+
+    /// The network thread: installs plans, values and acknowledgements as they arrive.
+    fn serve_network(&self, inbox: Receiver<Envelope<QMsg>>) {
+        while !self.stop.load(Ordering::Acquire) {
+            let env = match inbox.recv_timeout(Duration::from_millis(20)) {
+                Ok(env) => env,
+                Err(RecvTimeoutError::Timeout) => continue,
+                Err(RecvTimeoutError::Disconnected) => return,
+            };
+            match env.msg {
+                QMsg::Plan { batch, rank, eqs } => self.install(batch, rank, eqs),
+                QMsg::Ack { batch, rank, outputs } => {
+                    let mut state = self.state.lock();
+                    self.on_ack(&mut state, batch, rank, outputs);
+                    self.retire(&mut state);
+                    drop(state);
+                    self.wake.notify_all();
+                }
+                QMsg::Dep { pos, idx, value } => {
+                    self.state.lock().store_value(pos, u16::MAX, idx, value);
+                    self.wake.notify_all();
+                }
+            }
+        }
+    }
+
+    /// Answers requests still queued at shutdown.
+    fn reject_leftovers(&self) {
+        for p in &self.planners {
+            for (_, req) in p.queue.try_iter() {
+                reply(&req, TxnOutcome::Rejected("cluster is shutting down".into()));
+            }
+        }
+        let mut state = self.state.lock();
+        for (_, hb) in std::mem::take(&mut state.home) {
+            for t in hb.txns {
+                reply(&t.req, TxnOutcome::Rejected("cluster is shutting down".into()));
+            }
+        }
+    }
+}
+
+impl NodeState {
+    /// Keeps a forwarded value; `n` sizes the table when known (u16::MAX: grow as needed).
+    fn store_value(&mut self, pos: TxnPos, n: u16, idx: u16, value: Value) {
+        let table = self.values.entry(pos).or_default();
+        let want = if n == u16::MAX { idx as usize + 1 } else { n as usize };
+        if table.len() < want.max(idx as usize + 1) {
+            table.resize(want.max(idx as usize + 1), None);
+        }
+        table[idx as usize] = Some(value);
+    }
+}
