@@ -86,10 +86,24 @@ impl Default for ProtocolConfig {
     }
 }
 
+/// How Q-Store executes transactions that may abort (logic-induced aborts).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum QStoreMode {
+    /// Fragments wait before touching a record written by a transaction that may still
+    /// abort: no cascading aborts.
+    Conservative,
+    /// Fragments read uncommitted writes and aborts cascade to their readers.
+    Speculative,
+}
+
 /// Knobs of the Q-Store protocol.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct QStoreConfig {
+    /// Execution paradigm for transactions that may abort. Programs that cannot abort run
+    /// the same way in both.
+    pub mode: QStoreMode,
     /// Transactions a planner puts in one batch (count-based demarcation).
     pub batch_size: u32,
     /// A planner closes its batch after this many microseconds even if it is not full
@@ -104,6 +118,7 @@ pub struct QStoreConfig {
 impl Default for QStoreConfig {
     fn default() -> Self {
         QStoreConfig {
+            mode: QStoreMode::Conservative,
             batch_size: 512,
             batch_timeout_us: 1_000,
             eqs_per_planner: 0,

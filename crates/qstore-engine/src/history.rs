@@ -112,7 +112,14 @@ impl HistoryRecorder {
 
     /// Records a commit at position `order` of the protocol's serialization order (which
     /// orders the versions each record installs).
-    pub fn commit(&self, node: NodeId, id: TxnId, call: &Arc<ProcCall>, trace: &TxnTrace, order: u128) {
+    pub fn commit(
+        &self,
+        node: NodeId,
+        id: TxnId,
+        call: &Arc<ProcCall>,
+        trace: &TxnTrace,
+        order: u128,
+    ) {
         let trace = self.merged(id, trace);
         let writes = trace.write_counts();
         for &(k, _) in &writes {

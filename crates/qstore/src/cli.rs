@@ -2,7 +2,7 @@
 
 use clap::{Args, Parser, Subcommand};
 use qstore_bench::{Progress, RunOptions};
-use qstore_core::config::Partitioning;
+use qstore_core::config::{Partitioning, QStoreMode};
 use qstore_core::{QError, RunConfig};
 use std::io::{IsTerminal, Write};
 use std::path::PathBuf;
@@ -79,7 +79,7 @@ struct RunArgs {
     config: Option<PathBuf>,
 
     // --- system under test ---
-    /// Concurrency-control protocol: serial.
+    /// Concurrency-control protocol: serial or qstore (see `qstore protocols`).
     #[arg(long, help_heading = "Cluster")]
     protocol: Option<String>,
     /// Nodes in the cluster; each hosts one partition.
@@ -97,6 +97,21 @@ struct RunArgs {
     /// Capacity of each node's client admission queue.
     #[arg(long, help_heading = "Cluster")]
     admission_queue: Option<u32>,
+    /// Q-Store: execution paradigm for transactions that may abort: conservative or speculative.
+    #[arg(long, value_parser = parse_qstore_mode, help_heading = "Q-Store")]
+    qstore_mode: Option<QStoreMode>,
+    /// Q-Store: transactions per planner batch.
+    #[arg(long, help_heading = "Q-Store")]
+    batch_size: Option<u32>,
+    /// Q-Store: close a batch after this many microseconds even if not full.
+    #[arg(long, help_heading = "Q-Store")]
+    batch_timeout_us: Option<u64>,
+    /// Q-Store: execution queues per planner and node (0 = one per worker).
+    #[arg(long, help_heading = "Q-Store")]
+    eqs_per_planner: Option<u32>,
+    /// Q-Store: batches a node keeps in flight.
+    #[arg(long, help_heading = "Q-Store")]
+    pipeline_depth: Option<u32>,
     /// Injected one-way network delay per message, in microseconds.
     #[arg(long, help_heading = "Cluster")]
     delay_us: Option<u64>,
@@ -220,6 +235,16 @@ struct RunArgs {
     quiet: bool,
 }
 
+fn parse_qstore_mode(s: &str) -> Result<QStoreMode, String> {
+    match s {
+        "conservative" => Ok(QStoreMode::Conservative),
+        "speculative" => Ok(QStoreMode::Speculative),
+        _ => Err(format!(
+            "{s:?} is not a Q-Store mode; use conservative or speculative"
+        )),
+    }
+}
+
 fn parse_partitioning(s: &str) -> Result<Partitioning, String> {
     match s {
         "range" => Ok(Partitioning::Range),
@@ -249,6 +274,12 @@ impl RunArgs {
         set(&mut c.cluster.workers, self.workers);
         set(&mut c.cluster.partitioning, self.partitioning);
         c.cluster.pin_threads |= self.pin_threads;
+        let q = &mut c.protocol.qstore;
+        set(&mut q.mode, self.qstore_mode);
+        set(&mut q.batch_size, self.batch_size);
+        set(&mut q.batch_timeout_us, self.batch_timeout_us);
+        set(&mut q.eqs_per_planner, self.eqs_per_planner);
+        set(&mut q.pipeline_depth, self.pipeline_depth);
         set(&mut c.net.delay_us, self.delay_us);
         set(&mut c.net.jitter_us, self.jitter_us);
         set(&mut c.workload.name, self.workload.clone());

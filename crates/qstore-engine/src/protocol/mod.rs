@@ -14,6 +14,9 @@ use std::sync::Arc;
 /// Where the answer to a request goes.
 pub type ReplyTo = Sender<TxnResponse>;
 
+/// A node's bounded admission queue: requests with the node they were submitted at.
+pub(crate) type AdmissionQueue = Sender<(NodeId, TxnRequest)>;
+
 /// A transaction attempt submitted by a client at its home node.
 pub struct TxnRequest {
     pub id: TxnId,
@@ -101,7 +104,7 @@ pub(crate) fn reply(req: &TxnRequest, outcome: TxnOutcome) {
 /// a concurrency-control abort of cause `Overload` (the client backs off and retries), and a
 /// closed one (`None`, or no receiver) answers `Rejected`.
 pub(crate) fn admit(
-    queue: Option<&Sender<(NodeId, TxnRequest)>>,
+    queue: Option<&AdmissionQueue>,
     home: NodeId,
     req: TxnRequest,
     history: Option<&HistoryRecorder>,

@@ -19,6 +19,9 @@ struct SubQueue {
     /// Fragments of `eqs[next_rank]` already executed (a queue can stall part-way).
     cursor: usize,
     running: bool,
+    /// The event count when the queue last stalled: retrying before anything has happened
+    /// since would only stall again.
+    stalled_at: Option<u64>,
 }
 
 /// One batch at this node.
@@ -51,6 +54,8 @@ pub struct Batches {
     subs: u32,
     ranks: u32,
     slots: BTreeMap<u64, BatchSlot>,
+    /// Counts events that may unblock a stalled queue (values, verdicts, finished queues).
+    events: u64,
 }
 
 impl Batches {
@@ -59,6 +64,7 @@ impl Batches {
             subs,
             ranks,
             slots: BTreeMap::new(),
+            events: 0,
         }
     }
 
@@ -71,6 +77,7 @@ impl Batches {
                     next_rank: 0,
                     cursor: 0,
                     running: false,
+                    stalled_at: None,
                 })
                 .collect(),
             arrived: vec![false; ranks],
@@ -121,7 +128,7 @@ impl Batches {
                     continue;
                 }
                 blocked[e] = true;
-                if q.running {
+                if q.running || q.stalled_at == Some(self.events) {
                     continue;
                 }
                 if let Some(eq) = q.eqs[q.next_rank as usize].take() {
@@ -139,12 +146,24 @@ impl Batches {
         None
     }
 
-    /// Returns a queue that stalled at fragment `cursor` (it resumes there later).
-    pub fn stall(&mut self, c: Claim) {
+    /// Returns a queue that stalled at fragment `cursor` (it resumes there later) because of
+    /// what it saw when the event count was `seen`: it is retried after the next event.
+    pub fn stall(&mut self, c: Claim, seen: u64) {
         let q = &mut self.slot(c.batch).subs[c.sub as usize];
+        q.stalled_at = Some(seen);
         q.cursor = c.cursor;
         q.running = false;
         q.eqs[c.rank as usize] = Some(c.eq);
+    }
+
+    /// Notes an event that may let stalled or waiting queues continue.
+    pub fn event(&mut self) {
+        self.events += 1;
+    }
+
+    /// The event count (an idle executor sleeps only if it has not moved since it looked).
+    pub fn events(&self) -> u64 {
+        self.events
     }
 
     /// Keeps outputs of fragments that ran before a queue stalled, for the acknowledgement.
@@ -154,6 +173,7 @@ impl Batches {
 
     /// Records that a claimed queue ran to its end, with the outputs it produced.
     pub fn finish(&mut self, batch: u64, sub: u32, rank: u32, outputs: Vec<Output>) -> Finished {
+        self.events += 1;
         let slot = self.slot(batch);
         let q = &mut slot.subs[sub as usize];
         q.running = false;
@@ -184,6 +204,36 @@ impl Batches {
         upto
     }
 
+    /// A one-line summary of the oldest batch in flight, for diagnosing a stuck node.
+    pub fn describe_oldest(&self) -> String {
+        let Some((b, slot)) = self.slots.first_key_value() else {
+            return "no batch in flight".into();
+        };
+        let arrived = slot.arrived.iter().filter(|&&a| a).count();
+        let subs: Vec<String> = slot
+            .subs
+            .iter()
+            .map(|q| {
+                let waiting = q.eqs.iter().filter(|e| e.is_some()).count();
+                format!(
+                    "r{}c{}{}{}w{}",
+                    q.next_rank,
+                    q.cursor,
+                    if q.running { "R" } else { "" },
+                    if q.stalled_at.is_some() { "S" } else { "" },
+                    waiting
+                )
+            })
+            .collect();
+        format!(
+            "batch {b}: {arrived}/{} plans, unfinished {:?}, subs [{}], {} batches in flight",
+            slot.arrived.len(),
+            slot.unfinished,
+            subs.join(" "),
+            self.slots.len()
+        )
+    }
+
     /// Whether any batch is in flight here.
     #[cfg(test)]
     pub fn is_empty(&self) -> bool {
@@ -206,6 +256,7 @@ mod tests {
                     needs: vec![],
                     routes: vec![],
                     n_accesses: 0,
+                    fate: None,
                 })
                 .collect(),
         }
@@ -238,8 +289,11 @@ mod tests {
         let c = b.claim(0).unwrap();
         assert_eq!(c.batch, 0);
         assert!(b.claim(0).is_none());
-        // A stalled queue comes back with its cursor.
-        b.stall(Claim { cursor: 1, ..c });
+        // A stalled queue comes back with its cursor, once something has happened.
+        let seen = b.events();
+        b.stall(Claim { cursor: 1, ..c }, seen);
+        assert!(b.claim(0).is_none());
+        b.event();
         let c = b.claim(0).unwrap();
         assert_eq!((c.batch, c.cursor), (0, 1));
         b.finish(0, 0, 0, vec![]);

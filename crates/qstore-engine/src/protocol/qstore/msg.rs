@@ -38,6 +38,17 @@ pub struct Frag {
     pub routes: Vec<Route>,
     /// Accesses in the whole program (sizes the value table of dependent fragments).
     pub n_accesses: u16,
+    /// Set when the transaction may abort: how its fate is decided.
+    pub fate: Option<FateInfo>,
+}
+
+/// How the fate of a transaction that may abort is decided: each of its `abortables`
+/// accesses, where it runs, sends its verdict to every node in `notify` (the nodes it touches
+/// and its home). Every node so reaches the same decision on its own.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct FateInfo {
+    pub abortables: u16,
+    pub notify: Vec<NodeId>,
 }
 
 #[derive(Clone, Debug, Serialize, Deserialize)]
@@ -70,7 +81,18 @@ pub enum QMsg {
     Plan { batch: u64, rank: u32, eqs: Vec<Eq> },
     /// Every fragment planner `rank` sent the sender in `batch` has run; here are their
     /// outputs.
-    Ack { batch: u64, rank: u32, outputs: Vec<Output> },
+    Ack {
+        batch: u64,
+        rank: u32,
+        outputs: Vec<Output>,
+    },
     /// A value an access produced, needed by a fragment at the receiver.
     Dep { pos: TxnPos, idx: u16, value: Value },
+    /// The verdict of one access that may abort: `None` if it passed, else why it aborted.
+    /// `abortables` is the number of verdicts the transaction's fate needs.
+    Vote {
+        pos: TxnPos,
+        abortables: u16,
+        abort: Option<String>,
+    },
 }

@@ -2,16 +2,17 @@
 //! the batches its planners made.
 
 use super::batch::{Batches, Claim};
-use super::msg::{Eq, Frag, Output, QMsg, TxnPos};
+use super::msg::{Eq, FateInfo, Frag, Output, QMsg, TxnPos};
 use super::plan::BatchPlan;
 use crate::cluster::EngineCtx;
-use crate::exec::{run_access, TxnScratch};
-use crate::protocol::{admit, reply, Engine, TxnRequest};
+use crate::exec::{run_access, TxnScratch, UndoLog};
+use crate::protocol::{admit, reply, AdmissionQueue, Engine, TxnRequest};
 use crate::runtime::spawn_worker;
-use crossbeam_channel::{bounded, Receiver, RecvTimeoutError, Sender};
+use crossbeam_channel::{bounded, Receiver, RecvTimeoutError};
 use parking_lot::{Condvar, Mutex, RwLock};
+use qstore_core::config::QStoreMode;
 use qstore_core::txn::{TxnOutcome, Value};
-use qstore_core::{ConfigError, NodeId, PartitionId};
+use qstore_core::{ConfigError, NodeId, PartitionId, TableId};
 use qstore_net::{Envelope, InProcNetwork, NetCounters, Transport};
 use rustc_hash::FxHashMap;
 use std::collections::BTreeMap;
@@ -20,9 +21,12 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-/// The reason given for programs Q-Store cannot run yet.
-const ABORTS_UNSUPPORTED: &str = "qstore does not support transactions that can abort \
-    (logic-induced aborts) yet; use --protocol serial for this workload";
+/// The reason given for programs the speculative mode cannot run yet.
+const SPECULATIVE_ABORTS_UNSUPPORTED: &str = "qstore's speculative mode does not handle \
+    transactions that can abort (cascading aborts) yet; use --qstore-mode conservative";
+
+/// Longest sleep of an idle worker between checks (notifications usually come first).
+const IDLE_WAIT: Duration = Duration::from_millis(5);
 
 pub fn start(ctx: Arc<EngineCtx>) -> Result<Box<dyn Engine>, ConfigError> {
     let nodes = ctx.nodes() as usize;
@@ -35,15 +39,21 @@ pub fn start(ctx: Arc<EngineCtx>) -> Result<Box<dyn Engine>, ConfigError> {
     let pin = ctx.cfg.cluster.pin_threads;
     for (node, inbox) in qnodes.iter().zip(inboxes) {
         let n = node.clone();
-        threads.push(spawn_worker(format!("q{}-net", node.id.0), false, 0, move || {
-            n.serve_network(inbox)
-        }));
+        threads.push(spawn_worker(
+            format!("q{}-net", node.id.0),
+            false,
+            0,
+            move || n.serve_network(inbox),
+        ));
         for w in 0..ctx.cfg.cluster.workers as usize {
             let n = node.clone();
             let core = node.id.index() * ctx.cfg.cluster.workers as usize + w;
-            threads.push(spawn_worker(format!("q{}-w{w}", node.id.0), pin, core, move || {
-                n.work(w)
-            }));
+            threads.push(spawn_worker(
+                format!("q{}-w{w}", node.id.0),
+                pin,
+                core,
+                move || n.work(w),
+            ));
         }
     }
     Ok(Box::new(QStore {
@@ -99,6 +109,30 @@ struct Planner {
 struct HomeTxn {
     req: TxnRequest,
     outputs: Vec<Value>,
+    may_abort: bool,
+}
+
+/// What a node knows of the fate of a transaction that may abort.
+#[derive(Default)]
+struct TxnFate {
+    needed: u16,
+    passed: u16,
+    aborted: Option<String>,
+    decided: bool,
+    /// Before-images of its writes here, until decided.
+    undo: Vec<UndoLog>,
+    /// Records it wrote here (marked dirty until decided).
+    written: Vec<(TableId, u64)>,
+}
+
+/// Whether a fragment can run now.
+enum Ready {
+    Run,
+    /// Its transaction is already known to abort: skip it.
+    Skip,
+    /// It needs a value not here yet, or a record an undecided transaction wrote; the event
+    /// count when that was seen.
+    Wait(u64),
 }
 
 /// A batch one of this node's planners made, until every queue it filled has run.
@@ -115,6 +149,9 @@ struct NodeState {
     values: FxHashMap<TxnPos, Vec<Option<Value>>>,
     /// Every batch below this one has run here and been answered: the ring's low end.
     retired: u64,
+    /// Fates of transactions that may abort, and the records their undecided writes hold.
+    fates: FxHashMap<TxnPos, TxnFate>,
+    dirty: FxHashMap<(TableId, u64), TxnPos>,
 }
 
 struct QNode {
@@ -122,7 +159,7 @@ struct QNode {
     ctx: Arc<EngineCtx>,
     net: Arc<InProcNetwork<QMsg>>,
     planners: Vec<Planner>,
-    admission: RwLock<Option<Vec<Sender<(NodeId, TxnRequest)>>>>,
+    admission: RwLock<Option<Vec<AdmissionQueue>>>,
     next_planner: AtomicUsize,
     state: Mutex<NodeState>,
     wake: Condvar,
@@ -133,13 +170,18 @@ struct QNode {
     batch_size: usize,
     batch_timeout: Duration,
     depth: u64,
+    mode: QStoreMode,
 }
 
 impl QNode {
     fn new(id: NodeId, ctx: Arc<EngineCtx>, net: Arc<InProcNetwork<QMsg>>) -> Self {
         let q = &ctx.cfg.protocol.qstore;
         let workers = ctx.cfg.cluster.workers;
-        let subs = if q.eqs_per_planner == 0 { workers } else { q.eqs_per_planner };
+        let subs = if q.eqs_per_planner == 0 {
+            workers
+        } else {
+            q.eqs_per_planner
+        };
         let per_planner_queue = (ctx.cfg.protocol.admission_queue / workers).max(1) as usize;
         let (senders, planners): (Vec<_>, Vec<_>) = (0..workers)
             .map(|_| {
@@ -164,6 +206,8 @@ impl QNode {
                 home: BTreeMap::new(),
                 values: FxHashMap::default(),
                 retired: 0,
+                fates: FxHashMap::default(),
+                dirty: FxHashMap::default(),
             }),
             wake: Condvar::new(),
             stop: AtomicBool::new(false),
@@ -172,6 +216,7 @@ impl QNode {
             batch_size: q.batch_size as usize,
             batch_timeout: Duration::from_micros(q.batch_timeout_us),
             depth: q.pipeline_depth as u64,
+            mode: q.mode,
             ctx,
         }
     }
@@ -209,33 +254,42 @@ impl QNode {
                     continue;
                 }
             }
-            let claim = self.state.lock().batches.claim(w as u32);
+            let (claim, seen) = {
+                let mut state = self.state.lock();
+                (state.batches.claim(w as u32), state.batches.events())
+            };
             match claim {
                 Some(c) => self.execute(c, &mut scratch),
-                None => self.idle(planner),
+                None => self.idle(planner, seen),
             }
         }
     }
 
-    fn idle(&self, planner: Option<&Planner>) {
+    /// Sleeps unless something happened since the worker last looked (event count `seen`).
+    fn idle(&self, planner: Option<&Planner>, seen: u64) {
         let mut state = self.state.lock();
-        if self.stop.load(Ordering::Acquire) {
+        if self.stop.load(Ordering::Acquire) || state.batches.events() != seen {
             return;
         }
-        // Sleep until a plan, value or acknowledgement arrives, or this worker's batch is due.
-        let timeout = planner.map_or(self.batch_timeout, |p| {
+        // Sleep until a plan, value, verdict or acknowledgement arrives, or this worker's
+        // batch is due. A due batch that the ring holds back waits for a notification too.
+        let until_due = planner.map_or(self.batch_timeout, |p| {
             let opened = *p.opened.lock();
             (opened + self.batch_timeout).saturating_duration_since(Instant::now())
         });
-        if !timeout.is_zero() {
-            self.wake.wait_for(&mut state, timeout.min(Duration::from_millis(10)));
-        }
+        let wait = if until_due.is_zero() {
+            IDLE_WAIT
+        } else {
+            until_due.min(IDLE_WAIT)
+        };
+        self.wake.wait_for(&mut state, wait);
     }
 
     /// Plans the next batch of planner `w` if it is full or its time is up, and the ring has
     /// room for it. Returns whether it planned.
     fn plan_if_due(&self, w: usize, p: &Planner) -> bool {
-        let due = p.queue.len() >= self.batch_size || p.opened.lock().elapsed() >= self.batch_timeout;
+        let due =
+            p.queue.len() >= self.batch_size || p.opened.lock().elapsed() >= self.batch_timeout;
         let batch = p.next_batch.load(Ordering::Acquire);
         if !due || batch >= self.state.lock().retired + self.depth {
             return false;
@@ -263,16 +317,24 @@ impl QNode {
                     continue;
                 }
             };
-            if program.may_abort() {
-                reply(&req, TxnOutcome::Rejected(ABORTS_UNSUPPORTED.into()));
+            let may_abort = program.may_abort();
+            if may_abort && self.mode == QStoreMode::Speculative {
+                reply(
+                    &req,
+                    TxnOutcome::Rejected(SPECULATIVE_ABORTS_UNSUPPORTED.into()),
+                );
                 continue;
             }
             let seq = txns.len() as u32;
-            for n in plan.place(seq, req.id, &program, &ctx.pmap, self.subs) {
+            for n in plan.place(seq, req.id, self.id, &program, &ctx.pmap, self.subs) {
                 involved[n.index()] = true;
             }
             let outputs = vec![Value::Null; program.accesses.len()];
-            txns.push(HomeTxn { req, outputs });
+            txns.push(HomeTxn {
+                req,
+                outputs,
+                may_abort,
+            });
         }
         let acks_pending = involved.iter().filter(|&&i| i).count() as u32;
         if !txns.is_empty() {
@@ -282,7 +344,8 @@ impl QNode {
         for d in 0..nodes as u32 {
             let eqs = plan.take_eqs(NodeId(d));
             if d != self.id.0 {
-                self.net.send(self.id, NodeId(d), QMsg::Plan { batch, rank, eqs });
+                self.net
+                    .send(self.id, NodeId(d), QMsg::Plan { batch, rank, eqs });
             } else {
                 self.install(batch, rank, eqs);
             }
@@ -292,6 +355,7 @@ impl QNode {
     fn install(&self, batch: u64, rank: u32, eqs: Vec<Eq>) {
         let mut state = self.state.lock();
         state.batches.install(batch, rank, eqs);
+        state.batches.event();
         self.retire(&mut state);
         drop(state);
         self.wake.notify_all();
@@ -306,17 +370,16 @@ impl QNode {
                 rank: c.rank,
                 seq: c.eq.frags[c.cursor].seq,
             };
-            match self.run_fragment(pos, &c.eq.frags[c.cursor], scratch, &mut outputs) {
-                true => c.cursor += 1,
-                false => {
-                    // Waiting for a value from another queue: set this one aside.
-                    let mut state = self.state.lock();
-                    let (b, r) = (c.batch, c.rank);
-                    state.batches.stall(c);
-                    state.batches.add_outputs(b, r, outputs);
-                    return;
-                }
+            if let Some(seen) = self.run_fragment(pos, &c.eq.frags[c.cursor], scratch, &mut outputs)
+            {
+                // Waiting for a value or a verdict: set the queue aside until something happens.
+                let mut state = self.state.lock();
+                let (b, r) = (c.batch, c.rank);
+                state.batches.stall(c, seen);
+                state.batches.add_outputs(b, r, outputs);
+                return;
             }
+            c.cursor += 1;
         }
         let mut state = self.state.lock();
         let finished = state.batches.finish(c.batch, c.sub, c.rank, outputs);
@@ -325,7 +388,11 @@ impl QNode {
             if home == self.id {
                 self.on_ack(&mut state, c.batch, c.rank, outputs);
             } else {
-                let msg = QMsg::Ack { batch: c.batch, rank: c.rank, outputs };
+                let msg = QMsg::Ack {
+                    batch: c.batch,
+                    rank: c.rank,
+                    outputs,
+                };
                 self.net.send(self.id, home, msg);
             }
         }
@@ -334,57 +401,195 @@ impl QNode {
         self.wake.notify_all();
     }
 
-    /// Runs one fragment if the values it needs are here. Returns false if it must wait.
+    /// Runs one fragment if it can run now. Returns `Some(event count seen)` if it must wait.
     fn run_fragment(
         &self,
         pos: TxnPos,
         frag: &Frag,
         s: &mut TxnScratch,
         outputs: &mut Vec<Output>,
-    ) -> bool {
-        // The outputs this fragment's steps may read, indexed by access.
+    ) -> Option<u64> {
         s.begin();
-        let needs_values = !frag.needs.is_empty() || frag.accesses.iter().any(|(_, a)| !a.deps.is_empty());
+        // The outputs this fragment's steps may read, indexed by access.
+        let needs_values =
+            !frag.needs.is_empty() || frag.accesses.iter().any(|(_, a)| !a.deps.is_empty());
         if needs_values {
             s.outputs.resize(frag.n_accesses as usize, Value::Null);
-            if !frag.needs.is_empty() && !self.gather(pos, frag, &mut s.outputs) {
-                return false;
-            }
+        }
+        match self.ready(pos, frag, &mut s.outputs) {
+            Ready::Wait(seen) => return Some(seen),
+            Ready::Skip => return None,
+            Ready::Run => {}
         }
         let ctx = &*self.ctx;
         let trace = ctx.history.is_some();
+        let mut votes: Vec<Option<String>> = Vec::new();
         for (idx, a) in &frag.accesses {
             let t = trace.then_some(&mut s.trace);
+            let undo = frag.fate.is_some().then_some(&mut s.undo);
             // SAFETY: this queue owns its sub-partition's records until it finishes: every
-            // access to them is in this queue or in queues that run strictly before or after.
-            let result = unsafe { run_access(self.store(), &ctx.catalog.steps, frag.id, a, &s.outputs, None, t) };
-            // Without abort support, storage-level failures (a missing key) leave Null.
-            let value = result.unwrap_or(Value::Null);
+            // access to them is in this queue or in queues that run strictly before or after,
+            // and records written by undecided transactions are not touched (see `ready`).
+            let result = unsafe {
+                run_access(
+                    self.store(),
+                    &ctx.catalog.steps,
+                    frag.id,
+                    a,
+                    &s.outputs,
+                    undo,
+                    t,
+                )
+            };
+            if a.may_abort {
+                votes.push(result.as_ref().err().map(|e| e.0.to_string()));
+            }
+            let Ok(value) = result else {
+                if a.may_abort {
+                    break; // the transaction is doomed; its vote says so
+                }
+                // A storage-level failure (missing key) of an access that was not declared
+                // abortable cannot abort the transaction: its output stays Null.
+                continue;
+            };
             self.route(pos, frag, *idx, &value);
             if needs_values {
                 s.outputs[*idx as usize] = value.clone();
             }
-            outputs.push(Output { seq: pos.seq, idx: *idx, value });
+            outputs.push(Output {
+                seq: pos.seq,
+                idx: *idx,
+                value,
+            });
         }
         if let Some(h) = &ctx.history {
             h.add_part(frag.id, &s.trace);
         }
-        true
-    }
-
-    /// Copies the forwarded values `frag` needs into `into`; false if some are missing.
-    fn gather(&self, pos: TxnPos, frag: &Frag, into: &mut [Value]) -> bool {
-        let state = self.state.lock();
-        let Some(known) = state.values.get(&pos) else {
-            return false;
-        };
-        for &i in &frag.needs {
-            match &known[i as usize] {
-                Some(v) => into[i as usize] = v.clone(),
-                None => return false,
+        if let Some(fate) = &frag.fate {
+            self.hold_writes(pos, frag, std::mem::take(&mut s.undo));
+            for abort in votes {
+                self.vote(pos, fate, abort);
             }
         }
-        true
+        None
+    }
+
+    /// Decides under the node lock whether `frag` can run: its transaction not known to
+    /// abort, every value it needs here (copied into `values`), and none of its records held
+    /// by an undecided transaction (conservative execution).
+    fn ready(&self, pos: TxnPos, frag: &Frag, values: &mut [Value]) -> Ready {
+        let state = self.state.lock();
+        if frag.fate.is_some() && state.fates.get(&pos).is_some_and(|f| f.aborted.is_some()) {
+            return Ready::Skip;
+        }
+        let held = frag.accesses.iter().any(|(_, a)| {
+            state
+                .dirty
+                .get(&(a.table, a.key))
+                .is_some_and(|&w| w != pos)
+        });
+        let wait = Ready::Wait(state.batches.events());
+        if held {
+            return wait;
+        }
+        if frag.needs.is_empty() {
+            return Ready::Run;
+        }
+        let Some(known) = state.values.get(&pos) else {
+            return wait;
+        };
+        for &i in &frag.needs {
+            match known.get(i as usize) {
+                Some(Some(v)) => values[i as usize] = v.clone(),
+                _ => return wait,
+            }
+        }
+        Ready::Run
+    }
+
+    /// Keeps the before-images of a fragment of a transaction that may abort, and holds its
+    /// written records until the transaction is decided (rolling back at once if it already
+    /// was decided to abort while the fragment ran).
+    fn hold_writes(&self, pos: TxnPos, frag: &Frag, mut undo: UndoLog) {
+        let mut state = self.state.lock();
+        let needed = frag.fate.as_ref().map_or(0, |f| f.abortables);
+        let fate = state
+            .fates
+            .entry(pos)
+            .or_insert_with(|| TxnFate::new(needed));
+        if fate.aborted.is_some() {
+            // SAFETY: the records are in this executor's queue, which is still running.
+            unsafe { undo.rollback(|_| self.store()) };
+            return;
+        }
+        if fate.decided {
+            return;
+        }
+        let written: Vec<(TableId, u64)> = frag
+            .accesses
+            .iter()
+            .filter(|(_, a)| a.kind.is_write())
+            .map(|(_, a)| (a.table, a.key))
+            .collect();
+        fate.undo.push(undo);
+        fate.written.extend_from_slice(&written);
+        for k in written {
+            state.dirty.insert(k, pos);
+        }
+    }
+
+    /// Sends an abortable access's verdict to every node that must know the fate.
+    fn vote(&self, pos: TxnPos, fate: &FateInfo, abort: Option<String>) {
+        for &n in &fate.notify {
+            if n == self.id {
+                self.on_vote(pos, fate.abortables, abort.clone());
+            } else {
+                let msg = QMsg::Vote {
+                    pos,
+                    abortables: fate.abortables,
+                    abort: abort.clone(),
+                };
+                self.net.send(self.id, n, msg);
+            }
+        }
+    }
+
+    /// Counts a verdict; the first abort, or the last pass, decides the transaction here:
+    /// an abort rolls back its writes on this node, and either way its records are released.
+    fn on_vote(&self, pos: TxnPos, needed: u16, abort: Option<String>) {
+        let mut state = self.state.lock();
+        let fate = state
+            .fates
+            .entry(pos)
+            .or_insert_with(|| TxnFate::new(needed));
+        if fate.decided {
+            return;
+        }
+        match abort {
+            Some(why) => fate.aborted = Some(why),
+            None => fate.passed += 1,
+        }
+        if fate.aborted.is_none() && fate.passed < fate.needed {
+            return;
+        }
+        fate.decided = true;
+        let undo = std::mem::take(&mut fate.undo);
+        let written = std::mem::take(&mut fate.written);
+        if fate.aborted.is_some() {
+            for mut u in undo.into_iter().rev() {
+                // SAFETY: the records are held (dirty) by this transaction: nothing else has
+                // touched them since it wrote them, and nothing will until they are released.
+                unsafe { u.rollback(|_| self.store()) };
+            }
+        }
+        for k in written {
+            if state.dirty.get(&k) == Some(&pos) {
+                state.dirty.remove(&k);
+            }
+        }
+        state.batches.event();
+        drop(state);
+        self.wake.notify_all();
     }
 
     /// Sends the output of access `idx` where the plan says it is needed.
@@ -397,7 +602,11 @@ impl QNode {
                 self.wake.notify_all();
             }
             for &n in &r.nodes {
-                let msg = QMsg::Dep { pos, idx, value: value.clone() };
+                let msg = QMsg::Dep {
+                    pos,
+                    idx,
+                    value: value.clone(),
+                };
                 self.net.send(self.id, n, msg);
             }
         }
@@ -407,7 +616,10 @@ impl QNode {
     /// answer the planner's transactions once every node has.
     fn on_ack(&self, state: &mut NodeState, batch: u64, rank: u32, outputs: Vec<Output>) {
         let Some(hb) = state.home.get_mut(&(batch, rank)) else {
-            tracing::error!("node {}: acknowledgement for unknown batch {batch} rank {rank}", self.id);
+            tracing::error!(
+                "node {}: acknowledgement for unknown batch {batch} rank {rank}",
+                self.id
+            );
             return;
         };
         for o in outputs {
@@ -420,19 +632,45 @@ impl QNode {
         hb.acks_pending -= 1;
         if hb.acks_pending == 0 {
             let hb = state.home.remove(&(batch, rank)).expect("present");
-            self.commit(batch, rank, hb);
+            self.commit(state, batch, rank, hb);
         }
     }
 
     /// Answers a planner's batch, in planning order. No node can refuse a transaction (no
     /// concurrency-control aborts), so there is no two-phase commit.
-    fn commit(&self, batch: u64, rank: u32, hb: HomeBatch) {
+    fn commit(&self, state: &NodeState, batch: u64, rank: u32, hb: HomeBatch) {
         for (seq, t) in hb.txns.into_iter().enumerate() {
-            if let Some(h) = &self.ctx.history {
-                let order = TxnPos { batch, rank, seq: seq as u32 }.order_key();
-                h.commit(self.id, t.req.id, &t.req.call, &Default::default(), order);
+            let pos = TxnPos {
+                batch,
+                rank,
+                seq: seq as u32,
+            };
+            // Every verdict reached this node before the acknowledgement of the node that
+            // produced it (links are FIFO), so the fate is decided by now.
+            let aborted = t
+                .may_abort
+                .then(|| state.fates.get(&pos))
+                .flatten()
+                .and_then(|f| {
+                    debug_assert!(f.decided, "fate of {pos:?} undecided at commit");
+                    f.aborted.clone()
+                });
+            let h = self.ctx.history.as_deref();
+            let (id, call, none) = (t.req.id, &t.req.call, Default::default());
+            match aborted {
+                Some(why) => {
+                    if let Some(h) = h {
+                        h.logic_abort(self.id, id, call, &why, &none, pos.order_key());
+                    }
+                    reply(&t.req, TxnOutcome::LogicAbort(why));
+                }
+                None => {
+                    if let Some(h) = h {
+                        h.commit(self.id, id, call, &none, pos.order_key());
+                    }
+                    reply(&t.req, TxnOutcome::Committed(t.outputs));
+                }
             }
-            reply(&t.req, TxnOutcome::Committed(t.outputs));
         }
     }
 
@@ -440,14 +678,26 @@ impl QNode {
     fn retire(&self, state: &mut NodeState) {
         // With nothing in flight, every batch this node's planners have planned is done; later
         // ones cannot be (they need these planners' plans).
-        let planned = self.planners.iter().map(|p| p.next_batch.load(Ordering::Acquire)).min();
+        let planned = self
+            .planners
+            .iter()
+            .map(|p| p.next_batch.load(Ordering::Acquire))
+            .min();
         let upto = state.retired.max(planned.unwrap_or(0));
         let executing = state.batches.retire_done(upto);
         let answering = state.home.keys().next().map_or(upto, |&(b, _)| b);
-        let retired = executing.min(answering);
+        // A transaction still undecided here holds records and before-images: keep its batch.
+        let deciding = state
+            .fates
+            .iter()
+            .filter(|(_, f)| !f.decided)
+            .map(|(p, _)| p.batch)
+            .min();
+        let retired = executing.min(answering).min(deciding.unwrap_or(u64::MAX));
         if retired > state.retired {
             state.retired = retired;
             state.values.retain(|pos, _| pos.batch >= retired);
+            state.fates.retain(|pos, _| pos.batch >= retired);
         }
     }
 
@@ -461,7 +711,11 @@ impl QNode {
             };
             match env.msg {
                 QMsg::Plan { batch, rank, eqs } => self.install(batch, rank, eqs),
-                QMsg::Ack { batch, rank, outputs } => {
+                QMsg::Ack {
+                    batch,
+                    rank,
+                    outputs,
+                } => {
                     let mut state = self.state.lock();
                     self.on_ack(&mut state, batch, rank, outputs);
                     self.retire(&mut state);
@@ -472,22 +726,53 @@ impl QNode {
                     self.state.lock().store_value(pos, u16::MAX, idx, value);
                     self.wake.notify_all();
                 }
+                QMsg::Vote {
+                    pos,
+                    abortables,
+                    abort,
+                } => self.on_vote(pos, abortables, abort),
             }
         }
     }
 
     /// Answers requests still queued at shutdown.
     fn reject_leftovers(&self) {
+        {
+            let state = self.state.lock();
+            if !state.home.is_empty() {
+                let undecided = state.fates.values().filter(|f| !f.decided).count();
+                tracing::warn!(
+                    "node {} stopped with {} planned batches unanswered; retired {}, {}; {} held records, {} undecided fates",
+                    self.id, state.home.len(), state.retired, state.batches.describe_oldest(),
+                    state.dirty.len(), undecided
+                );
+            }
+        }
         for p in &self.planners {
             for (_, req) in p.queue.try_iter() {
-                reply(&req, TxnOutcome::Rejected("cluster is shutting down".into()));
+                reply(
+                    &req,
+                    TxnOutcome::Rejected("cluster is shutting down".into()),
+                );
             }
         }
         let mut state = self.state.lock();
         for (_, hb) in std::mem::take(&mut state.home) {
             for t in hb.txns {
-                reply(&t.req, TxnOutcome::Rejected("cluster is shutting down".into()));
+                reply(
+                    &t.req,
+                    TxnOutcome::Rejected("cluster is shutting down".into()),
+                );
             }
+        }
+    }
+}
+
+impl TxnFate {
+    fn new(needed: u16) -> Self {
+        TxnFate {
+            needed,
+            ..Default::default()
         }
     }
 }
@@ -495,8 +780,13 @@ impl QNode {
 impl NodeState {
     /// Keeps a forwarded value; `n` sizes the table when known (u16::MAX: grow as needed).
     fn store_value(&mut self, pos: TxnPos, n: u16, idx: u16, value: Value) {
+        self.batches.event();
         let table = self.values.entry(pos).or_default();
-        let want = if n == u16::MAX { idx as usize + 1 } else { n as usize };
+        let want = if n == u16::MAX {
+            idx as usize + 1
+        } else {
+            n as usize
+        };
         if table.len() < want.max(idx as usize + 1) {
             table.resize(want.max(idx as usize + 1), None);
         }

@@ -4,7 +4,7 @@
 //! node, so conflicting accesses always meet in the same queue, in planning order. A key's
 //! sub-partition is a hash of (table, key) modulo the queues per node: O(1) routing.
 
-use super::msg::{Eq, Frag, Route};
+use super::msg::{Eq, FateInfo, Frag, Route};
 use qstore_core::partition::PartitionMap;
 use qstore_core::txn::Program;
 use qstore_core::{NodeId, TableId, TxnId};
@@ -40,11 +40,13 @@ impl BatchPlan {
         eqs
     }
 
-    /// Places the program of transaction `seq` of the batch. Returns the nodes it touches.
+    /// Places the program of transaction `seq` of the batch, planned at node `home`.
+    /// Returns the nodes it touches.
     pub fn place(
         &mut self,
         seq: u32,
         id: TxnId,
+        home: NodeId,
         program: &Program,
         pmap: &PartitionMap,
         subs: u32,
@@ -72,6 +74,7 @@ impl BatchPlan {
                         needs: Vec::new(),
                         routes: Vec::new(),
                         n_accesses: n as u16,
+                        fate: None,
                     };
                     frags.push((at, frag));
                     frags.len() - 1
@@ -84,15 +87,29 @@ impl BatchPlan {
                     continue; // same fragment: runs earlier, in program order
                 }
                 frags[f].1.needs.push(d);
-                let producer = frags.iter().position(|(h, _)| *h == from).expect("deps point back");
+                let producer = frags
+                    .iter()
+                    .position(|(h, _)| *h == from)
+                    .expect("deps point back");
                 route(&mut frags[producer].1, d, at.0, from.0);
             }
         }
-        let mut nodes = Vec::new();
-        for ((node, sub), frag) in frags {
+        let mut nodes: Vec<NodeId> = Vec::new();
+        for &((node, _), _) in &frags {
             if !nodes.contains(&node) {
                 nodes.push(node);
             }
+        }
+        let abortables = program.accesses.iter().filter(|a| a.may_abort).count() as u16;
+        let fate = (abortables > 0).then(|| {
+            let mut notify = nodes.clone();
+            if !notify.contains(&home) {
+                notify.push(home);
+            }
+            FateInfo { abortables, notify }
+        });
+        for ((node, sub), mut frag) in frags {
+            frag.fate = fate.clone();
             self.queues[node.index()].entry(sub).or_default().push(frag);
         }
         nodes
@@ -104,7 +121,11 @@ fn route(producer: &mut Frag, idx: u16, to: NodeId, from: NodeId) {
     let r = match producer.routes.iter().position(|r| r.idx == idx) {
         Some(r) => r,
         None => {
-            producer.routes.push(Route { idx, local: false, nodes: Vec::new() });
+            producer.routes.push(Route {
+                idx,
+                local: false,
+                nodes: Vec::new(),
+            });
             producer.routes.len() - 1
         }
     };
@@ -130,7 +151,7 @@ mod tests {
             step: StepId(0),
             arg: Value::Null,
             deps,
-            may_abort: false,
+            may_abort: key == 150,
         }
     }
 
@@ -150,7 +171,7 @@ mod tests {
             accesses: vec![access(5, vec![]), access(150, vec![0]), access(5, vec![1])],
         };
         let mut plan = BatchPlan::new(2);
-        let nodes = plan.place(0, TxnId(9), &program, &pmap(), 4);
+        let nodes = plan.place(0, TxnId(9), NodeId(0), &program, &pmap(), 4);
         assert_eq!(nodes, vec![NodeId(0), NodeId(1)]);
         let eqs0 = plan.take_eqs(NodeId(0));
         let eqs1 = plan.take_eqs(NodeId(1));
@@ -162,8 +183,19 @@ mod tests {
         let f1 = &eqs1[0].frags[0];
         assert_eq!(f1.needs, vec![0]);
         assert_eq!(f0.routes.len(), 1);
-        assert_eq!((f0.routes[0].idx, &f0.routes[0].nodes), (0, &vec![NodeId(1)]));
-        assert_eq!((f1.routes[0].idx, &f1.routes[0].nodes), (1, &vec![NodeId(0)]));
+        assert_eq!(
+            (f0.routes[0].idx, &f0.routes[0].nodes),
+            (0, &vec![NodeId(1)])
+        );
+        assert_eq!(
+            (f1.routes[0].idx, &f1.routes[0].nodes),
+            (1, &vec![NodeId(0)])
+        );
+        let fate = f0.fate.as_ref().expect("the access to key 150 may abort");
+        assert_eq!(
+            (fate.abortables, fate.notify.clone()),
+            (1, vec![NodeId(0), NodeId(1)])
+        );
     }
 
     #[test]
@@ -172,6 +204,9 @@ mod tests {
         for k in 0..4000 {
             counts[sub_of(0, k, 4) as usize] += 1;
         }
-        assert!(counts.iter().all(|&c| (900..1100).contains(&c)), "{counts:?}");
+        assert!(
+            counts.iter().all(|&c| (900..1100).contains(&c)),
+            "{counts:?}"
+        );
     }
 }

@@ -9,9 +9,9 @@
 
 use crate::cluster::EngineCtx;
 use crate::exec::{run_program_alone, TxnScratch};
-use crate::protocol::{admit, reply, Engine, TxnRequest};
+use crate::protocol::{admit, reply, AdmissionQueue, Engine, TxnRequest};
 use crate::runtime::spawn_worker;
-use crossbeam_channel::{bounded, Receiver, Sender};
+use crossbeam_channel::{bounded, Receiver};
 use parking_lot::{Mutex, RwLock};
 use qstore_core::txn::TxnOutcome;
 use qstore_core::{ConfigError, NodeId, PartitionId};
@@ -38,7 +38,7 @@ pub fn start(ctx: Arc<EngineCtx>) -> Result<Box<dyn Engine>, ConfigError> {
 
 struct Serial {
     /// `None` once shut down.
-    admission: RwLock<Option<Sender<(NodeId, TxnRequest)>>>,
+    admission: RwLock<Option<AdmissionQueue>>,
     ctx: Arc<EngineCtx>,
     handle: Mutex<Option<JoinHandle<()>>>,
 }

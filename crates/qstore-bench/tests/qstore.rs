@@ -1,0 +1,80 @@
+//! Q-Store end to end on an embedded cluster: every run is checked for serializability, by
+//! the serial oracle, and against the workload's invariants.
+
+use qstore_bench::verify::{verify, Verification};
+use qstore_bench::{run, RunOptions};
+use qstore_core::config::QStoreMode;
+use qstore_core::RunConfig;
+
+fn config(workload: &str, mode: QStoreMode, batch_size: u32) -> RunConfig {
+    let mut c = RunConfig::default();
+    c.protocol.name = "qstore".into();
+    c.protocol.qstore.mode = mode;
+    c.protocol.qstore.batch_size = batch_size;
+    c.cluster.nodes = 3;
+    c.workload.name = workload.into();
+    c.workload.ycsb.records_per_partition = 2_000;
+    c.workload.ycsb.ops_per_txn = 8;
+    c.workload.ycsb.theta = 0.9;
+    c.workload.ycsb.multi_partition_fraction = 0.5;
+    c.workload.bank.accounts_per_partition = 64;
+    c.workload.append.keys_per_partition = 1_000;
+    c.client.clients = 6;
+    c.client.inflight = 20;
+    c.client.txns = 1_500;
+    c
+}
+
+fn verified(cfg: &RunConfig) -> (Verification, qstore_bench::report::RunReport) {
+    let opts = RunOptions {
+        record_history: true,
+        ..Default::default()
+    };
+    let out = run(cfg, opts).unwrap();
+    let r = &out.report;
+    assert_eq!(
+        (r.committed, r.rejected, r.unfinished),
+        (cfg.client.txns, 0, 0)
+    );
+    let violations = (r.invariant_violations, r.first_violation.clone());
+    let v = verify(cfg, out.workload.as_ref(), &out.cluster, violations).unwrap();
+    (v, out.report)
+}
+
+#[test]
+fn ycsb_is_serializable_and_matches_the_oracle_in_both_modes_and_batch_sizes() {
+    for mode in [QStoreMode::Speculative, QStoreMode::Conservative] {
+        for batch in [1, 100, 10_000] {
+            let (v, _) = verified(&config("ycsb", mode, batch));
+            assert!(v.passed(), "{mode:?} batch {batch}:\n{v}");
+            assert!(v.oracle.as_ref().unwrap().hashes_match);
+        }
+    }
+}
+
+#[test]
+fn bank_with_overdraft_aborts_passes_in_conservative_mode() {
+    let (v, report) = verified(&config("bank", QStoreMode::Conservative, 64));
+    assert!(v.passed(), "{v}");
+    assert!(
+        report.logic_aborts > 0,
+        "overdrafts should abort some transfers"
+    );
+    assert!(matches!(v.invariants, Some(Ok(_))));
+}
+
+#[test]
+fn append_is_serializable_with_full_list_aborts_possible() {
+    let (v, _) = verified(&config("append", QStoreMode::Conservative, 64));
+    assert!(v.passed(), "{v}");
+}
+
+#[test]
+fn speculative_mode_refuses_abortable_programs_clearly() {
+    let mut cfg = config("bank", QStoreMode::Speculative, 64);
+    cfg.client.txns = 10;
+    let r = run(&cfg, RunOptions::default()).unwrap().report;
+    assert!(r.rejected > 0);
+    let why = r.first_rejection.unwrap();
+    assert!(why.contains("--qstore-mode conservative"), "{why}");
+}
