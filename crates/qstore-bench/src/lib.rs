@@ -5,6 +5,7 @@ pub mod driver;
 pub mod elle;
 pub mod report;
 pub mod stats;
+pub mod suite;
 pub mod verify;
 
 use driver::{Control, Driver};

@@ -219,7 +219,7 @@ unsafe fn run_insert(
     let rid = match table.insert(a.key, version) {
         Ok(Some(rid)) => rid,
         Ok(None) => return Err(LogicAbort("duplicate key")),
-        Err(_) => return Err(LogicAbort("table full")),
+        Err(_) => return Err(LogicAbort("cannot insert: table full or key reserved")),
     };
     if let Some(u) = undo {
         let (part, table, key) = (store.id, a.table, a.key);

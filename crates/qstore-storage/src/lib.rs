@@ -7,6 +7,7 @@
 //! accessors whose contract is: the calling protocol guarantees that no one writes a row while
 //! anyone else reads or writes it (a lock, queue ownership, or a single thread).
 
+mod index;
 mod meta;
 mod table;
 

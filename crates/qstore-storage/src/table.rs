@@ -1,9 +1,9 @@
 //! Tables and partition stores.
 
-use parking_lot::{Mutex, RwLock};
+use crate::index::{storable, Index};
+use parking_lot::Mutex;
 use qstore_core::txn::TableSchema;
 use qstore_core::{PartitionId, QError, TableId, TxnId};
-use rustc_hash::FxHashMap;
 use std::ptr::NonNull;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 
@@ -65,37 +65,6 @@ impl RowVersion {
             writer: TxnId(word & Self::MAX_WRITER),
             seq: (word >> 48) as u16,
         }
-    }
-}
-
-/// Number of independently locked shards of a primary index. Lookups take a shared lock on
-/// one shard, so readers on different cores rarely touch the same cache line.
-const INDEX_SHARDS: usize = 64;
-
-/// Hash primary index: key -> row.
-struct Index {
-    shards: Box<[RwLock<FxHashMap<u64, RowId>>]>,
-}
-
-impl Index {
-    fn new(expected: usize) -> Self {
-        let per_shard = expected / INDEX_SHARDS + 1;
-        let shards = (0..INDEX_SHARDS)
-            .map(|_| {
-                RwLock::new(FxHashMap::with_capacity_and_hasher(
-                    per_shard,
-                    Default::default(),
-                ))
-            })
-            .collect();
-        Index { shards }
-    }
-
-    #[inline]
-    fn shard(&self, key: u64) -> &RwLock<FxHashMap<u64, RowId>> {
-        // Multiplicative mix so that dense keys spread over shards.
-        let h = key.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 58;
-        &self.shards[h as usize % INDEX_SHARDS]
     }
 }
 
@@ -180,7 +149,7 @@ impl Table {
     /// The row holding `key`, if any.
     #[inline]
     pub fn lookup(&self, key: u64) -> Option<RowId> {
-        self.index.shard(key).read().get(&key).copied()
+        self.index.get(key)
     }
 
     /// Hints the CPU to start fetching the row of `key` (index entry and row bytes) into the
@@ -190,9 +159,12 @@ impl Table {
     pub fn prefetch(&self, key: u64) {
         if let Some(rid) = self.lookup(key) {
             let offset = rid as usize * self.schema.row_size;
-            // SAFETY: rid < capacity, so the address lies inside the buffer; nothing is read.
-            let ptr = unsafe { self.data.as_ptr().add(offset) };
-            prefetch_read(ptr);
+            // Every cache line of the row (up to four), not just the first.
+            for line in (0..self.schema.row_size.min(256)).step_by(64) {
+                // SAFETY: offset + line < capacity * row_size: inside the buffer; nothing is
+                // read.
+                prefetch_read(unsafe { self.data.as_ptr().add(offset + line) });
+            }
         }
     }
 
@@ -253,8 +225,10 @@ impl Table {
     /// `Ok(None)` if the key exists. The new row becomes visible to lookups at once; the caller
     /// fills it under its own concurrency control (the row is the inserter's until published).
     pub fn insert(&self, key: u64, version: RowVersion) -> Result<Option<RowId>, QError> {
-        let mut shard = self.index.shard(key).write();
-        if shard.contains_key(&key) {
+        if !storable(key) {
+            return Err(QError::Other(format!("key {key} is reserved")));
+        }
+        if self.index.get(key).is_some() {
             return Ok(None);
         }
         let rid = self.allocate()?;
@@ -262,46 +236,47 @@ impl Table {
         // references it.
         unsafe { self.row_mut(rid).fill(0) };
         self.set_version(rid, version);
-        shard.insert(key, rid);
+        if !self.index.insert(key, rid) {
+            // Another insert of the same key won the race.
+            self.free.lock().push(rid);
+            return Ok(None);
+        }
         self.live.fetch_add(1, Ordering::Relaxed);
         Ok(Some(rid))
     }
 
     /// Removes `key`; its slot is reused by later inserts. Returns the row it occupied.
     pub fn remove(&self, key: u64) -> Option<RowId> {
-        let rid = self.index.shard(key).write().remove(&key)?;
+        let rid = self.index.remove(key)?;
         self.live.fetch_sub(1, Ordering::Relaxed);
         self.free.lock().push(rid);
         Some(rid)
     }
 
     /// Loads rows `keys` in bulk, filling each with `fill(key, row)`. Used before the run
-    /// starts, so it takes each index shard once per call rather than once per row.
+    /// starts.
     pub fn load(
         &self,
         keys: impl Iterator<Item = u64>,
         mut fill: impl FnMut(u64, &mut [u8]),
     ) -> Result<(), QError> {
-        let mut by_shard: Vec<Vec<(u64, RowId)>> = vec![Vec::new(); INDEX_SHARDS];
+        let name = &self.schema.name;
         for key in keys {
+            if !storable(key) {
+                return Err(QError::Other(format!(
+                    "key {key} of table {name} is reserved"
+                )));
+            }
             let rid = self.allocate()?;
             // SAFETY: freshly allocated slot, not yet in the index: nobody else can see it.
             fill(key, unsafe { self.row_mut(rid) });
             self.set_version(rid, RowVersion::INITIAL);
-            let shard = (key.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 58) as usize % INDEX_SHARDS;
-            by_shard[shard].push((key, rid));
-        }
-        for (shard, entries) in self.index.shards.iter().zip(by_shard) {
-            let mut map = shard.write();
-            for (key, rid) in entries {
-                if map.insert(key, rid).is_some() {
-                    return Err(QError::Other(format!(
-                        "duplicate key {key} loaded into table {}",
-                        self.schema.name
-                    )));
-                }
-                self.live.fetch_add(1, Ordering::Relaxed);
+            if !self.index.insert(key, rid) {
+                return Err(QError::Other(format!(
+                    "duplicate key {key} loaded into table {name}"
+                )));
             }
+            self.live.fetch_add(1, Ordering::Relaxed);
         }
         Ok(())
     }
@@ -313,24 +288,18 @@ impl Table {
     pub fn content_hash(&self) -> u64 {
         let mut sum = 0u64;
         let mut count = 0u64;
-        for shard in self.index.shards.iter() {
-            for (&key, &rid) in shard.read().iter() {
-                // SAFETY: quiescent table per the contract above; rid is live (in the index).
-                let bytes = unsafe { self.row(rid) };
-                sum = sum.wrapping_add(xxhash_rust::xxh3::xxh3_64_with_seed(bytes, key));
-                count += 1;
-            }
-        }
+        self.index.for_each(|key, rid| {
+            // SAFETY: quiescent table per the contract above; rid is live (in the index).
+            let bytes = unsafe { self.row(rid) };
+            sum = sum.wrapping_add(xxhash_rust::xxh3::xxh3_64_with_seed(bytes, key));
+            count += 1;
+        });
         qstore_core::rng::splitmix64(sum ^ qstore_core::rng::splitmix64(count))
     }
 
     /// Calls `f(key, row)` for every row (unspecified order). Quiescent tables only.
-    pub fn for_each(&self, mut f: impl FnMut(u64, RowId)) {
-        for shard in self.index.shards.iter() {
-            for (&key, &rid) in shard.read().iter() {
-                f(key, rid);
-            }
-        }
+    pub fn for_each(&self, f: impl FnMut(u64, RowId)) {
+        self.index.for_each(f);
     }
 }
 

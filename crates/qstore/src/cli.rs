@@ -36,12 +36,30 @@ enum Command {
     Config(ConfigArgs),
     /// List the protocols `--protocol` accepts.
     Protocols(ProtocolsArgs),
+    /// Run a benchmark suite (several runs, one after another, on this machine) and print
+    /// throughput, ratios to each run's baseline, latency and messages per transaction.
+    ///
+    /// The run flags set what the suite does not (duration, load, seed...); the suite sets the
+    /// protocol, cluster shape and workload of each run.
+    Bench(Box<BenchArgs>),
     /// Check a recorded history (from `run --engine-history`) for serializability anomalies.
     ///
     /// Builds the direct serialization graph (ww, wr and rw edges) and reports G0, G1a, G1b,
     /// G1c, G2 and reads of versions that never existed, each with a short cycle. Exit code 0
     /// when serializable, 1 when anomalies are found, 2 when the file cannot be read.
     Check(CheckArgs),
+}
+
+#[derive(Args)]
+struct BenchArgs {
+    /// Suite to run: qstore (see --list).
+    #[arg(long, default_value = "qstore")]
+    suite: String,
+    /// List the suites and exit.
+    #[arg(long)]
+    list: bool,
+    #[command(flatten)]
+    run: RunArgs,
 }
 
 #[derive(Args)]
@@ -411,7 +429,80 @@ pub fn main() -> i32 {
         Command::Config(args) => config(args),
         Command::Check(args) => check(args),
         Command::Protocols(args) => protocols(args),
+        Command::Bench(args) => bench(*args),
     }
+}
+
+fn bench(args: BenchArgs) -> i32 {
+    use qstore_bench::suite;
+    if args.list {
+        for (name, what) in suite::SUITES {
+            println!("{name:<10} {what}");
+        }
+        return 0;
+    }
+    let base = match args.run.config() {
+        Ok(c) => c,
+        Err(e) => return usage_error(&e),
+    };
+    let scenarios = match suite::scenarios(&args.suite, &base) {
+        Ok(s) => s,
+        Err(e) => return usage_error(&e),
+    };
+    let mut rows = Vec::new();
+    for (i, sc) in scenarios.iter().enumerate() {
+        eprintln!("[{}/{}] {} ...", i + 1, scenarios.len(), sc.name);
+        let report = match qstore_bench::run(&sc.cfg, RunOptions::default()) {
+            Ok(o) => o.report,
+            Err(e) => {
+                eprintln!("error: scenario {}: {e}", sc.name);
+                return EXIT_FAILURE;
+            }
+        };
+        eprintln!("      {:.0} txn/s", report.throughput_tps);
+        rows.push(suite::SuiteRow {
+            scenario: sc.name.clone(),
+            baseline: sc.baseline.clone(),
+            ratio: None,
+            report,
+        });
+    }
+    suite::with_ratios(&mut rows);
+    println!("{}", suite::table(&rows));
+    if let Some(path) = &args.run.output {
+        let written = std::fs::File::create(path)
+            .map_err(|e| e.to_string())
+            .and_then(|f| serde_json::to_writer_pretty(f, &rows).map_err(|e| e.to_string()));
+        if let Err(e) = written {
+            eprintln!("error: cannot write {}: {e}", path.display());
+            return EXIT_FAILURE;
+        }
+    }
+    if let Some(path) = &args.run.csv {
+        if let Err(e) = write_suite_csv(path, &rows) {
+            eprintln!("error: cannot write {}: {e}", path.display());
+            return EXIT_FAILURE;
+        }
+    }
+    0
+}
+
+/// One CSV line per scenario: its name and ratio, then the run's figures.
+fn write_suite_csv(path: &PathBuf, rows: &[qstore_bench::suite::SuiteRow]) -> std::io::Result<()> {
+    let mut out = std::io::BufWriter::new(std::fs::File::create(path)?);
+    for (i, r) in rows.iter().enumerate() {
+        let mut buf = Vec::new();
+        r.report.write_csv(&mut buf)?;
+        let text = String::from_utf8_lossy(&buf);
+        let mut lines = text.lines();
+        let (header, data) = (lines.next().unwrap_or(""), lines.next().unwrap_or(""));
+        if i == 0 {
+            writeln!(out, "scenario,ratio,{header}")?;
+        }
+        let ratio = r.ratio.map_or(String::new(), |x| format!("{x:.4}"));
+        writeln!(out, "{},{ratio},{data}", r.scenario)?;
+    }
+    out.flush()
 }
 
 fn protocols(args: ProtocolsArgs) -> i32 {

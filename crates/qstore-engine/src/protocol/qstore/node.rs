@@ -25,6 +25,9 @@ use std::time::{Duration, Instant};
 const SPECULATIVE_ABORTS_UNSUPPORTED: &str = "qstore's speculative mode does not handle \
     transactions that can abort (cascading aborts) yet; use --qstore-mode conservative";
 
+/// How many fragments ahead an executor prefetches the records of.
+const PREFETCH_AHEAD: usize = 4;
+
 /// Longest sleep of an idle worker between checks (notifications usually come first).
 const IDLE_WAIT: Duration = Duration::from_millis(5);
 
@@ -364,7 +367,19 @@ impl QNode {
     /// Runs a claimed queue from its cursor until it ends or stalls.
     fn execute(&self, mut c: Claim, scratch: &mut TxnScratch) {
         let mut outputs = Vec::new();
+        let table = |a: &qstore_core::txn::Access| self.store().table(a.table);
+        for f in c.eq.frags.iter().skip(c.cursor).take(PREFETCH_AHEAD) {
+            f.accesses
+                .iter()
+                .for_each(|(_, a)| table(a).prefetch(a.key));
+        }
         while c.cursor < c.eq.frags.len() {
+            // Start the cache misses of a fragment a few ahead, so they overlap this one.
+            if let Some(f) = c.eq.frags.get(c.cursor + PREFETCH_AHEAD) {
+                f.accesses
+                    .iter()
+                    .for_each(|(_, a)| table(a).prefetch(a.key));
+            }
             let pos = TxnPos {
                 batch: c.batch,
                 rank: c.rank,

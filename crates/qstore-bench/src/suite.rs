@@ -1,0 +1,153 @@
+//! Benchmark suites: named sets of runs made in one go on one machine, so their ratios are
+//! comparable. `qstore bench --suite NAME` runs one and prints a table.
+
+use crate::report::RunReport;
+use qstore_core::RunConfig;
+use serde::Serialize;
+
+/// One run of a suite.
+pub struct Scenario {
+    pub name: String,
+    pub cfg: RunConfig,
+    /// Name of the scenario this one's throughput is divided by (its baseline).
+    pub baseline: Option<String>,
+}
+
+/// Suites `qstore bench` knows.
+pub const SUITES: &[(&str, &str)] = &[(
+    "qstore",
+    "YCSB (16 ops, 50% writes, uniform): qstore vs serial on 1 node x 2 workers, and on 2 nodes \
+     x 1 worker at 0%, 50% and 100% multi-partition transactions",
+)];
+
+/// The scenarios of suite `name`, built on `base` (which supplies duration, seed, load...).
+pub fn scenarios(name: &str, base: &RunConfig) -> Result<Vec<Scenario>, String> {
+    match name {
+        "qstore" => Ok(qstore_suite(base)),
+        _ => Err(format!(
+            "unknown suite {name:?}; choose one of: {}",
+            SUITES
+                .iter()
+                .map(|(n, _)| *n)
+                .collect::<Vec<_>>()
+                .join(", ")
+        )),
+    }
+}
+
+fn ycsb(base: &RunConfig, protocol: &str, nodes: u32, workers: u32, mp: f64) -> RunConfig {
+    let mut c = base.clone();
+    c.protocol.name = protocol.into();
+    c.cluster.nodes = nodes;
+    c.cluster.workers = workers;
+    c.workload.name = "ycsb".into();
+    let y = &mut c.workload.ycsb;
+    y.ops_per_txn = 16;
+    y.write_fraction = 0.5;
+    y.theta = 0.0;
+    y.multi_partition_fraction = mp;
+    y.partitions_per_mp_txn = 2;
+    c
+}
+
+fn qstore_suite(base: &RunConfig) -> Vec<Scenario> {
+    let mut s = vec![
+        Scenario {
+            name: "serial 1x1".into(),
+            cfg: ycsb(base, "serial", 1, 1, 0.0),
+            baseline: None,
+        },
+        Scenario {
+            name: "qstore 1x2".into(),
+            cfg: ycsb(base, "qstore", 1, 2, 0.0),
+            baseline: Some("serial 1x1".into()),
+        },
+    ];
+    for mp in [0.0, 0.5, 1.0] {
+        let pct = (mp * 100.0) as u32;
+        s.push(Scenario {
+            name: format!("serial 2x1 mp{pct}"),
+            cfg: ycsb(base, "serial", 2, 1, mp),
+            baseline: None,
+        });
+        s.push(Scenario {
+            name: format!("qstore 2x1 mp{pct}"),
+            cfg: ycsb(base, "qstore", 2, 1, mp),
+            baseline: Some(format!("serial 2x1 mp{pct}")),
+        });
+    }
+    s
+}
+
+/// A finished scenario.
+#[derive(Serialize)]
+pub struct SuiteRow {
+    pub scenario: String,
+    pub baseline: Option<String>,
+    /// Throughput divided by the baseline's.
+    pub ratio: Option<f64>,
+    pub report: RunReport,
+}
+
+/// Fills in each row's ratio to its baseline.
+pub fn with_ratios(rows: &mut [SuiteRow]) {
+    let tps: Vec<(String, f64)> = rows
+        .iter()
+        .map(|r| (r.scenario.clone(), r.report.throughput_tps))
+        .collect();
+    for r in rows.iter_mut() {
+        let base = r
+            .baseline
+            .as_ref()
+            .and_then(|b| tps.iter().find(|(n, _)| n == b));
+        r.ratio = base.map(|(_, t)| r.report.throughput_tps / t.max(1e-9));
+    }
+}
+
+/// The suite's results as a table.
+pub fn table(rows: &[SuiteRow]) -> String {
+    use comfy_table::{presets::UTF8_FULL_CONDENSED, Table};
+    let mut t = Table::new();
+    t.load_preset(UTF8_FULL_CONDENSED);
+    t.set_header(vec![
+        "scenario",
+        "txn/s",
+        "vs baseline",
+        "p50 us",
+        "p99 us",
+        "abort %",
+        "msgs/txn",
+    ]);
+    for r in rows {
+        let p = &r.report;
+        t.add_row(vec![
+            r.scenario.clone(),
+            format!("{:.0}", p.throughput_tps),
+            r.ratio.map_or("-".into(), |x| format!("{x:.2}x")),
+            p.latency.p50_us.to_string(),
+            p.latency.p99_us.to_string(),
+            format!("{:.2}", p.abort_rate * 100.0),
+            format!("{:.3}", p.msgs_per_txn),
+        ]);
+    }
+    t.to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn qstore_suite_pairs_every_qstore_run_with_a_serial_baseline() {
+        let s = scenarios("qstore", &RunConfig::default()).unwrap();
+        assert_eq!(s.len(), 8);
+        for sc in &s {
+            sc.cfg.validate().unwrap();
+            if sc.cfg.protocol.name == "qstore" {
+                let b = sc.baseline.as_ref().unwrap();
+                assert!(s.iter().any(|x| &x.name == b));
+            }
+        }
+        assert!(scenarios("nope", &RunConfig::default()).is_err());
+    }
+}
