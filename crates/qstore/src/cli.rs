@@ -58,6 +58,10 @@ struct BenchArgs {
     /// List the suites and exit.
     #[arg(long)]
     list: bool,
+    /// Runs per scenario; the run with the median throughput is reported (this machine is
+    /// noisy: repeat to trust a ratio).
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=99))]
+    repeat: u32,
     #[command(flatten)]
     run: RunArgs,
 }
@@ -451,15 +455,29 @@ fn bench(args: BenchArgs) -> i32 {
     };
     let mut rows = Vec::new();
     for (i, sc) in scenarios.iter().enumerate() {
-        eprintln!("[{}/{}] {} ...", i + 1, scenarios.len(), sc.name);
-        let report = match qstore_bench::run(&sc.cfg, RunOptions::default()) {
-            Ok(o) => o.report,
-            Err(e) => {
-                eprintln!("error: scenario {}: {e}", sc.name);
-                return EXIT_FAILURE;
+        let mut runs = Vec::new();
+        for r in 0..args.repeat {
+            eprint!(
+                "[{}/{}] {} (run {}/{}) ... ",
+                i + 1,
+                scenarios.len(),
+                sc.name,
+                r + 1,
+                args.repeat
+            );
+            match qstore_bench::run(&sc.cfg, RunOptions::default()) {
+                Ok(o) => {
+                    eprintln!("{:.0} txn/s", o.report.throughput_tps);
+                    runs.push(o.report);
+                }
+                Err(e) => {
+                    eprintln!("\nerror: scenario {}: {e}", sc.name);
+                    return EXIT_FAILURE;
+                }
             }
-        };
-        eprintln!("      {:.0} txn/s", report.throughput_tps);
+        }
+        runs.sort_by(|a, b| a.throughput_tps.total_cmp(&b.throughput_tps));
+        let report = runs.swap_remove(runs.len() / 2);
         rows.push(suite::SuiteRow {
             scenario: sc.name.clone(),
             baseline: sc.baseline.clone(),
