@@ -329,10 +329,10 @@ impl QNode {
                 continue;
             }
             let seq = txns.len() as u32;
-            for n in plan.place(seq, req.id, self.id, &program, &ctx.pmap, self.subs) {
+            let outputs = vec![Value::Null; program.accesses.len()];
+            for n in plan.place(seq, req.id, self.id, program, &ctx.pmap, self.subs) {
                 involved[n.index()] = true;
             }
-            let outputs = vec![Value::Null; program.accesses.len()];
             txns.push(HomeTxn {
                 req,
                 outputs,

@@ -47,11 +47,12 @@ impl BatchPlan {
         seq: u32,
         id: TxnId,
         home: NodeId,
-        program: &Program,
+        program: Program,
         pmap: &PartitionMap,
         subs: u32,
     ) -> Vec<NodeId> {
         let n = program.accesses.len();
+        let abortables = program.accesses.iter().filter(|a| a.may_abort).count() as u16;
         // Where each access runs: (node, sub-partition).
         let homes: Vec<(NodeId, u32)> = program
             .accesses
@@ -62,7 +63,7 @@ impl BatchPlan {
             })
             .collect();
         let mut frags: Vec<((NodeId, u32), Frag)> = Vec::new();
-        for (i, a) in program.accesses.iter().enumerate() {
+        for (i, a) in program.accesses.into_iter().enumerate() {
             let at = homes[i];
             let f = match frags.iter().position(|(h, _)| *h == at) {
                 Some(f) => f,
@@ -80,7 +81,6 @@ impl BatchPlan {
                     frags.len() - 1
                 }
             };
-            frags[f].1.accesses.push((i as u16, a.clone()));
             for &d in &a.deps {
                 let from = homes[d as usize];
                 if from == at {
@@ -93,6 +93,7 @@ impl BatchPlan {
                     .expect("deps point back");
                 route(&mut frags[producer].1, d, at.0, from.0);
             }
+            frags[f].1.accesses.push((i as u16, a));
         }
         let mut nodes: Vec<NodeId> = Vec::new();
         for &((node, _), _) in &frags {
@@ -100,7 +101,6 @@ impl BatchPlan {
                 nodes.push(node);
             }
         }
-        let abortables = program.accesses.iter().filter(|a| a.may_abort).count() as u16;
         let fate = (abortables > 0).then(|| {
             let mut notify = nodes.clone();
             if !notify.contains(&home) {
@@ -171,7 +171,7 @@ mod tests {
             accesses: vec![access(5, vec![]), access(150, vec![0]), access(5, vec![1])],
         };
         let mut plan = BatchPlan::new(2);
-        let nodes = plan.place(0, TxnId(9), NodeId(0), &program, &pmap(), 4);
+        let nodes = plan.place(0, TxnId(9), NodeId(0), program, &pmap(), 4);
         assert_eq!(nodes, vec![NodeId(0), NodeId(1)]);
         let eqs0 = plan.take_eqs(NodeId(0));
         let eqs1 = plan.take_eqs(NodeId(1));
