@@ -16,8 +16,8 @@ pub struct Scenario {
 /// Suites `qstore bench` knows.
 pub const SUITES: &[(&str, &str)] = &[(
     "qstore",
-    "YCSB (16 ops, 50% writes, uniform): qstore vs serial on 1 node x 2 workers, and on 2 nodes \
-     x 1 worker at 0%, 50% and 100% multi-partition transactions",
+    "YCSB (16 ops, 50% writes, uniform): qstore vs serial on 1 node x 2 workers (2 planners, or \
+     1), and on 2 nodes x 1 worker at 0%, 50% and 100% multi-partition transactions",
 )];
 
 /// The scenarios of suite `name`, built on `base` (which supplies duration, seed, load...).
@@ -60,6 +60,15 @@ fn qstore_suite(base: &RunConfig) -> Vec<Scenario> {
         Scenario {
             name: "qstore 1x2".into(),
             cfg: ycsb(base, "qstore", 1, 2, 0.0),
+            baseline: Some("serial 1x1".into()),
+        },
+        Scenario {
+            name: "qstore 1x2 1 planner".into(),
+            cfg: {
+                let mut c = ycsb(base, "qstore", 1, 2, 0.0);
+                c.protocol.qstore.planners = 1;
+                c
+            },
             baseline: Some("serial 1x1".into()),
         },
     ];
@@ -140,7 +149,7 @@ mod tests {
     #[test]
     fn qstore_suite_pairs_every_qstore_run_with_a_serial_baseline() {
         let s = scenarios("qstore", &RunConfig::default()).unwrap();
-        assert_eq!(s.len(), 8);
+        assert_eq!(s.len(), 9);
         for sc in &s {
             sc.cfg.validate().unwrap();
             if sc.cfg.protocol.name == "qstore" {

@@ -78,3 +78,18 @@ fn speculative_mode_refuses_abortable_programs_clearly() {
     let why = r.first_rejection.unwrap();
     assert!(why.contains("--qstore-mode conservative"), "{why}");
 }
+
+#[test]
+fn thread_roles_and_barrier_mode_keep_results_serializable() {
+    let mut split = config("ycsb", QStoreMode::Speculative, 64);
+    split.protocol.qstore.dedicated_planners = true;
+    split.protocol.qstore.planners = 1;
+    let (v, _) = verified(&split);
+    assert!(v.passed(), "dedicated planners:\n{v}");
+    let mut barrier = config("bank", QStoreMode::Conservative, 64);
+    barrier.protocol.qstore.pipeline_depth = 1;
+    barrier.cluster.workers = 3;
+    barrier.protocol.qstore.planners = 2;
+    let (v, _) = verified(&barrier);
+    assert!(v.passed(), "node barrier, 3 workers of which 2 plan:\n{v}");
+}

@@ -111,8 +111,14 @@ pub struct QStoreConfig {
     pub batch_timeout_us: u64,
     /// Execution queues each planner fills per node (0 = one per worker thread).
     pub eqs_per_planner: u32,
-    /// Batches a node may have in flight at once (the ring of batch slots).
+    /// Batches a node may have in flight at once (the ring of batch slots); 1 is a
+    /// node-level barrier between batches.
     pub pipeline_depth: u32,
+    /// Planners per node (0 = one per worker).
+    pub planners: u32,
+    /// Run planners on threads of their own that do not execute (the split mode); otherwise
+    /// workers plan, then execute, as in the paper.
+    pub dedicated_planners: bool,
 }
 
 impl Default for QStoreConfig {
@@ -123,6 +129,8 @@ impl Default for QStoreConfig {
             batch_timeout_us: 1_000,
             eqs_per_planner: 0,
             pipeline_depth: 4,
+            planners: 0,
+            dedicated_planners: false,
         }
     }
 }
@@ -152,7 +160,22 @@ impl QStoreConfig {
             "protocol.qstore.pipeline_depth",
             self.pipeline_depth,
             "must be between 1 and 64",
+        )?;
+        check(
+            self.planners <= 256,
+            "protocol.qstore.planners",
+            self.planners,
+            "must be at most 256 (0 = one per worker)",
         )
+    }
+
+    /// Planners per node for `workers` workers per node.
+    pub fn planners_per_node(&self, workers: u32) -> u32 {
+        if self.planners == 0 {
+            workers
+        } else {
+            self.planners
+        }
     }
 }
 
@@ -401,6 +424,13 @@ impl RunConfig {
             "must be at least 1",
         )?;
         self.protocol.qstore.validate()?;
+        let q = &self.protocol.qstore;
+        check(
+            q.dedicated_planners || q.planners <= c.workers,
+            "protocol.qstore.planners",
+            q.planners,
+            "must be at most cluster.workers unless planners are dedicated threads",
+        )?;
         self.validate_client()?;
         self.validate_net()?;
         match self.workload.name.as_str() {

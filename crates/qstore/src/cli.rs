@@ -131,9 +131,15 @@ struct RunArgs {
     /// Q-Store: execution queues per planner and node (0 = one per worker).
     #[arg(long, help_heading = "Q-Store")]
     eqs_per_planner: Option<u32>,
-    /// Q-Store: batches a node keeps in flight.
+    /// Q-Store: batches a node keeps in flight (1 = a node-level barrier between batches).
     #[arg(long, help_heading = "Q-Store")]
     pipeline_depth: Option<u32>,
+    /// Q-Store: planners per node (0 = one per worker).
+    #[arg(long, help_heading = "Q-Store")]
+    planners: Option<u32>,
+    /// Q-Store: planners get threads of their own that do not execute (split roles).
+    #[arg(long, help_heading = "Q-Store")]
+    dedicated_planners: bool,
     /// Injected one-way network delay per message, in microseconds.
     #[arg(long, help_heading = "Cluster")]
     delay_us: Option<u64>,
@@ -302,6 +308,8 @@ impl RunArgs {
         set(&mut q.batch_timeout_us, self.batch_timeout_us);
         set(&mut q.eqs_per_planner, self.eqs_per_planner);
         set(&mut q.pipeline_depth, self.pipeline_depth);
+        set(&mut q.planners, self.planners);
+        q.dedicated_planners |= self.dedicated_planners;
         set(&mut c.net.delay_us, self.delay_us);
         set(&mut c.net.jitter_us, self.jitter_us);
         set(&mut c.workload.name, self.workload.clone());

@@ -48,15 +48,26 @@ pub fn start(ctx: Arc<EngineCtx>) -> Result<Box<dyn Engine>, ConfigError> {
             0,
             move || n.serve_network(inbox),
         ));
-        for w in 0..ctx.cfg.cluster.workers as usize {
+        let q = &ctx.cfg.protocol.qstore;
+        let workers = ctx.cfg.cluster.workers as usize;
+        let planners = q.planners_per_node(workers as u32) as usize;
+        // Thread roles: workers execute and, unless planners are dedicated, the first
+        // `planners` of them also plan; dedicated planners only plan.
+        let mut roles: Vec<(String, Option<usize>, bool)> = (0..workers)
+            .map(|w| {
+                let plans = (!q.dedicated_planners && w < planners).then_some(w);
+                (format!("q{}-w{w}", node.id.0), plans, true)
+            })
+            .collect();
+        if q.dedicated_planners {
+            roles.extend((0..planners).map(|p| (format!("q{}-p{p}", node.id.0), Some(p), false)));
+        }
+        for (i, (name, plans, executes)) in roles.into_iter().enumerate() {
             let n = node.clone();
-            let core = node.id.index() * ctx.cfg.cluster.workers as usize + w;
-            threads.push(spawn_worker(
-                format!("q{}-w{w}", node.id.0),
-                pin,
-                core,
-                move || n.work(w),
-            ));
+            let core = node.id.index() * workers + i;
+            threads.push(spawn_worker(name, pin, core, move || {
+                n.work(i, plans, executes)
+            }));
         }
     }
     Ok(Box::new(QStore {
@@ -185,8 +196,10 @@ impl QNode {
         } else {
             q.eqs_per_planner
         };
-        let per_planner_queue = (ctx.cfg.protocol.admission_queue / workers).max(1) as usize;
-        let (senders, planners): (Vec<_>, Vec<_>) = (0..workers)
+        let planners_per_node = q.planners_per_node(workers);
+        let per_planner_queue =
+            (ctx.cfg.protocol.admission_queue / planners_per_node).max(1) as usize;
+        let (senders, planners): (Vec<_>, Vec<_>) = (0..planners_per_node)
             .map(|_| {
                 let (tx, rx) = bounded(per_planner_queue);
                 let planner = Planner {
@@ -197,7 +210,7 @@ impl QNode {
                 (tx, planner)
             })
             .unzip();
-        let ranks = workers * ctx.nodes();
+        let ranks = planners_per_node * ctx.nodes();
         QNode {
             id,
             net,
@@ -215,7 +228,7 @@ impl QNode {
             wake: Condvar::new(),
             stop: AtomicBool::new(false),
             subs,
-            planners_per_node: workers,
+            planners_per_node,
             batch_size: q.batch_size as usize,
             batch_timeout: Duration::from_micros(q.batch_timeout_us),
             depth: q.pipeline_depth as u64,
@@ -246,24 +259,29 @@ impl QNode {
         self.ctx.store(PartitionId(self.id.0))
     }
 
-    /// A worker: plans its planner's batches when they are due, executes queues otherwise,
-    /// and sleeps when there is nothing to do.
-    fn work(&self, w: usize) {
+    /// A thread of the node: plans planner `plans`'s batches when they are due, executes
+    /// queues otherwise (if `executes`), and sleeps when there is nothing to do.
+    fn work(&self, t: usize, plans: Option<usize>, executes: bool) {
         let mut scratch = TxnScratch::default();
-        let planner = self.planners.get(w);
+        let planner = plans.map(|p| (p, &self.planners[p]));
         while !self.stop.load(Ordering::Acquire) {
-            if let Some(p) = planner {
+            if let Some((w, p)) = planner {
                 if self.plan_if_due(w, p) {
                     continue;
                 }
             }
             let (claim, seen) = {
                 let mut state = self.state.lock();
-                (state.batches.claim(w as u32), state.batches.events())
+                let claim = if executes {
+                    state.batches.claim(t as u32)
+                } else {
+                    None
+                };
+                (claim, state.batches.events())
             };
             match claim {
                 Some(c) => self.execute(c, &mut scratch),
-                None => self.idle(planner, seen),
+                None => self.idle(planner.map(|(_, p)| p), seen),
             }
         }
     }
