@@ -94,10 +94,15 @@ impl Workload for Append {
     }
 
     fn load(&self, partition: PartitionId, loader: &mut dyn RowLoader) -> Result<(), QError> {
-        let pmap = &self.pmap;
-        let mut keys =
-            (0..self.cfg.keys_per_partition).map(|i| pmap.nth_key_of(LISTS, partition, i));
-        loader.load_rows(LISTS, &mut keys, &mut |_key, row| row.fill(0))
+        let count = self.cfg.keys_per_partition;
+        crate::load_dense(
+            loader,
+            &self.pmap,
+            LISTS,
+            partition,
+            count,
+            &mut |_, row| row.fill(0),
+        )
     }
 
     fn generator(&self, client: u32, home: PartitionId) -> Box<dyn TxnGenerator> {

@@ -350,10 +350,9 @@ impl Workload for Bank {
 
     fn load(&self, partition: PartitionId, loader: &mut dyn RowLoader) -> Result<(), QError> {
         let layout = &self.layout;
-        let mut keys = (0..layout.accounts_per_partition)
-            .map(|i| layout.pmap.nth_key_of(ACCOUNTS, partition, i));
+        let (pmap, count) = (&layout.pmap, layout.accounts_per_partition);
         let mut stray = None;
-        loader.load_rows(ACCOUNTS, &mut keys, &mut |key, row| {
+        crate::load_dense(loader, pmap, ACCOUNTS, partition, count, &mut |key, row| {
             row.fill(0);
             match layout.index_of(key) {
                 Some((p, i)) if p == partition.0 => {

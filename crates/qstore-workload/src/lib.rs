@@ -92,3 +92,17 @@ pub fn build(cfg: &RunConfig) -> Result<Arc<dyn Workload>, ConfigError> {
 pub fn is_list_append(name: &str) -> bool {
     name == "append"
 }
+
+/// Loads rows for the first `count` keys of `table` in `partition` (its keys in key order),
+/// filling each with `fill`: the dense layout every workload here loads.
+pub fn load_dense(
+    loader: &mut dyn RowLoader,
+    pmap: &PartitionMap,
+    table: TableId,
+    partition: PartitionId,
+    count: u64,
+    fill: &mut dyn FnMut(Key, &mut [u8]),
+) -> Result<(), QError> {
+    let mut keys = (0..count).map(|i| pmap.nth_key_of(table, partition, i));
+    loader.load_rows(table, &mut keys, fill)
+}

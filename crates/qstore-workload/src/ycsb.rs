@@ -82,13 +82,18 @@ impl Workload for Ycsb {
     }
 
     fn load(&self, partition: PartitionId, loader: &mut dyn RowLoader) -> Result<(), QError> {
-        let pmap = &self.pmap;
-        let mut keys =
-            (0..self.cfg.records_per_partition).map(|i| pmap.nth_key_of(USERTABLE, partition, i));
-        loader.load_rows(USERTABLE, &mut keys, &mut |key, row| {
-            // Counter 0, payload derived from the key so rows differ.
-            row[8..].fill(key as u8);
-        })
+        let count = self.cfg.records_per_partition;
+        crate::load_dense(
+            loader,
+            &self.pmap,
+            USERTABLE,
+            partition,
+            count,
+            &mut |key, row| {
+                // Counter 0, payload derived from the key so rows differ.
+                row[8..].fill(key as u8);
+            },
+        )
     }
 
     fn generator(&self, client: u32, home: PartitionId) -> Box<dyn TxnGenerator> {
