@@ -97,6 +97,16 @@ pub enum QStoreMode {
     Speculative,
 }
 
+/// Isolation level of Q-Store transactions.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Isolation {
+    Serializable,
+    /// Read-only transactions run in queues of their own, beside the writers, and read the
+    /// committed state (copies of records taken before in-flight batches wrote them).
+    ReadCommitted,
+}
+
 /// Knobs of the Q-Store protocol.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
@@ -104,6 +114,7 @@ pub struct QStoreConfig {
     /// Execution paradigm for transactions that may abort. Programs that cannot abort run
     /// the same way in both.
     pub mode: QStoreMode,
+    pub isolation: Isolation,
     /// Transactions a planner puts in one batch (count-based demarcation).
     pub batch_size: u32,
     /// A planner closes its batch after this many microseconds even if it is not full
@@ -125,6 +136,7 @@ impl Default for QStoreConfig {
     fn default() -> Self {
         QStoreConfig {
             mode: QStoreMode::Conservative,
+            isolation: Isolation::Serializable,
             batch_size: 512,
             batch_timeout_us: 1_000,
             eqs_per_planner: 0,

@@ -2,7 +2,7 @@
 
 use clap::{Args, Parser, Subcommand};
 use qstore_bench::{Progress, RunOptions};
-use qstore_core::config::{Partitioning, QStoreMode};
+use qstore_core::config::{Isolation, Partitioning, QStoreMode};
 use qstore_core::{QError, RunConfig};
 use std::io::{IsTerminal, Write};
 use std::path::PathBuf;
@@ -122,6 +122,9 @@ struct RunArgs {
     /// Q-Store: execution paradigm for transactions that may abort: conservative or speculative.
     #[arg(long, value_parser = parse_qstore_mode, help_heading = "Q-Store")]
     qstore_mode: Option<QStoreMode>,
+    /// Q-Store: isolation level: serializable or read-committed.
+    #[arg(long, value_parser = parse_isolation, help_heading = "Q-Store")]
+    isolation: Option<Isolation>,
     /// Q-Store: transactions per planner batch.
     #[arg(long, help_heading = "Q-Store")]
     batch_size: Option<u32>,
@@ -263,6 +266,16 @@ struct RunArgs {
     quiet: bool,
 }
 
+fn parse_isolation(s: &str) -> Result<Isolation, String> {
+    match s {
+        "serializable" => Ok(Isolation::Serializable),
+        "read-committed" => Ok(Isolation::ReadCommitted),
+        _ => Err(format!(
+            "{s:?} is not an isolation level; use serializable or read-committed"
+        )),
+    }
+}
+
 fn parse_qstore_mode(s: &str) -> Result<QStoreMode, String> {
     match s {
         "conservative" => Ok(QStoreMode::Conservative),
@@ -304,6 +317,7 @@ impl RunArgs {
         c.cluster.pin_threads |= self.pin_threads;
         let q = &mut c.protocol.qstore;
         set(&mut q.mode, self.qstore_mode);
+        set(&mut q.isolation, self.isolation);
         set(&mut q.batch_size, self.batch_size);
         set(&mut q.batch_timeout_us, self.batch_timeout_us);
         set(&mut q.eqs_per_planner, self.eqs_per_planner);

@@ -52,6 +52,9 @@ pub struct Finished {
 /// All batches in flight at a node.
 pub struct Batches {
     subs: u32,
+    /// Sub-partitions at or above this one hold read-only queues (read-committed isolation):
+    /// they run beside the writers but only once every earlier batch is done.
+    read_only_from: u32,
     ranks: u32,
     slots: BTreeMap<u64, BatchSlot>,
     /// Counts events that may unblock a stalled queue (values, verdicts, finished queues).
@@ -59,9 +62,16 @@ pub struct Batches {
 }
 
 impl Batches {
+    #[cfg(test)]
     pub fn new(subs: u32, ranks: u32) -> Self {
+        Self::with_read_only(subs, 0, ranks)
+    }
+
+    /// `subs` queues for writers and `read_only` queues for read-only transactions.
+    pub fn with_read_only(subs: u32, read_only: u32, ranks: u32) -> Self {
         Batches {
-            subs,
+            read_only_from: subs,
+            subs: subs + read_only,
             ranks,
             slots: BTreeMap::new(),
             events: 0,
@@ -102,15 +112,17 @@ impl Batches {
     }
 
     /// Takes the first queue that may run now, scanning batches oldest first and
-    /// sub-partitions from `start` (spreading executors over sub-partitions).
-    pub fn claim(&mut self, start: u32) -> Option<Claim> {
+    /// sub-partitions from `start` (spreading executors over sub-partitions). Read-only queues
+    /// of a batch run only when every batch below `done_below` is done (so that batch is at
+    /// most `done_below`).
+    pub fn claim(&mut self, start: u32, done_below: u64) -> Option<Claim> {
         let ranks = self.ranks;
         // Sub-partitions still busy in an older batch may not start a newer one.
         let mut blocked = vec![false; self.subs as usize];
         for (&batch, slot) in self.slots.iter_mut() {
             for k in 0..self.subs {
                 let e = ((start + k) % self.subs) as usize;
-                if blocked[e] {
+                if blocked[e] || (e as u32 >= self.read_only_from && batch > done_below) {
                     continue;
                 }
                 let arrived = &slot.arrived;
@@ -267,14 +279,17 @@ mod tests {
         let mut b = Batches::new(2, 2);
         // Rank 1's queue for sub 0 arrives first: it must wait for rank 0's plan.
         assert!(!b.install(0, 1, vec![eq(0, 1)]));
-        assert!(b.claim(0).is_none());
+        assert!(b.claim(0, u64::MAX).is_none());
         // Rank 0 has nothing for sub 0 but a queue for sub 1.
         b.install(0, 0, vec![eq(1, 2)]);
-        let c1 = b.claim(1).unwrap();
+        let c1 = b.claim(1, u64::MAX).unwrap();
         assert_eq!((c1.sub, c1.rank), (1, 0));
-        let c0 = b.claim(0).unwrap();
+        let c0 = b.claim(0, u64::MAX).unwrap();
         assert_eq!((c0.sub, c0.rank), (0, 1), "rank 0 was empty for sub 0");
-        assert!(b.claim(0).is_none(), "both sub-partitions are running");
+        assert!(
+            b.claim(0, u64::MAX).is_none(),
+            "both sub-partitions are running"
+        );
         assert!(b.finish(0, 0, 1, vec![]).ack.is_some());
         assert!(b.finish(0, 1, 0, vec![]).ack.is_some());
         assert_eq!(b.retire_done(1), 1);
@@ -286,18 +301,34 @@ mod tests {
         let mut b = Batches::new(1, 1);
         b.install(0, 0, vec![eq(0, 1)]);
         b.install(1, 0, vec![eq(0, 1)]);
-        let c = b.claim(0).unwrap();
+        let c = b.claim(0, u64::MAX).unwrap();
         assert_eq!(c.batch, 0);
-        assert!(b.claim(0).is_none());
+        assert!(b.claim(0, u64::MAX).is_none());
         // A stalled queue comes back with its cursor, once something has happened.
         let seen = b.events();
         b.stall(Claim { cursor: 1, ..c }, seen);
-        assert!(b.claim(0).is_none());
+        assert!(b.claim(0, u64::MAX).is_none());
         b.event();
-        let c = b.claim(0).unwrap();
+        let c = b.claim(0, u64::MAX).unwrap();
         assert_eq!((c.batch, c.cursor), (0, 1));
         b.finish(0, 0, 0, vec![]);
-        assert_eq!(b.claim(0).unwrap().batch, 1);
+        assert_eq!(b.claim(0, u64::MAX).unwrap().batch, 1);
         assert_eq!(b.retire_done(2), 1);
+    }
+
+    #[test]
+    fn read_only_queues_wait_for_earlier_batches_but_not_for_writers() {
+        let mut b = Batches::with_read_only(1, 1, 1);
+        b.install(0, 0, vec![eq(0, 1)]);
+        b.install(1, 0, vec![eq(0, 1), eq(1, 1)]);
+        let writer = b.claim(0, 0).unwrap();
+        assert_eq!((writer.batch, writer.sub), (0, 0));
+        assert!(b.claim(1, 0).is_none(), "batch 1 readers wait for batch 0");
+        let reader = b.claim(1, 1).unwrap();
+        assert_eq!(
+            (reader.batch, reader.sub),
+            (1, 1),
+            "readers run beside batch 0's writer"
+        );
     }
 }

@@ -10,10 +10,11 @@ use crate::protocol::{admit, reply, AdmissionQueue, Engine, TxnRequest};
 use crate::runtime::spawn_worker;
 use crossbeam_channel::{bounded, Receiver, RecvTimeoutError};
 use parking_lot::{Condvar, Mutex, RwLock};
-use qstore_core::config::QStoreMode;
-use qstore_core::txn::{TxnOutcome, Value};
+use qstore_core::config::{Isolation, QStoreMode};
+use qstore_core::txn::{RowRef, TxnOutcome, Value};
 use qstore_core::{ConfigError, NodeId, PartitionId, TableId};
 use qstore_net::{Envelope, InProcNetwork, NetCounters, Transport};
+use qstore_storage::RowVersion;
 use rustc_hash::FxHashMap;
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
@@ -166,6 +167,9 @@ struct NodeState {
     /// Fates of transactions that may abort, and the records their undecided writes hold.
     fates: FxHashMap<TxnPos, TxnFate>,
     dirty: FxHashMap<(TableId, u64), TxnPos>,
+    /// Read-committed isolation: per record, its contents before each in-flight batch first
+    /// wrote it, oldest batch first (the committed copies read-only queues read).
+    images: FxHashMap<(TableId, u64), Vec<(u64, RowVersion, Box<[u8]>)>>,
 }
 
 struct QNode {
@@ -185,6 +189,7 @@ struct QNode {
     batch_timeout: Duration,
     depth: u64,
     mode: QStoreMode,
+    read_committed: bool,
 }
 
 impl QNode {
@@ -211,6 +216,7 @@ impl QNode {
             })
             .unzip();
         let ranks = planners_per_node * ctx.nodes();
+        let read_committed = q.isolation == Isolation::ReadCommitted;
         QNode {
             id,
             net,
@@ -218,12 +224,17 @@ impl QNode {
             admission: RwLock::new(Some(senders)),
             next_planner: AtomicUsize::new(0),
             state: Mutex::new(NodeState {
-                batches: Batches::new(subs, ranks),
+                batches: Batches::with_read_only(
+                    subs,
+                    if read_committed { subs } else { 0 },
+                    ranks,
+                ),
                 home: BTreeMap::new(),
                 values: FxHashMap::default(),
                 retired: 0,
                 fates: FxHashMap::default(),
                 dirty: FxHashMap::default(),
+                images: FxHashMap::default(),
             }),
             wake: Condvar::new(),
             stop: AtomicBool::new(false),
@@ -233,6 +244,7 @@ impl QNode {
             batch_timeout: Duration::from_micros(q.batch_timeout_us),
             depth: q.pipeline_depth as u64,
             mode: q.mode,
+            read_committed,
             ctx,
         }
     }
@@ -273,7 +285,8 @@ impl QNode {
             let (claim, seen) = {
                 let mut state = self.state.lock();
                 let claim = if executes {
-                    state.batches.claim(t as u32)
+                    let done_below = state.retired;
+                    state.batches.claim(t as u32, done_below)
                 } else {
                     None
                 };
@@ -348,7 +361,16 @@ impl QNode {
             }
             let seq = txns.len() as u32;
             let outputs = vec![Value::Null; program.accesses.len()];
-            for n in plan.place(seq, req.id, self.id, program, &ctx.pmap, self.subs) {
+            let read_only_from = self.read_committed.then_some(self.subs);
+            for n in plan.place(
+                seq,
+                req.id,
+                self.id,
+                program,
+                &ctx.pmap,
+                self.subs,
+                read_only_from,
+            ) {
                 involved[n.index()] = true;
             }
             txns.push(HomeTxn {
@@ -403,8 +425,14 @@ impl QNode {
                 rank: c.rank,
                 seq: c.eq.frags[c.cursor].seq,
             };
-            if let Some(seen) = self.run_fragment(pos, &c.eq.frags[c.cursor], scratch, &mut outputs)
-            {
+            let frag = &c.eq.frags[c.cursor];
+            // Queues numbered from `subs` are read-only queues (read-committed isolation).
+            let ran = if c.sub >= self.subs {
+                self.read_committed_fragment(pos, frag, scratch, &mut outputs)
+            } else {
+                self.run_fragment(pos, frag, scratch, &mut outputs)
+            };
+            if let Some(seen) = ran {
                 // Waiting for a value or a verdict: set the queue aside until something happens.
                 let mut state = self.state.lock();
                 let (b, r) = (c.batch, c.rank);
@@ -449,10 +477,13 @@ impl QNode {
         if needs_values {
             s.outputs.resize(frag.n_accesses as usize, Value::Null);
         }
-        match self.ready(pos, frag, &mut s.outputs) {
+        match self.ready(pos, frag, &mut s.outputs, true) {
             Ready::Wait(seen) => return Some(seen),
             Ready::Skip => return None,
             Ready::Run => {}
+        }
+        if self.read_committed {
+            self.keep_images(pos.batch, frag);
         }
         let ctx = &*self.ctx;
         let trace = ctx.history.is_some();
@@ -510,17 +541,18 @@ impl QNode {
     /// Decides under the node lock whether `frag` can run: its transaction not known to
     /// abort, every value it needs here (copied into `values`), and none of its records held
     /// by an undecided transaction (conservative execution).
-    fn ready(&self, pos: TxnPos, frag: &Frag, values: &mut [Value]) -> Ready {
+    fn ready(&self, pos: TxnPos, frag: &Frag, values: &mut [Value], check_held: bool) -> Ready {
         let state = self.state.lock();
         if frag.fate.is_some() && state.fates.get(&pos).is_some_and(|f| f.aborted.is_some()) {
             return Ready::Skip;
         }
-        let held = frag.accesses.iter().any(|(_, a)| {
-            state
-                .dirty
-                .get(&(a.table, a.key))
-                .is_some_and(|&w| w != pos)
-        });
+        let held = check_held
+            && frag.accesses.iter().any(|(_, a)| {
+                state
+                    .dirty
+                    .get(&(a.table, a.key))
+                    .is_some_and(|&w| w != pos)
+            });
         let wait = Ready::Wait(state.batches.events());
         if held {
             return wait;
@@ -538,6 +570,80 @@ impl QNode {
             }
         }
         Ready::Run
+    }
+
+    /// Read-committed: before a fragment first writes a record in this batch, keeps the
+    /// record's contents as they were (the committed copy readers of this batch see).
+    fn keep_images(&self, batch: u64, frag: &Frag) {
+        let table = |a: &qstore_core::txn::Access| self.store().table(a.table);
+        let mut state = self.state.lock();
+        for (_, a) in frag.accesses.iter().filter(|(_, a)| a.kind.is_write()) {
+            let images = state.images.entry((a.table, a.key)).or_default();
+            if images.last().is_some_and(|(b, _, _)| *b == batch) {
+                continue;
+            }
+            let t = table(a);
+            if let Some(rid) = t.lookup(a.key) {
+                // SAFETY: this executor's queue owns the record; nobody writes it meanwhile.
+                let bytes: Box<[u8]> = unsafe { t.row(rid) }.into();
+                images.push((batch, t.version(rid), bytes));
+            }
+        }
+    }
+
+    /// Runs a read-only fragment against the committed state as of the start of its batch:
+    /// for each record, the copy kept before the first in-flight batch at or after this one
+    /// wrote it, else the record itself (which no in-flight batch has written).
+    fn read_committed_fragment(
+        &self,
+        pos: TxnPos,
+        frag: &Frag,
+        s: &mut TxnScratch,
+        outputs: &mut Vec<Output>,
+    ) -> Option<u64> {
+        s.begin();
+        s.outputs.resize(frag.n_accesses as usize, Value::Null);
+        if let Ready::Wait(seen) = self.ready(pos, frag, &mut s.outputs, false) {
+            return Some(seen);
+        }
+        let ctx = &*self.ctx;
+        let state = self.state.lock();
+        for (idx, a) in &frag.accesses {
+            let t = self.store().table(a.table);
+            let copy = state
+                .images
+                .get(&(a.table, a.key))
+                .and_then(|v| v.iter().find(|(b, _, _)| *b >= pos.batch));
+            let (version, bytes): (RowVersion, &[u8]) = match copy {
+                Some((_, v, bytes)) => (*v, bytes),
+                None => match t.lookup(a.key) {
+                    // SAFETY: every batch before this one is done, and a writer of a later
+                    // batch keeps a copy under the node lock (held here) before it writes.
+                    Some(rid) => (t.version(rid), unsafe { t.row(rid) }),
+                    None => continue,
+                },
+            };
+            if ctx.history.is_some() {
+                s.trace.read(a.table, a.key, version);
+            }
+            let value = ctx
+                .catalog
+                .steps
+                .run(a, RowRef::Read(bytes), &s.outputs)
+                .unwrap_or(Value::Null);
+            self.route(pos, frag, *idx, &value);
+            s.outputs[*idx as usize] = value.clone();
+            outputs.push(Output {
+                seq: pos.seq,
+                idx: *idx,
+                value,
+            });
+        }
+        drop(state);
+        if let Some(h) = &ctx.history {
+            h.add_part(frag.id, &s.trace);
+        }
+        None
     }
 
     /// Keeps the before-images of a fragment of a transaction that may abort, and holds its
@@ -731,6 +837,10 @@ impl QNode {
             state.retired = retired;
             state.values.retain(|pos, _| pos.batch >= retired);
             state.fates.retain(|pos, _| pos.batch >= retired);
+            state.images.retain(|_, v| {
+                v.retain(|(b, _, _)| *b >= retired);
+                !v.is_empty()
+            });
         }
     }
 

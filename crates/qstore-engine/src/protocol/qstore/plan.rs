@@ -40,8 +40,9 @@ impl BatchPlan {
         eqs
     }
 
-    /// Places the program of transaction `seq` of the batch, planned at node `home`.
-    /// Returns the nodes it touches.
+    /// Places the program of transaction `seq` of the batch, planned at node `home`. A
+    /// read-only transaction under read-committed isolation goes to the read-only queues,
+    /// numbered from `read_only_from` (`None`: no such queues). Returns the nodes it touches.
     pub fn place(
         &mut self,
         seq: u32,
@@ -50,8 +51,11 @@ impl BatchPlan {
         program: Program,
         pmap: &PartitionMap,
         subs: u32,
+        read_only_from: Option<u32>,
     ) -> Vec<NodeId> {
         let n = program.accesses.len();
+        let read_only = program.accesses.iter().all(|a| !a.kind.is_write());
+        let offset = read_only_from.filter(|_| read_only).unwrap_or(0);
         let abortables = program.accesses.iter().filter(|a| a.may_abort).count() as u16;
         // Where each access runs: (node, sub-partition).
         let homes: Vec<(NodeId, u32)> = program
@@ -59,7 +63,7 @@ impl BatchPlan {
             .iter()
             .map(|a| {
                 let node = NodeId(pmap.partition_of(a.table, a.key).0);
-                (node, sub_of(a.table, a.key, subs))
+                (node, offset + sub_of(a.table, a.key, subs))
             })
             .collect();
         let mut frags: Vec<((NodeId, u32), Frag)> = Vec::new();
@@ -171,7 +175,7 @@ mod tests {
             accesses: vec![access(5, vec![]), access(150, vec![0]), access(5, vec![1])],
         };
         let mut plan = BatchPlan::new(2);
-        let nodes = plan.place(0, TxnId(9), NodeId(0), program, &pmap(), 4);
+        let nodes = plan.place(0, TxnId(9), NodeId(0), program, &pmap(), 4, Some(4));
         assert_eq!(nodes, vec![NodeId(0), NodeId(1)]);
         let eqs0 = plan.take_eqs(NodeId(0));
         let eqs1 = plan.take_eqs(NodeId(1));
