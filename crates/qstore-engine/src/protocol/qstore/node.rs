@@ -3,7 +3,7 @@
 
 use super::batch::{Batches, Claim};
 use super::msg::{Eq, FateInfo, Frag, Output, QMsg, TxnPos};
-use super::plan::BatchPlan;
+use super::plan::{BatchPlan, QueueShape};
 use crate::cluster::EngineCtx;
 use crate::exec::{run_access, TxnScratch, UndoLog};
 use crate::protocol::{admit, reply, AdmissionQueue, Engine, TxnRequest};
@@ -169,8 +169,11 @@ struct NodeState {
     dirty: FxHashMap<(TableId, u64), TxnPos>,
     /// Read-committed isolation: per record, its contents before each in-flight batch first
     /// wrote it, oldest batch first (the committed copies read-only queues read).
-    images: FxHashMap<(TableId, u64), Vec<(u64, RowVersion, Box<[u8]>)>>,
+    images: FxHashMap<(TableId, u64), Vec<CommittedCopy>>,
 }
+
+/// A record's contents before batch `.0` first wrote it: (batch, version, bytes).
+type CommittedCopy = (u64, RowVersion, Box<[u8]>);
 
 struct QNode {
     id: NodeId,
@@ -361,16 +364,11 @@ impl QNode {
             }
             let seq = txns.len() as u32;
             let outputs = vec![Value::Null; program.accesses.len()];
-            let read_only_from = self.read_committed.then_some(self.subs);
-            for n in plan.place(
-                seq,
-                req.id,
-                self.id,
-                program,
-                &ctx.pmap,
-                self.subs,
-                read_only_from,
-            ) {
+            let shape = QueueShape {
+                subs: self.subs,
+                read_only_from: self.read_committed.then_some(self.subs),
+            };
+            for n in plan.place(seq, req.id, self.id, program, &ctx.pmap, shape) {
                 involved[n.index()] = true;
             }
             txns.push(HomeTxn {

@@ -17,6 +17,15 @@ pub fn sub_of(table: TableId, key: u64, subs: u32) -> u32 {
     (h % subs as u64) as u32
 }
 
+/// How a node's execution queues are numbered.
+#[derive(Clone, Copy)]
+pub struct QueueShape {
+    /// Queues (sub-partitions) for transactions that write.
+    pub subs: u32,
+    /// Where read-only queues start (read-committed isolation), if there are any.
+    pub read_only_from: Option<u32>,
+}
+
 /// A planner's execution queues of one batch, per destination node.
 pub struct BatchPlan {
     /// Per node, per sub-partition: the fragments (only non-empty queues are sent).
@@ -41,8 +50,8 @@ impl BatchPlan {
     }
 
     /// Places the program of transaction `seq` of the batch, planned at node `home`. A
-    /// read-only transaction under read-committed isolation goes to the read-only queues,
-    /// numbered from `read_only_from` (`None`: no such queues). Returns the nodes it touches.
+    /// read-only transaction goes to the read-only queues when `shape` has them. Returns the
+    /// nodes it touches.
     pub fn place(
         &mut self,
         seq: u32,
@@ -50,9 +59,12 @@ impl BatchPlan {
         home: NodeId,
         program: Program,
         pmap: &PartitionMap,
-        subs: u32,
-        read_only_from: Option<u32>,
+        shape: QueueShape,
     ) -> Vec<NodeId> {
+        let QueueShape {
+            subs,
+            read_only_from,
+        } = shape;
         let n = program.accesses.len();
         let read_only = program.accesses.iter().all(|a| !a.kind.is_write());
         let offset = read_only_from.filter(|_| read_only).unwrap_or(0);
@@ -175,7 +187,11 @@ mod tests {
             accesses: vec![access(5, vec![]), access(150, vec![0]), access(5, vec![1])],
         };
         let mut plan = BatchPlan::new(2);
-        let nodes = plan.place(0, TxnId(9), NodeId(0), program, &pmap(), 4, Some(4));
+        let shape = QueueShape {
+            subs: 4,
+            read_only_from: Some(4),
+        };
+        let nodes = plan.place(0, TxnId(9), NodeId(0), program, &pmap(), shape);
         assert_eq!(nodes, vec![NodeId(0), NodeId(1)]);
         let eqs0 = plan.take_eqs(NodeId(0));
         let eqs1 = plan.take_eqs(NodeId(1));
