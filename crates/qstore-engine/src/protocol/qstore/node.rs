@@ -514,15 +514,8 @@ impl QNode {
                 // abortable cannot abort the transaction: its output stays Null.
                 continue;
             };
-            self.route(pos, frag, *idx, &value);
-            if needs_values {
-                s.outputs[*idx as usize] = value.clone();
-            }
-            outputs.push(Output {
-                seq: pos.seq,
-                idx: *idx,
-                value,
-            });
+            let values = needs_values.then_some(&mut s.outputs[..]);
+            self.publish(pos, frag, *idx, value, values, outputs);
         }
         if let Some(h) = &ctx.history {
             h.add_part(frag.id, &s.trace);
@@ -605,6 +598,9 @@ impl QNode {
             return Some(seen);
         }
         let ctx = &*self.ctx;
+        // Values are computed under the node lock (it keeps writers off the records read) and
+        // handed on after it is released: routing a value locally takes the lock again.
+        let mut produced = Vec::with_capacity(frag.accesses.len());
         let state = self.state.lock();
         for (idx, a) in &frag.accesses {
             let t = self.store().table(a.table);
@@ -629,15 +625,13 @@ impl QNode {
                 .steps
                 .run(a, RowRef::Read(bytes), &s.outputs)
                 .unwrap_or(Value::Null);
-            self.route(pos, frag, *idx, &value);
             s.outputs[*idx as usize] = value.clone();
-            outputs.push(Output {
-                seq: pos.seq,
-                idx: *idx,
-                value,
-            });
+            produced.push((*idx, value));
         }
         drop(state);
+        for (idx, value) in produced {
+            self.publish(pos, frag, idx, value, None, outputs);
+        }
         if let Some(h) = &ctx.history {
             h.add_part(frag.id, &s.trace);
         }
@@ -727,6 +721,29 @@ impl QNode {
         state.batches.event();
         drop(state);
         self.wake.notify_all();
+    }
+
+    /// Hands the output of access `idx` on: to the nodes and fragments the plan routes it to,
+    /// to the fragment's own later steps (`values`, when they read outputs), and to the
+    /// acknowledgement for the home node.
+    fn publish(
+        &self,
+        pos: TxnPos,
+        frag: &Frag,
+        idx: u16,
+        value: Value,
+        values: Option<&mut [Value]>,
+        outputs: &mut Vec<Output>,
+    ) {
+        self.route(pos, frag, idx, &value);
+        if let Some(values) = values {
+            values[idx as usize] = value.clone();
+        }
+        outputs.push(Output {
+            seq: pos.seq,
+            idx,
+            value,
+        });
     }
 
     /// Sends the output of access `idx` where the plan says it is needed.
