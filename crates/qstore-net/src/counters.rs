@@ -9,6 +9,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 pub struct NodeCounters {
     pub msgs_sent: AtomicU64,
     pub bytes_sent: AtomicU64,
+    /// Frames written by the TCP transport (each carries one or more messages).
+    pub frames_sent: AtomicU64,
 }
 
 /// Counters of every node of a cluster.
@@ -29,6 +31,20 @@ impl NetCounters {
         let c = &self.nodes[node];
         c.msgs_sent.fetch_add(1, Ordering::Relaxed);
         c.bytes_sent.fetch_add(bytes as u64, Ordering::Relaxed);
+    }
+
+    /// Counts one frame written by `node` (the TCP transport batches messages into frames).
+    #[inline]
+    pub fn record_frame(&self, node: usize) {
+        self.nodes[node].frames_sent.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Frames sent by each node so far (0 for in-process transports, which send no frames).
+    pub fn frames(&self) -> Vec<u64> {
+        self.nodes
+            .iter()
+            .map(|c| c.frames_sent.load(Ordering::Relaxed))
+            .collect()
     }
 
     /// (messages, bytes) sent by each node so far.
@@ -86,6 +102,8 @@ mod tests {
         let c = NetCounters::new(2);
         c.record(1, 10);
         c.record(1, 5);
+        c.record_frame(1);
         assert_eq!(c.snapshot(), vec![(0, 0), (2, 15)]);
+        assert_eq!(c.frames(), vec![0, 1]);
     }
 }

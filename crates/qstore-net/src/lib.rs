@@ -1,14 +1,18 @@
 //! Messages between nodes: the [`Transport`] trait protocols talk to, the in-process
-//! transport used by embedded clusters (with injected delay), and message/byte accounting.
+//! transport used by embedded clusters, the TCP transport used by distributed clusters (both
+//! with injected delay), the frame codec, and message/byte accounting.
 //!
-//! Wire format: postcard (a stable, documented serde format). The in-process transport does
-//! not serialize messages, but counts the bytes they would take on the wire, so messages and
-//! bytes per transaction mean the same thing embedded and over TCP.
+//! Wire format: postcard (a stable, documented serde format), many messages per length-prefixed
+//! frame ([`frame`]). The in-process transport does not serialize messages, but counts the
+//! bytes they would take on the wire, so messages and bytes per transaction mean the same thing
+//! embedded and over TCP.
 
 mod counters;
+pub mod frame;
 mod inproc;
 
 pub use counters::{encoded_len, NetCounters, NodeCounters};
+pub use frame::{FrameDecoder, FrameEncoder, FrameError};
 pub use inproc::InProcNetwork;
 
 use qstore_core::NodeId;
