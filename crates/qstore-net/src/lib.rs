@@ -10,10 +10,12 @@
 mod counters;
 pub mod frame;
 mod inproc;
+pub mod tcp;
 
 pub use counters::{encoded_len, NetCounters, NodeCounters};
 pub use frame::{FrameDecoder, FrameEncoder, FrameError};
 pub use inproc::InProcNetwork;
+pub use tcp::{Handshake, PeerEvent, PeerEventKind, TcpConfig, TcpTransport};
 
 use qstore_core::NodeId;
 use serde::Serialize;

@@ -1,0 +1,204 @@
+//! State shared by a TCP transport and its threads: settings, the stop signal, open sockets,
+//! link states and accounting.
+
+use super::{PeerEvent, PeerEventKind, TcpConfig};
+use crate::NetCounters;
+use crossbeam_channel::{select, Receiver, RecvTimeoutError, Sender};
+use parking_lot::{Condvar, Mutex, MutexGuard};
+use qstore_core::NodeId;
+use std::collections::HashMap;
+use std::io;
+use std::net::{Shutdown, TcpStream};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+pub(super) struct Shared {
+    pub cfg: TcpConfig,
+    pub stop: StopSignal,
+    pub sockets: Arc<Sockets>,
+    pub counters: NetCounters,
+    /// The connection currently read from each peer, indexed by node id.
+    pub incoming: Vec<IncomingSlot>,
+    /// Whether the outgoing connection to each peer is up (this node counts as up).
+    links_up: Mutex<Vec<bool>>,
+    links_changed: Condvar,
+    events: Option<Sender<PeerEvent>>,
+}
+
+impl Shared {
+    pub fn new(cfg: TcpConfig, events: Option<Sender<PeerEvent>>) -> Self {
+        let n = cfg.peers.len();
+        let links_up = (0..n).map(|i| i == cfg.me.index()).collect();
+        Shared {
+            stop: StopSignal::new(),
+            sockets: Arc::new(Sockets::default()),
+            counters: NetCounters::new(n),
+            incoming: (0..n).map(|_| IncomingSlot::default()).collect(),
+            links_up: Mutex::new(links_up),
+            links_changed: Condvar::new(),
+            events,
+            cfg,
+        }
+    }
+
+    /// Records that the link to `peer` went up or down, and tells the event listener.
+    pub fn link_changed(&self, peer: NodeId, kind: PeerEventKind) {
+        self.links_up.lock()[peer.index()] = kind == PeerEventKind::Up;
+        self.links_changed.notify_all();
+        if let Some(events) = &self.events {
+            // Waits for room in a bounded channel, but never past shutdown.
+            select! {
+                send(events, PeerEvent { peer, kind }) -> _ => {}
+                recv(self.stop.receiver()) -> _ => {}
+            }
+        }
+    }
+
+    /// Waits until every link is up or `deadline` passes; returns the peers still down.
+    pub fn wait_all_up(&self, deadline: Instant) -> Vec<NodeId> {
+        let mut up = self.links_up.lock();
+        loop {
+            let down: Vec<NodeId> = (up.iter().enumerate())
+                .filter(|&(_, &u)| !u)
+                .map(|(i, _)| NodeId(i as u32))
+                .collect();
+            if down.is_empty() || self.links_changed.wait_until(&mut up, deadline).timed_out() {
+                return down;
+            }
+        }
+    }
+}
+
+/// Tells every thread to stop, and lets them sleep so that stopping wakes them at once.
+pub(super) struct StopSignal {
+    stopped: AtomicBool,
+    /// Dropped on stop: receivers then see a disconnected channel.
+    tx: Mutex<Option<Sender<()>>>,
+    rx: Receiver<()>,
+}
+
+impl StopSignal {
+    fn new() -> Self {
+        let (tx, rx) = crossbeam_channel::bounded(0);
+        StopSignal {
+            stopped: AtomicBool::new(false),
+            tx: Mutex::new(Some(tx)),
+            rx,
+        }
+    }
+
+    pub fn stop(&self) {
+        self.stopped.store(true, Ordering::SeqCst);
+        self.tx.lock().take();
+    }
+
+    pub fn is_stopped(&self) -> bool {
+        self.stopped.load(Ordering::SeqCst)
+    }
+
+    /// A channel that becomes ready (disconnected) on stop, for `select!`.
+    pub fn receiver(&self) -> &Receiver<()> {
+        &self.rx
+    }
+
+    /// Sleeps for `d` or until stopped; returns whether the transport is stopping.
+    pub fn sleep(&self, d: Duration) -> bool {
+        !matches!(self.rx.recv_timeout(d), Err(RecvTimeoutError::Timeout)) || self.is_stopped()
+    }
+
+    /// Sleeps until `at` or until stopped; returns whether the transport is stopping.
+    pub fn sleep_until(&self, at: Instant) -> bool {
+        self.sleep(at.saturating_duration_since(Instant::now()))
+    }
+}
+
+/// Every open socket of the transport, so that shutdown can close them and unblock the
+/// threads that read or write them.
+#[derive(Default)]
+pub(super) struct Sockets {
+    open: Mutex<(bool, HashMap<u64, TcpStream>)>,
+    next_id: AtomicU64,
+}
+
+impl Sockets {
+    /// Registers `stream` until the returned guard is dropped. Refused once the transport
+    /// closes, so that no socket opened during shutdown escapes it.
+    pub fn track(self: &Arc<Self>, stream: &TcpStream) -> io::Result<Tracked> {
+        let clone = stream.try_clone()?;
+        let mut open = self.open.lock();
+        if open.0 {
+            let _ = stream.shutdown(Shutdown::Both);
+            return Err(io::Error::other("the transport is shutting down"));
+        }
+        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        open.1.insert(id, clone);
+        Ok(Tracked {
+            sockets: self.clone(),
+            id,
+        })
+    }
+
+    /// Shuts down every open socket and refuses new ones.
+    pub fn close_all(&self) {
+        let mut open = self.open.lock();
+        open.0 = true;
+        for stream in open.1.values() {
+            let _ = stream.shutdown(Shutdown::Both);
+        }
+    }
+}
+
+/// A registered socket; unregisters it when dropped.
+pub(super) struct Tracked {
+    sockets: Arc<Sockets>,
+    id: u64,
+}
+
+impl Drop for Tracked {
+    fn drop(&mut self) {
+        self.sockets.open.lock().1.remove(&self.id);
+    }
+}
+
+/// The connection read from one peer. A peer that reconnects replaces its old connection;
+/// readers take turns so that a new connection's messages never overtake the old one's.
+#[derive(Default)]
+pub(super) struct IncomingSlot {
+    current: Mutex<Option<(u64, TcpStream)>>,
+    reader: Mutex<()>,
+    generation: AtomicU64,
+}
+
+impl IncomingSlot {
+    /// Makes `stream` the peer's connection: closes the previous one, then waits until its
+    /// reader has finished. Reading may start while the returned turn is held.
+    pub fn take_over(&self, stream: &TcpStream) -> io::Result<ReaderTurn<'_>> {
+        let id = self.generation.fetch_add(1, Ordering::Relaxed);
+        let old = self.current.lock().replace((id, stream.try_clone()?));
+        if let Some((_, old)) = old {
+            let _ = old.shutdown(Shutdown::Both);
+        }
+        Ok(ReaderTurn {
+            slot: self,
+            id,
+            _turn: self.reader.lock(),
+        })
+    }
+}
+
+/// The right to deliver a peer's messages; forgets the connection when dropped.
+pub(super) struct ReaderTurn<'a> {
+    slot: &'a IncomingSlot,
+    id: u64,
+    _turn: MutexGuard<'a, ()>,
+}
+
+impl Drop for ReaderTurn<'_> {
+    fn drop(&mut self) {
+        let mut current = self.slot.current.lock();
+        if current.as_ref().is_some_and(|(id, _)| *id == self.id) {
+            *current = None;
+        }
+    }
+}
