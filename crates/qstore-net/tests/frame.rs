@@ -54,9 +54,12 @@ fn decode(bytes: &[u8], max_frame: usize) -> (Vec<Msg>, Option<FrameError>) {
 }
 
 proptest! {
+    // Enough cases to cover every header field and message shape, few enough to stay quick.
+    #![proptest_config(ProptestConfig::with_cases(128))]
+
     #[test]
     fn batches_round_trip(
-        msgs in proptest::collection::vec(msg(), 0..200),
+        msgs in proptest::collection::vec(msg(), 0..100),
         flush_bytes in 1usize..2_000,
         max_frame in 350usize..4_000,
     ) {

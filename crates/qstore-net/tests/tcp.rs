@@ -135,10 +135,12 @@ fn wait_logged(text: &str) -> bool {
 #[test]
 fn three_nodes_exchange_messages_in_order_and_count_them() {
     const PER_LINK: u64 = 3_000;
-    // Small frames, so that the load spans many of them.
+    // Small frames, so that the load spans many of them; node 2 also waits for more
+    // messages before writing a frame out.
     const FLUSH: usize = 2048;
     let nodes = cluster(3, |me, addrs| TcpConfig {
         flush_bytes: FLUSH,
+        flush_after: Duration::from_micros(if me == 2 { 100 } else { 0 }),
         ..config(me, addrs, 7)
     });
     std::thread::scope(|s| {

@@ -211,13 +211,28 @@ impl<M: Serialize> Link<M> {
                 Err(_) if waited || self.enc.is_empty() => return Ok(()),
                 Err(_) => {
                     waited = true;
-                    match self.queue.recv_timeout(flush_after) {
-                        Ok(q) => q,
-                        Err(_) => return Ok(()),
+                    match self.wait_briefly(flush_after) {
+                        Some(q) => q,
+                        None => return Ok(()),
                     }
                 }
             };
             self.add(conn, q)?;
+        }
+    }
+
+    /// Waits up to `d` for a message by polling the queue: a timed sleep overshoots short
+    /// bounds several times over (timer slack), a polling wait keeps the bound.
+    fn wait_briefly(&self, d: Duration) -> Option<Queued<M>> {
+        let deadline = Instant::now() + d;
+        loop {
+            if let Ok(q) = self.queue.try_recv() {
+                return Some(q);
+            }
+            if Instant::now() >= deadline {
+                return None;
+            }
+            std::thread::yield_now();
         }
     }
 
