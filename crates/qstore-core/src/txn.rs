@@ -158,10 +158,12 @@ impl<'a> Inputs<'a> {
         self.deps.is_empty()
     }
 
-    /// The output of the `i`-th dependency.
+    /// The output of the `i`-th dependency (Null if the access has fewer, so a step never
+    /// panics on a program that declares fewer dependencies than it expects).
     pub fn get(&self, i: usize) -> &'a Value {
-        self.outputs
-            .get(self.deps[i] as usize)
+        self.deps
+            .get(i)
+            .and_then(|&d| self.outputs.get(d as usize))
             .unwrap_or(&Value::Null)
     }
 }
@@ -219,6 +221,12 @@ pub trait Procedure: Send + Sync {
     fn name(&self) -> &'static str;
     /// Builds the program; bad arguments are an error (reported to the client), never a panic.
     fn program(&self, args: &[Value]) -> Result<Program, String>;
+    /// Whether its programs may contain accesses that may abort. Speculative engines track
+    /// undecided writes only for catalogs where some procedure may abort, so a procedure that
+    /// says no is held to it (its programs with abortable accesses are refused).
+    fn may_abort(&self) -> bool {
+        true
+    }
 }
 
 /// The schema of one table: fixed-size rows keyed by a 64-bit primary key.
@@ -275,12 +283,23 @@ impl Catalog {
         };
         let program = proc.program(&call.args).map_err(bad)?;
         program.validate().map_err(bad)?;
+        if !proc.may_abort() && program.may_abort() {
+            return Err(bad(
+                "the program has an access that may abort, but the procedure declares it never aborts"
+                    .into(),
+            ));
+        }
         for a in &program.accesses {
             if a.table as usize >= self.tables.len() {
                 return Err(bad(format!("table {} does not exist", a.table)));
             }
         }
         Ok(program)
+    }
+
+    /// Whether some procedure's programs may abort.
+    pub fn may_abort(&self) -> bool {
+        self.procs.iter().any(|p| p.may_abort())
     }
 
     /// Hash of tables, steps and procedures; equal catalogs have equal fingerprints.
@@ -332,6 +351,8 @@ pub enum CcAbortCause {
     RemoteAbort,
     /// The node's admission queue was full.
     Overload,
+    /// Speculative execution: it touched a write of a transaction that then aborted.
+    Cascade,
 }
 
 impl CcAbortCause {
@@ -344,6 +365,7 @@ impl CcAbortCause {
             CcAbortCause::TimestampOrder => "timestamp_order",
             CcAbortCause::RemoteAbort => "remote_abort",
             CcAbortCause::Overload => "overload",
+            CcAbortCause::Cascade => "cascade",
         }
     }
 }

@@ -41,6 +41,10 @@ impl Procedure for Sum {
     fn name(&self) -> &'static str {
         "sum"
     }
+
+    fn may_abort(&self) -> bool {
+        false
+    }
     fn program(&self, args: &[Value]) -> Result<Program, String> {
         let key =
             |i: usize| args.get(i).and_then(Value::as_int).ok_or("two keys") as Result<i64, _>;

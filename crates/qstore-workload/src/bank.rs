@@ -654,6 +654,10 @@ impl Procedure for Audit {
         "audit"
     }
 
+    fn may_abort(&self) -> bool {
+        false
+    }
+
     fn program(&self, args: &[Value]) -> Result<Program, String> {
         let keys = account_keys(args)?;
         if keys.is_empty() {

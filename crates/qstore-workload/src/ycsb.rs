@@ -199,6 +199,10 @@ impl Procedure for YcsbTxn {
         "ycsb_txn"
     }
 
+    fn may_abort(&self) -> bool {
+        false
+    }
+
     fn program(&self, args: &[Value]) -> Result<Program, String> {
         if !args.len().is_multiple_of(2) {
             return Err(format!(
