@@ -53,30 +53,29 @@ fn ycsb_is_serializable_and_matches_the_oracle_in_both_modes_and_batch_sizes() {
 }
 
 #[test]
-fn bank_with_overdraft_aborts_passes_in_conservative_mode() {
-    let (v, report) = verified(&config("bank", QStoreMode::Conservative, 64));
-    assert!(v.passed(), "{v}");
-    assert!(
-        report.logic_aborts > 0,
-        "overdrafts should abort some transfers"
-    );
-    assert!(matches!(v.invariants, Some(Ok(_))));
+fn bank_with_overdraft_aborts_passes_in_both_modes() {
+    for mode in [QStoreMode::Speculative, QStoreMode::Conservative] {
+        for batch in [1, 64] {
+            let (v, report) = verified(&config("bank", mode, batch));
+            assert!(v.passed(), "{mode:?} batch {batch}:\n{v}");
+            assert!(
+                report.logic_aborts > 0,
+                "overdrafts should abort some transfers"
+            );
+            assert!(matches!(v.invariants, Some(Ok(_))));
+            if mode == QStoreMode::Conservative {
+                assert!(report.cc_aborts.is_empty(), "{:?}", report.cc_aborts);
+            }
+        }
+    }
 }
 
 #[test]
 fn append_is_serializable_with_full_list_aborts_possible() {
-    let (v, _) = verified(&config("append", QStoreMode::Conservative, 64));
-    assert!(v.passed(), "{v}");
-}
-
-#[test]
-fn speculative_mode_refuses_abortable_programs_clearly() {
-    let mut cfg = config("bank", QStoreMode::Speculative, 64);
-    cfg.client.txns = 10;
-    let r = run(&cfg, RunOptions::default()).unwrap().report;
-    assert!(r.rejected > 0);
-    let why = r.first_rejection.unwrap();
-    assert!(why.contains("--qstore-mode conservative"), "{why}");
+    for mode in [QStoreMode::Speculative, QStoreMode::Conservative] {
+        let (v, _) = verified(&config("append", mode, 64));
+        assert!(v.passed(), "{mode:?}:\n{v}");
+    }
 }
 
 #[test]
@@ -100,13 +99,15 @@ fn read_committed_readers_never_see_uncommitted_writes() {
     // Audits read whole branches while transfers move money and some abort: an audit that saw
     // an uncommitted (or later rolled back) write would sum wrongly, and the history would show
     // G1a/G1b.
-    let mut bank = config("bank", QStoreMode::Conservative, 64);
-    bank.protocol.qstore.isolation = Isolation::ReadCommitted;
-    bank.workload.bank.audit_fraction = 0.5;
-    let (v, report) = verified(&bank);
-    assert!(v.read_committed && v.passed(), "{v}");
-    assert_eq!(report.invariant_violations, 0);
-    assert!(report.logic_aborts > 0);
+    for mode in [QStoreMode::Speculative, QStoreMode::Conservative] {
+        let mut bank = config("bank", mode, 64);
+        bank.protocol.qstore.isolation = Isolation::ReadCommitted;
+        bank.workload.bank.audit_fraction = 0.5;
+        let (v, report) = verified(&bank);
+        assert!(v.read_committed && v.passed(), "{mode:?}:\n{v}");
+        assert_eq!(report.invariant_violations, 0);
+        assert!(report.logic_aborts > 0);
+    }
     // YCSB with mostly read-only transactions, in both modes.
     for mode in [QStoreMode::Speculative, QStoreMode::Conservative] {
         let mut ycsb = config("ycsb", mode, 64);

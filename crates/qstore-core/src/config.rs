@@ -135,7 +135,7 @@ pub struct QStoreConfig {
 impl Default for QStoreConfig {
     fn default() -> Self {
         QStoreConfig {
-            mode: QStoreMode::Conservative,
+            mode: QStoreMode::Speculative,
             isolation: Isolation::Serializable,
             batch_size: 512,
             batch_timeout_us: 1_000,

@@ -119,7 +119,9 @@ struct RunArgs {
     /// Capacity of each node's client admission queue.
     #[arg(long, help_heading = "Cluster")]
     admission_queue: Option<u32>,
-    /// Q-Store: execution paradigm for transactions that may abort: conservative or speculative.
+    /// Q-Store: execution paradigm for transactions that may abort: speculative (default;
+    /// aborts cascade to transactions that touched their writes) or conservative (wait for
+    /// the verdict, no cascades).
     #[arg(long, value_parser = parse_qstore_mode, help_heading = "Q-Store")]
     qstore_mode: Option<QStoreMode>,
     /// Q-Store: isolation level: serializable or read-committed.

@@ -18,13 +18,16 @@
 //! planner may not start a batch beyond that window (the ring of batch slots), which bounds
 //! memory and makes slot reuse safe.
 //!
-//! Not supported yet (refused with a clear error rather than run incorrectly): programs with
-//! accesses that may abort (logic-induced aborts, and with them the speculative and
-//! conservative paradigms' abort handling) and read-committed isolation.
+//! Transactions that may abort run in one of two paradigms: conservative (a fragment waits
+//! before touching a record an undecided transaction wrote; verdicts travel to every node the
+//! transaction touches) or speculative (fragments go ahead; aborts cascade, see `spec`).
+//! Read-committed isolation sends read-only transactions to read-only queues that read
+//! committed copies.
 
 mod batch;
 mod msg;
 mod node;
 mod plan;
+mod spec;
 
 pub use node::start;

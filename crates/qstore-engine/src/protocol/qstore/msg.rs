@@ -81,10 +81,19 @@ pub enum QMsg {
     Plan { batch: u64, rank: u32, eqs: Vec<Eq> },
     /// Every fragment planner `rank` sent the sender in `batch` has run; here are their
     /// outputs.
+    /// (Speculative mode with abortable transactions: `notes` report fates.)
     Ack {
         batch: u64,
         rank: u32,
         outputs: Vec<Output>,
+        notes: Vec<FateNote>,
+    },
+    /// Speculative mode: the fates of planner `rank`'s transactions in `batch`, decided by
+    /// their home: these aborted, every other one committed.
+    Final {
+        batch: u64,
+        rank: u32,
+        aborted: Vec<u32>,
     },
     /// A value an access produced, needed by a fragment at the receiver.
     Dep { pos: TxnPos, idx: u16, value: Value },
@@ -95,4 +104,23 @@ pub enum QMsg {
         abortables: u16,
         abort: Option<String>,
     },
+}
+
+/// Speculative mode: what a node that ran some of a planner's batch reports about one of its
+/// transactions, for the home to decide its fate.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct FateNote {
+    pub seq: u32,
+    /// It touched a write here that was rolled back.
+    pub cascade: bool,
+    /// One of its integrity checks here failed.
+    pub abort: Option<String>,
+    /// Earlier transactions of the same planner batch whose undecided writes it touched here.
+    pub after: Vec<u32>,
+}
+
+impl FateNote {
+    pub fn says_something(&self) -> bool {
+        self.cascade || self.abort.is_some() || !self.after.is_empty()
+    }
 }

@@ -2,8 +2,9 @@
 //! the batches its planners made.
 
 use super::batch::{Batches, Claim};
-use super::msg::{Eq, FateInfo, Frag, Output, QMsg, TxnPos};
+use super::msg::{Eq, FateInfo, FateNote, Frag, Output, QMsg, TxnPos};
 use super::plan::{BatchPlan, QueueShape};
+use super::spec::Speculation;
 use crate::cluster::EngineCtx;
 use crate::exec::{run_access, TxnScratch, UndoLog};
 use crate::protocol::{admit, reply, AdmissionQueue, Engine, TxnRequest};
@@ -11,7 +12,7 @@ use crate::runtime::spawn_worker;
 use crossbeam_channel::{bounded, Receiver, RecvTimeoutError};
 use parking_lot::{Condvar, Mutex, RwLock};
 use qstore_core::config::{Isolation, QStoreMode};
-use qstore_core::txn::{RowRef, TxnOutcome, Value};
+use qstore_core::txn::{CcAbortCause, RowRef, TxnOutcome, Value};
 use qstore_core::{ConfigError, NodeId, PartitionId, TableId};
 use qstore_net::{Envelope, InProcNetwork, NetCounters, Transport};
 use qstore_storage::RowVersion;
@@ -22,12 +23,11 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-/// The reason given for programs the speculative mode cannot run yet.
-const SPECULATIVE_ABORTS_UNSUPPORTED: &str = "qstore's speculative mode does not handle \
-    transactions that can abort (cascading aborts) yet; use --qstore-mode conservative";
-
 /// How many fragments ahead an executor prefetches the records of.
 const PREFETCH_AHEAD: usize = 4;
+
+/// How long shutdown waits for batches in flight to be decided everywhere.
+const QUIESCE_TIMEOUT: Duration = Duration::from_secs(2);
 
 /// Longest sleep of an idle worker between checks (notifications usually come first).
 const IDLE_WAIT: Duration = Duration::from_millis(5);
@@ -97,6 +97,13 @@ impl Engine for QStore {
     }
 
     fn shutdown(&self) {
+        // Let answered batches finish their work first: fates still travelling (rollbacks of
+        // aborted transactions whose clients already have their answer) must be applied, or
+        // the data would keep their writes.
+        let deadline = Instant::now() + QUIESCE_TIMEOUT;
+        while !self.nodes.iter().all(|n| n.quiescent()) && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(1));
+        }
         for n in &self.nodes {
             n.stop.store(true, Ordering::Release);
             n.admission.write().take();
@@ -154,6 +161,10 @@ enum Ready {
 struct HomeBatch {
     txns: Vec<HomeTxn>,
     acks_pending: u32,
+    /// The nodes its queues went to.
+    involved: Vec<NodeId>,
+    /// Speculative mode: what those nodes reported about its transactions' fates.
+    notes: Vec<FateNote>,
 }
 
 /// Everything a node's threads share, under one lock: claims and commits are short.
@@ -170,6 +181,8 @@ struct NodeState {
     /// Read-committed isolation: per record, its contents before each in-flight batch first
     /// wrote it, oldest batch first (the committed copies read-only queues read).
     images: FxHashMap<(TableId, u64), Vec<CommittedCopy>>,
+    /// Speculative mode: undecided writes and who touched them.
+    spec: Speculation,
 }
 
 /// A record's contents before batch `.0` first wrote it: (batch, version, bytes).
@@ -193,6 +206,12 @@ struct QNode {
     depth: u64,
     mode: QStoreMode,
     read_committed: bool,
+    /// Speculative mode with transactions that may abort: track undecided writes, so aborts
+    /// can cascade.
+    speculate: bool,
+    /// Held by the executor running a writer queue of each sub-partition, and all at once by
+    /// a rollback of speculative writes (which may touch any of them).
+    sub_locks: Vec<Mutex<()>>,
 }
 
 impl QNode {
@@ -238,6 +257,7 @@ impl QNode {
                 fates: FxHashMap::default(),
                 dirty: FxHashMap::default(),
                 images: FxHashMap::default(),
+                spec: Speculation::default(),
             }),
             wake: Condvar::new(),
             stop: AtomicBool::new(false),
@@ -248,6 +268,8 @@ impl QNode {
             depth: q.pipeline_depth as u64,
             mode: q.mode,
             read_committed,
+            speculate: q.mode == QStoreMode::Speculative && ctx.catalog.may_abort(),
+            sub_locks: (0..subs).map(|_| Mutex::new(())).collect(),
             ctx,
         }
     }
@@ -355,13 +377,6 @@ impl QNode {
                 }
             };
             let may_abort = program.may_abort();
-            if may_abort && self.mode == QStoreMode::Speculative {
-                reply(
-                    &req,
-                    TxnOutcome::Rejected(SPECULATIVE_ABORTS_UNSUPPORTED.into()),
-                );
-                continue;
-            }
             let seq = txns.len() as u32;
             let outputs = vec![Value::Null; program.accesses.len()];
             let shape = QueueShape {
@@ -377,9 +392,17 @@ impl QNode {
                 may_abort,
             });
         }
-        let acks_pending = involved.iter().filter(|&&i| i).count() as u32;
+        let involved: Vec<NodeId> = (0..nodes as u32)
+            .filter(|&n| involved[n as usize])
+            .map(NodeId)
+            .collect();
         if !txns.is_empty() {
-            let home = HomeBatch { txns, acks_pending };
+            let home = HomeBatch {
+                txns,
+                acks_pending: involved.len() as u32,
+                involved,
+                notes: Vec::new(),
+            };
             self.state.lock().home.insert((batch, rank), home);
         }
         for d in 0..nodes as u32 {
@@ -404,6 +427,8 @@ impl QNode {
 
     /// Runs a claimed queue from its cursor until it ends or stalls.
     fn execute(&self, mut c: Claim, scratch: &mut TxnScratch) {
+        let _owner =
+            (self.speculate && c.sub < self.subs).then(|| self.sub_locks[c.sub as usize].lock());
         let mut outputs = Vec::new();
         let table = |a: &qstore_core::txn::Access| self.store().table(a.table);
         for f in c.eq.frags.iter().skip(c.cursor).take(PREFETCH_AHEAD) {
@@ -442,18 +467,8 @@ impl QNode {
         }
         let mut state = self.state.lock();
         let finished = state.batches.finish(c.batch, c.sub, c.rank, outputs);
-        let home = self.node_of_rank(c.rank);
         if let Some(outputs) = finished.ack {
-            if home == self.id {
-                self.on_ack(&mut state, c.batch, c.rank, outputs);
-            } else {
-                let msg = QMsg::Ack {
-                    batch: c.batch,
-                    rank: c.rank,
-                    outputs,
-                };
-                self.net.send(self.id, home, msg);
-            }
+            self.acknowledge(&mut state, c.batch, c.rank, outputs);
         }
         self.retire(&mut state);
         drop(state);
@@ -475,7 +490,8 @@ impl QNode {
         if needs_values {
             s.outputs.resize(frag.n_accesses as usize, Value::Null);
         }
-        match self.ready(pos, frag, &mut s.outputs, true) {
+        let conservative = self.mode == QStoreMode::Conservative;
+        match self.ready(pos, frag, &mut s.outputs, conservative) {
             Ready::Wait(seen) => return Some(seen),
             Ready::Skip => return None,
             Ready::Run => {}
@@ -483,12 +499,16 @@ impl QNode {
         if self.read_committed {
             self.keep_images(pos.batch, frag);
         }
+        if self.speculate {
+            let keys = frag.accesses.iter().map(|(_, a)| (a.table, a.key));
+            self.state.lock().spec.touch(pos, keys);
+        }
         let ctx = &*self.ctx;
         let trace = ctx.history.is_some();
         let mut votes: Vec<Option<String>> = Vec::new();
         for (idx, a) in &frag.accesses {
             let t = trace.then_some(&mut s.trace);
-            let undo = frag.fate.is_some().then_some(&mut s.undo);
+            let undo = (frag.fate.is_some() || self.speculate).then_some(&mut s.undo);
             // SAFETY: this queue owns its sub-partition's records until it finishes: every
             // access to them is in this queue or in queues that run strictly before or after,
             // and records written by undecided transactions are not touched (see `ready`).
@@ -506,13 +526,15 @@ impl QNode {
             if a.may_abort {
                 votes.push(result.as_ref().err().map(|e| e.0.to_string()));
             }
-            let Ok(value) = result else {
-                if a.may_abort {
-                    break; // the transaction is doomed; its vote says so
-                }
-                // A storage-level failure (missing key) of an access that was not declared
-                // abortable cannot abort the transaction: its output stays Null.
-                continue;
+            // A failed access that was not declared abortable (a missing key) cannot abort the
+            // transaction: its output is Null. One that was dooms it: conservative execution
+            // stops here (every node skips the rest once the verdict is known), speculative
+            // execution goes on, so the fragments waiting for its values do not wait forever,
+            // and the home aborts it with everything built on it.
+            let value = match result {
+                Ok(v) => v,
+                Err(_) if a.may_abort && !self.speculate => break,
+                Err(_) => Value::Null,
             };
             let values = needs_values.then_some(&mut s.outputs[..]);
             self.publish(pos, frag, *idx, value, values, outputs);
@@ -520,7 +542,13 @@ impl QNode {
         if let Some(h) = &ctx.history {
             h.add_part(frag.id, &s.trace);
         }
-        if let Some(fate) = &frag.fate {
+        if self.speculate {
+            let writes = frag.accesses.iter().filter(|(_, a)| a.kind.is_write());
+            let keys = writes.map(|(_, a)| (a.table, a.key));
+            let own_abort = votes.into_iter().flatten().next();
+            let undo = std::mem::take(&mut s.undo);
+            self.state.lock().spec.ran(pos, undo, keys, own_abort);
+        } else if let Some(fate) = &frag.fate {
             self.hold_writes(pos, frag, std::mem::take(&mut s.undo));
             for abort in votes {
                 self.vote(pos, fate, abort);
@@ -768,7 +796,14 @@ impl QNode {
 
     /// A node ran every queue planner `rank` gave it in `batch`: record the outputs, and
     /// answer the planner's transactions once every node has.
-    fn on_ack(&self, state: &mut NodeState, batch: u64, rank: u32, outputs: Vec<Output>) {
+    fn on_ack(
+        &self,
+        state: &mut NodeState,
+        batch: u64,
+        rank: u32,
+        outputs: Vec<Output>,
+        notes: Vec<FateNote>,
+    ) {
         let Some(hb) = state.home.get_mut(&(batch, rank)) else {
             tracing::error!(
                 "node {}: acknowledgement for unknown batch {batch} rank {rank}",
@@ -783,6 +818,7 @@ impl QNode {
                 }
             }
         }
+        hb.notes.extend(notes);
         hb.acks_pending -= 1;
         if hb.acks_pending == 0 {
             let hb = state.home.remove(&(batch, rank)).expect("present");
@@ -791,41 +827,151 @@ impl QNode {
     }
 
     /// Answers a planner's batch, in planning order. No node can refuse a transaction (no
-    /// concurrency-control aborts), so there is no two-phase commit.
+    /// concurrency-control aborts), so there is no two-phase commit. In speculative mode this
+    /// is also where fates are decided; they go to every node the batch involved.
     fn commit(&self, state: &NodeState, batch: u64, rank: u32, hb: HomeBatch) {
-        for (seq, t) in hb.txns.into_iter().enumerate() {
-            let pos = TxnPos {
+        let fates = if self.speculate {
+            let fates = speculative_fates(hb.txns.len(), hb.notes);
+            let aborted: Vec<u32> = (0..fates.len() as u32)
+                .filter(|&s| fates[s as usize].is_some())
+                .collect();
+            for &n in &hb.involved {
+                let aborted = aborted.clone();
+                // Also to this node through its inbox: a rollback must wait for the queues
+                // running on the records, which this thread may be one of.
+                self.net.send(
+                    self.id,
+                    n,
+                    QMsg::Final {
+                        batch,
+                        rank,
+                        aborted,
+                    },
+                );
+            }
+            fates
+        } else {
+            self.conservative_fates(state, batch, rank, &hb)
+        };
+        for ((seq, t), fate) in hb.txns.into_iter().enumerate().zip(fates) {
+            let order = TxnPos {
                 batch,
                 rank,
                 seq: seq as u32,
-            };
-            // Every verdict reached this node before the acknowledgement of the node that
-            // produced it (links are FIFO), so the fate is decided by now.
-            let aborted = t
-                .may_abort
-                .then(|| state.fates.get(&pos))
-                .flatten()
-                .and_then(|f| {
-                    debug_assert!(f.decided, "fate of {pos:?} undecided at commit");
-                    f.aborted.clone()
-                });
+            }
+            .order_key();
             let h = self.ctx.history.as_deref();
             let (id, call, none) = (t.req.id, &t.req.call, Default::default());
-            match aborted {
-                Some(why) => {
+            match fate {
+                Some(Fate::Abort(why)) => {
                     if let Some(h) = h {
-                        h.logic_abort(self.id, id, call, &why, &none, pos.order_key());
+                        h.logic_abort(self.id, id, call, &why, &none, order);
                     }
                     reply(&t.req, TxnOutcome::LogicAbort(why));
                 }
+                Some(Fate::Cascade) => {
+                    if let Some(h) = h {
+                        h.cc_abort(self.id, id, CcAbortCause::Cascade, &none);
+                    }
+                    reply(&t.req, TxnOutcome::CcAbort(CcAbortCause::Cascade));
+                }
                 None => {
                     if let Some(h) = h {
-                        h.commit(self.id, id, call, &none, pos.order_key());
+                        h.commit(self.id, id, call, &none, order);
                     }
                     reply(&t.req, TxnOutcome::Committed(t.outputs));
                 }
             }
         }
+    }
+
+    /// Conservative mode: the fates the verdicts decided. Every verdict reached this node
+    /// before the acknowledgement of the node that produced it (links are FIFO), so each
+    /// transaction that may abort is decided by now.
+    fn conservative_fates(
+        &self,
+        state: &NodeState,
+        batch: u64,
+        rank: u32,
+        hb: &HomeBatch,
+    ) -> Vec<Option<Fate>> {
+        let fate = |seq: usize, t: &HomeTxn| {
+            let pos = TxnPos {
+                batch,
+                rank,
+                seq: seq as u32,
+            };
+            let f = state.fates.get(&pos).filter(|_| t.may_abort)?;
+            debug_assert!(f.decided, "fate of {pos:?} undecided at commit");
+            f.aborted.clone().map(Fate::Abort)
+        };
+        hb.txns
+            .iter()
+            .enumerate()
+            .map(|(i, t)| fate(i, t))
+            .collect()
+    }
+
+    /// A planner's batch has run here: acknowledge it to its home, unless (speculative mode)
+    /// some of its transactions touched writes whose fate is not known yet.
+    fn acknowledge(&self, state: &mut NodeState, batch: u64, rank: u32, outputs: Vec<Output>) {
+        let outputs = if self.speculate {
+            match state.spec.ack_or_park((batch, rank), outputs) {
+                Some(outputs) => outputs,
+                None => return,
+            }
+        } else {
+            outputs
+        };
+        self.send_ack(state, batch, rank, outputs);
+    }
+
+    fn send_ack(&self, state: &mut NodeState, batch: u64, rank: u32, outputs: Vec<Output>) {
+        let notes = if self.speculate {
+            state.spec.notes((batch, rank))
+        } else {
+            Vec::new()
+        };
+        let home = self.node_of_rank(rank);
+        if home == self.id {
+            self.on_ack(state, batch, rank, outputs, notes);
+        } else {
+            let msg = QMsg::Ack {
+                batch,
+                rank,
+                outputs,
+                notes,
+            };
+            self.net.send(self.id, home, msg);
+        }
+    }
+
+    /// Speculative mode: applies the fates of a planner's batch here. Rolling back touches
+    /// records of any sub-partition, so it first waits for the queues running on them.
+    fn on_final(&self, batch: u64, rank: u32, aborted: Vec<u32>) {
+        let _owners: Vec<_> = if aborted.is_empty() {
+            Vec::new()
+        } else {
+            self.sub_locks.iter().map(|l| l.lock()).collect()
+        };
+        let mut state = self.state.lock();
+        let store = self.store();
+        // SAFETY: every writer queue is held (`_owners`), so no executor touches the records,
+        // and a rolled-back transaction's records were written by it and by transactions
+        // rolled back before it here (newest first).
+        let done = state.spec.finalize((batch, rank), &aborted, |u| unsafe {
+            u.rollback(|_| store)
+        });
+        if self.read_committed {
+            refresh_committed_copies(&mut state.images, store, &done.restored);
+        }
+        for ((b, r), outputs) in done.released {
+            self.send_ack(&mut state, b, r, outputs);
+        }
+        state.batches.event();
+        self.retire(&mut state);
+        drop(state);
+        self.wake.notify_all();
     }
 
     /// Advances the ring past batches that have run and been answered here.
@@ -846,6 +992,7 @@ impl QNode {
             .iter()
             .filter(|(_, f)| !f.decided)
             .map(|(p, _)| p.batch)
+            .chain(state.spec.oldest_undecided())
             .min();
         let retired = executing.min(answering).min(deciding.unwrap_or(u64::MAX));
         if retired > state.retired {
@@ -873,9 +1020,10 @@ impl QNode {
                     batch,
                     rank,
                     outputs,
+                    notes,
                 } => {
                     let mut state = self.state.lock();
-                    self.on_ack(&mut state, batch, rank, outputs);
+                    self.on_ack(&mut state, batch, rank, outputs, notes);
                     self.retire(&mut state);
                     drop(state);
                     self.wake.notify_all();
@@ -889,8 +1037,20 @@ impl QNode {
                     abortables,
                     abort,
                 } => self.on_vote(pos, abortables, abort),
+                QMsg::Final {
+                    batch,
+                    rank,
+                    aborted,
+                } => self.on_final(batch, rank, aborted),
             }
         }
+    }
+
+    /// Whether nothing this node knows of is in flight: no batch of its planners unanswered,
+    /// no transaction undecided here.
+    fn quiescent(&self) -> bool {
+        let state = self.state.lock();
+        state.home.is_empty() && state.spec.is_idle() && state.fates.values().all(|f| f.decided)
     }
 
     /// Answers requests still queued at shutdown.
@@ -900,9 +1060,9 @@ impl QNode {
             if !state.home.is_empty() {
                 let undecided = state.fates.values().filter(|f| !f.decided).count();
                 tracing::warn!(
-                    "node {} stopped with {} planned batches unanswered; retired {}, {}; {} held records, {} undecided fates",
+                    "node {} stopped with {} planned batches unanswered; retired {}, {}; {} held records, {} undecided fates; {}",
                     self.id, state.home.len(), state.retired, state.batches.describe_oldest(),
-                    state.dirty.len(), undecided
+                    state.dirty.len(), undecided, state.spec.describe()
                 );
             }
         }
@@ -924,6 +1084,65 @@ impl QNode {
             }
         }
     }
+}
+
+/// Read-committed with speculation: a committed copy of a record taken after a write that was
+/// since rolled back holds that write. Every write of a restored record since batch `b` was
+/// undone, so copies kept for later batches become the record as it is now.
+fn refresh_committed_copies(
+    images: &mut FxHashMap<(TableId, u64), Vec<CommittedCopy>>,
+    store: &qstore_storage::PartitionStore,
+    restored: &[((TableId, u64), u64)],
+) {
+    for &((table, key), b) in restored {
+        let Some(copies) = images.get_mut(&(table, key)) else {
+            continue;
+        };
+        let t = store.table(table);
+        let Some(rid) = t.lookup(key) else {
+            continue;
+        };
+        for (_, version, bytes) in copies.iter_mut().filter(|(batch, _, _)| *batch > b) {
+            *version = t.version(rid);
+            // SAFETY: the caller holds every writer queue of the node, and the node lock
+            // keeps read-only queues off the copies.
+            bytes.copy_from_slice(unsafe { t.row(rid) });
+        }
+    }
+}
+
+/// Why a transaction aborts.
+enum Fate {
+    /// It failed an integrity check (logic-induced; final, not retried).
+    Abort(String),
+    /// Speculative mode: it touched a write that was rolled back (retried by the client).
+    Cascade,
+}
+
+/// Speculative mode: decides the fates of a planner's batch of `n` transactions from what
+/// the nodes reported, in planning order (a transaction that touched an aborted
+/// transaction's write aborts too; that takes precedence over its own checks, which it ran
+/// on data that did not stand).
+fn speculative_fates(n: usize, mut notes: Vec<FateNote>) -> Vec<Option<Fate>> {
+    notes.sort_by_key(|note| note.seq);
+    let mut fates: Vec<Option<Fate>> = (0..n).map(|_| None).collect();
+    for note in notes {
+        let seq = note.seq as usize;
+        if seq >= n {
+            continue;
+        }
+        let cascade = note.cascade
+            || note
+                .after
+                .iter()
+                .any(|&a| (a as usize) < seq && fates[a as usize].is_some());
+        if cascade {
+            fates[seq] = Some(Fate::Cascade);
+        } else if let (Some(why), None) = (note.abort, &fates[seq]) {
+            fates[seq] = Some(Fate::Abort(why));
+        }
+    }
+    fates
 }
 
 impl TxnFate {
