@@ -53,6 +53,24 @@ pub struct ClusterConfig {
     pub partitioning: Partitioning,
     /// Pin worker threads to cores.
     pub pin_threads: bool,
+    /// Distributed mode (a cluster file): where each node listens, by node id. Empty for an
+    /// embedded cluster.
+    pub addresses: Vec<NodeAddress>,
+    /// Distributed mode: an id every process of the cluster must share (peers and clients
+    /// of another cluster are refused).
+    pub cluster_id: u64,
+    /// Distributed mode: how long a starting server waits for all its peers.
+    pub connect_timeout_s: f64,
+}
+
+/// Where one node of a distributed cluster listens.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct NodeAddress {
+    /// For the other nodes, e.g. "127.0.0.1:7100".
+    pub peer: String,
+    /// For clients, e.g. "127.0.0.1:7200".
+    pub client: String,
 }
 
 impl Default for ClusterConfig {
@@ -62,7 +80,48 @@ impl Default for ClusterConfig {
             workers: 2,
             partitioning: Partitioning::Range,
             pin_threads: false,
+            addresses: Vec::new(),
+            cluster_id: 0,
+            connect_timeout_s: 30.0,
         }
+    }
+}
+
+impl ClusterConfig {
+    /// Whether this describes a distributed cluster (one process per node).
+    pub fn is_distributed(&self) -> bool {
+        !self.addresses.is_empty()
+    }
+
+    /// Checks the addresses of a distributed cluster: one per node, each a valid socket
+    /// address. Resolved addresses in node order: (peer, client).
+    pub fn socket_addresses(
+        &self,
+    ) -> Result<Vec<(std::net::SocketAddr, std::net::SocketAddr)>, ConfigError> {
+        if self.addresses.len() != self.nodes as usize {
+            return Err(ConfigError::new(
+                "cluster.addresses",
+                self.addresses.len(),
+                format!(
+                    "a distributed cluster needs one address entry per node ({} nodes)",
+                    self.nodes
+                ),
+            ));
+        }
+        let parse = |i: usize, which: &str, a: &str| {
+            a.parse().map_err(|_| {
+                ConfigError::new(
+                    &format!("cluster.addresses[{i}].{which}"),
+                    a,
+                    "must be an IP address and port, e.g. 127.0.0.1:7100",
+                )
+            })
+        };
+        self.addresses
+            .iter()
+            .enumerate()
+            .map(|(i, a)| Ok((parse(i, "peer", &a.peer)?, parse(i, "client", &a.client)?)))
+            .collect()
     }
 }
 
@@ -429,6 +488,15 @@ impl RunConfig {
             c.workers,
             "must be between 1 and 256",
         )?;
+        check(
+            c.connect_timeout_s > 0.0 && c.connect_timeout_s <= 3600.0,
+            "cluster.connect_timeout_s",
+            c.connect_timeout_s,
+            "must be between 0 and 3600 seconds",
+        )?;
+        if c.is_distributed() {
+            c.socket_addresses()?;
+        }
         check(
             self.protocol.admission_queue >= 1,
             "protocol.admission_queue",
