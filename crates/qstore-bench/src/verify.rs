@@ -163,7 +163,7 @@ pub fn check_final(
 ) -> Option<Result<String, String>> {
     let ctx = cluster.ctx();
     let mut scan = |table: u16, f: &mut dyn FnMut(u64, &[u8])| {
-        for store in &ctx.partitions {
+        for store in ctx.hosted() {
             let t = store.table(table);
             t.for_each(|key, rid| {
                 // SAFETY: the cluster is stopped; nothing writes rows any more.

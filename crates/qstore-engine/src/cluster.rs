@@ -5,18 +5,42 @@ use crate::protocol::{self, Engine, TxnRequest};
 use qstore_core::partition::PartitionMap;
 use qstore_core::txn::{Catalog, RowLoader};
 use qstore_core::{NodeId, PartitionId, QError, RunConfig};
-use qstore_net::NetCounters;
+use crossbeam_channel::Sender;
+use parking_lot::Mutex;
+use qstore_net::{NetCounters, PeerEvent};
 use qstore_storage::PartitionStore;
+use std::net::{SocketAddr, TcpListener};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+/// Which nodes of the cluster this process hosts.
+pub enum Hosting {
+    /// All of them, over the in-process transport.
+    Embedded,
+    /// One node of a distributed cluster, reaching its peers over TCP.
+    Node(NodeHosting),
+}
+
+pub struct NodeHosting {
+    pub me: NodeId,
+    /// Every node's peer address, by node id (this node's included).
+    pub peers: Vec<SocketAddr>,
+    /// This node's peer listener, bound by the caller (so a bad address fails before
+    /// loading); taken by the protocol's network when it starts.
+    pub listener: Mutex<Option<TcpListener>>,
+    /// Where peer connections going up and down are reported.
+    pub events: Option<Sender<PeerEvent>>,
+}
+
 /// What every protocol gets to run on: configuration, catalog, partition map and the
-/// partitions themselves (node `n` hosts partition `n`).
+/// partitions hosted here (node `n` hosts partition `n`).
 pub struct EngineCtx {
     pub cfg: RunConfig,
     pub catalog: Arc<Catalog>,
     pub pmap: PartitionMap,
-    pub partitions: Vec<Arc<PartitionStore>>,
+    /// By partition id; `None` for partitions other processes host.
+    pub partitions: Vec<Option<Arc<PartitionStore>>>,
+    pub hosting: Hosting,
     /// Set when the run records its history (for `--verify` and `--history`).
     pub history: Option<Arc<HistoryRecorder>>,
 }
@@ -26,9 +50,31 @@ impl EngineCtx {
         self.cfg.cluster.nodes
     }
 
+    /// The nodes this process hosts.
+    pub fn local_nodes(&self) -> Vec<NodeId> {
+        match &self.hosting {
+            Hosting::Embedded => (0..self.nodes()).map(NodeId).collect(),
+            Hosting::Node(n) => vec![n.me],
+        }
+    }
+
+    pub fn is_distributed(&self) -> bool {
+        matches!(self.hosting, Hosting::Node(_))
+    }
+
+    /// A partition hosted here. Protocols reach other partitions by message only, so asking
+    /// for one hosted elsewhere is a bug.
     #[inline]
     pub fn store(&self, p: PartitionId) -> &PartitionStore {
-        &self.partitions[p.index()]
+        match &self.partitions[p.index()] {
+            Some(store) => store,
+            None => panic!("partition {p} is not hosted in this process"),
+        }
+    }
+
+    /// The partitions hosted here.
+    pub fn hosted(&self) -> impl Iterator<Item = &Arc<PartitionStore>> {
+        self.partitions.iter().flatten()
     }
 }
 
@@ -43,8 +89,9 @@ pub struct Cluster {
 }
 
 impl Cluster {
-    /// Creates the partitions, loads them in parallel, and starts the configured protocol.
-    /// With `record_history`, protocols record every transaction for the checkers.
+    /// Creates the partitions, loads them in parallel, and starts the configured protocol on
+    /// every node, in this process. With `record_history`, protocols record every
+    /// transaction for the checkers.
     pub fn start(
         cfg: RunConfig,
         catalog: Arc<Catalog>,
@@ -52,12 +99,29 @@ impl Cluster {
         load: &LoadFn<'_>,
         record_history: bool,
     ) -> Result<Cluster, QError> {
+        Self::start_hosting(cfg, catalog, pmap, load, record_history, Hosting::Embedded)
+    }
+
+    /// Starts the nodes `hosting` names: all of them, or one node of a distributed cluster
+    /// (which loads only its partition and connects to its peers before it returns).
+    pub fn start_hosting(
+        cfg: RunConfig,
+        catalog: Arc<Catalog>,
+        pmap: PartitionMap,
+        load: &LoadFn<'_>,
+        record_history: bool,
+        hosting: Hosting,
+    ) -> Result<Cluster, QError> {
         cfg.validate()?;
         if !protocol::names().contains(&cfg.protocol.name.as_str()) {
             return Err(protocol::unknown_protocol(&cfg.protocol.name).into());
         }
         let started = Instant::now();
-        let partitions = load_partitions(cfg.cluster.nodes, &catalog, load)?;
+        let local: Vec<u32> = match &hosting {
+            Hosting::Embedded => (0..cfg.cluster.nodes).collect(),
+            Hosting::Node(n) => vec![n.me.0],
+        };
+        let partitions = load_partitions(cfg.cluster.nodes, &local, &catalog, load)?;
         let load_time = started.elapsed();
         let history = record_history.then(|| Arc::new(HistoryRecorder::new(pmap.clone())));
         let ctx = Arc::new(EngineCtx {
@@ -65,6 +129,7 @@ impl Cluster {
             pmap,
             catalog,
             partitions,
+            hosting,
             cfg,
         });
         let engine = protocol::start(&ctx.cfg.protocol.name.clone(), ctx.clone())?;
@@ -107,13 +172,9 @@ pub struct StoppedCluster {
 }
 
 impl StoppedCluster {
-    /// Content hash of each partition, in partition order.
+    /// Content hash of each partition hosted here, in partition order.
     pub fn partition_hashes(&self) -> Vec<u64> {
-        self.ctx
-            .partitions
-            .iter()
-            .map(|p| p.content_hash())
-            .collect()
+        self.ctx.hosted().map(|p| p.content_hash()).collect()
     }
 
     pub fn ctx(&self) -> &EngineCtx {
@@ -121,14 +182,17 @@ impl StoppedCluster {
     }
 }
 
-/// Creates and loads every partition, several at a time (one thread per core).
+/// Creates and loads the partitions in `local` (of `nodes`), several at a time (one thread
+/// per core).
 pub(crate) fn load_partitions(
     nodes: u32,
+    local: &[u32],
     catalog: &Catalog,
     load: &LoadFn<'_>,
-) -> Result<Vec<Arc<PartitionStore>>, QError> {
-    let stores: Vec<Arc<PartitionStore>> = (0..nodes)
-        .map(|p| Arc::new(PartitionStore::new(PartitionId(p), &catalog.tables)))
+) -> Result<Vec<Option<Arc<PartitionStore>>>, QError> {
+    let stores: Vec<Arc<PartitionStore>> = local
+        .iter()
+        .map(|&p| Arc::new(PartitionStore::new(PartitionId(p), &catalog.tables)))
         .collect();
     let threads = std::thread::available_parallelism().map_or(2, |n| n.get());
     let next = std::sync::atomic::AtomicUsize::new(0);
@@ -151,5 +215,10 @@ pub(crate) fn load_partitions(
             .into_iter()
             .try_for_each(|h| h.join().expect("loader thread panicked"))
     })?;
-    Ok(stores)
+    let mut by_id: Vec<Option<Arc<PartitionStore>>> = (0..nodes).map(|_| None).collect();
+    for s in stores {
+        let i = s.id.index();
+        by_id[i] = Some(s);
+    }
+    Ok(by_id)
 }

@@ -5,9 +5,10 @@
 pub mod cluster;
 pub mod exec;
 pub mod history;
+pub mod net;
 pub mod oracle;
 pub mod protocol;
 pub mod runtime;
 
-pub use cluster::{Cluster, EngineCtx, StoppedCluster};
+pub use cluster::{Cluster, EngineCtx, Hosting, NodeHosting, StoppedCluster};
 pub use protocol::{Engine, ReplyTo, TxnRequest, PROTOCOLS};

@@ -26,8 +26,9 @@ pub fn replay(
     load: &LoadFn<'_>,
     order: &[Serialized],
 ) -> Result<OracleResult, QError> {
-    let stores = load_partitions(pmap.partitions(), catalog, load)?;
-    let store = |p: PartitionId| &*stores[p.index()];
+    let all: Vec<u32> = (0..pmap.partitions()).collect();
+    let stores = load_partitions(pmap.partitions(), &all, catalog, load)?;
+    let store = |p: PartitionId| stores[p.index()].as_deref().expect("all loaded");
     let mut scratch = TxnScratch::default();
     let mut divergent = Vec::new();
     for t in order {
@@ -49,7 +50,7 @@ pub fn replay(
         }
     }
     Ok(OracleResult {
-        hashes: stores.iter().map(|s| s.content_hash()).collect(),
+        hashes: stores.iter().flatten().map(|s| s.content_hash()).collect(),
         replayed: order.len(),
         divergent,
     })

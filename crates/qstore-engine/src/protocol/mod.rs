@@ -7,7 +7,7 @@ use crate::cluster::EngineCtx;
 use crate::history::HistoryRecorder;
 use crossbeam_channel::{Sender, TrySendError};
 use qstore_core::txn::{CcAbortCause, ProcCall, TxnOutcome, TxnResponse};
-use qstore_core::{ConfigError, NodeId, TxnId};
+use qstore_core::{ConfigError, NodeId, QError, TxnId};
 use qstore_net::NetCounters;
 use std::sync::Arc;
 
@@ -36,7 +36,7 @@ pub trait Engine: Send + Sync {
     fn shutdown(&self);
 }
 
-type Constructor = fn(Arc<EngineCtx>) -> Result<Box<dyn Engine>, ConfigError>;
+type Constructor = fn(Arc<EngineCtx>) -> Result<Box<dyn Engine>, QError>;
 
 /// A protocol as the command line and the checkers know it.
 pub struct ProtocolInfo {
@@ -75,10 +75,10 @@ pub fn info(name: &str) -> Option<&'static ProtocolInfo> {
     PROTOCOLS.iter().find(|p| p.name == name)
 }
 
-pub(crate) fn start(name: &str, ctx: Arc<EngineCtx>) -> Result<Box<dyn Engine>, ConfigError> {
+pub(crate) fn start(name: &str, ctx: Arc<EngineCtx>) -> Result<Box<dyn Engine>, QError> {
     match info(name) {
         Some(p) => (p.start)(ctx),
-        None => Err(unknown_protocol(name)),
+        None => Err(unknown_protocol(name).into()),
     }
 }
 

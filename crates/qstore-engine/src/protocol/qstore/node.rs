@@ -13,8 +13,9 @@ use crossbeam_channel::{bounded, Receiver, RecvTimeoutError};
 use parking_lot::{Condvar, Mutex, RwLock};
 use qstore_core::config::{Isolation, QStoreMode};
 use qstore_core::txn::{CcAbortCause, RowRef, TxnOutcome, Value};
-use qstore_core::{ConfigError, NodeId, PartitionId, TableId};
-use qstore_net::{Envelope, InProcNetwork, NetCounters, Transport};
+use qstore_core::{NodeId, PartitionId, QError, TableId};
+use crate::net::NodeNet;
+use qstore_net::{Envelope, NetCounters, Transport};
 use qstore_storage::RowVersion;
 use rustc_hash::FxHashMap;
 use std::collections::BTreeMap;
@@ -32,16 +33,14 @@ const QUIESCE_TIMEOUT: Duration = Duration::from_secs(2);
 /// Longest sleep of an idle worker between checks (notifications usually come first).
 const IDLE_WAIT: Duration = Duration::from_millis(5);
 
-pub fn start(ctx: Arc<EngineCtx>) -> Result<Box<dyn Engine>, ConfigError> {
-    let nodes = ctx.nodes() as usize;
-    let (net, inboxes) = InProcNetwork::<QMsg>::new(nodes, &ctx.cfg.net, ctx.cfg.seed);
-    let net = Arc::new(net);
-    let qnodes: Vec<Arc<QNode>> = (0..nodes)
-        .map(|n| Arc::new(QNode::new(NodeId(n as u32), ctx.clone(), net.clone())))
-        .collect();
+pub fn start(ctx: Arc<EngineCtx>) -> Result<Box<dyn Engine>, QError> {
+    let NodeNet { transport, inboxes } = crate::net::open::<QMsg>(&ctx)?;
+    let mut nodes: Vec<Option<Arc<QNode>>> = (0..ctx.nodes()).map(|_| None).collect();
     let mut threads = Vec::new();
     let pin = ctx.cfg.cluster.pin_threads;
-    for (node, inbox) in qnodes.iter().zip(inboxes) {
+    for (local, (id, inbox)) in inboxes.into_iter().enumerate() {
+        let node = Arc::new(QNode::new(id, ctx.clone(), transport.clone()));
+        nodes[id.index()] = Some(node.clone());
         let n = node.clone();
         threads.push(spawn_worker(
             format!("q{}-net", node.id.0),
@@ -65,29 +64,40 @@ pub fn start(ctx: Arc<EngineCtx>) -> Result<Box<dyn Engine>, ConfigError> {
         }
         for (i, (name, plans, executes)) in roles.into_iter().enumerate() {
             let n = node.clone();
-            let core = node.id.index() * workers + i;
+            let core = local * workers + i;
             threads.push(spawn_worker(name, pin, core, move || {
                 n.work(i, plans, executes)
             }));
         }
     }
     Ok(Box::new(QStore {
-        nodes: qnodes,
-        net,
+        nodes,
+        net: transport,
         threads: Mutex::new(threads),
     }))
 }
 
 struct QStore {
-    nodes: Vec<Arc<QNode>>,
-    net: Arc<InProcNetwork<QMsg>>,
+    /// By node id; `None` for nodes other processes host.
+    nodes: Vec<Option<Arc<QNode>>>,
+    net: Arc<dyn Transport<QMsg>>,
     threads: Mutex<Vec<JoinHandle<()>>>,
+}
+
+impl QStore {
+    fn local(&self) -> impl Iterator<Item = &Arc<QNode>> {
+        self.nodes.iter().flatten()
+    }
 }
 
 impl Engine for QStore {
     fn submit(&self, home: NodeId, req: TxnRequest) {
         match self.nodes.get(home.index()) {
-            Some(node) => node.submit(req),
+            Some(Some(node)) => node.submit(req),
+            Some(None) => reply(
+                &req,
+                TxnOutcome::Rejected(format!("node {home} is not hosted by this process")),
+            ),
             None => reply(&req, TxnOutcome::Rejected(format!("no node {home}"))),
         }
     }
@@ -101,10 +111,10 @@ impl Engine for QStore {
         // aborted transactions whose clients already have their answer) must be applied, or
         // the data would keep their writes.
         let deadline = Instant::now() + QUIESCE_TIMEOUT;
-        while !self.nodes.iter().all(|n| n.quiescent()) && Instant::now() < deadline {
+        while !self.local().all(|n| n.quiescent()) && Instant::now() < deadline {
             std::thread::sleep(Duration::from_millis(1));
         }
-        for n in &self.nodes {
+        for n in self.local() {
             n.stop.store(true, Ordering::Release);
             n.admission.write().take();
             n.wake.notify_all();
@@ -112,7 +122,7 @@ impl Engine for QStore {
         for h in self.threads.lock().drain(..) {
             let _ = h.join();
         }
-        for n in &self.nodes {
+        for n in self.local() {
             n.reject_leftovers();
         }
     }
@@ -191,7 +201,7 @@ type CommittedCopy = (u64, RowVersion, Box<[u8]>);
 struct QNode {
     id: NodeId,
     ctx: Arc<EngineCtx>,
-    net: Arc<InProcNetwork<QMsg>>,
+    net: Arc<dyn Transport<QMsg>>,
     planners: Vec<Planner>,
     admission: RwLock<Option<Vec<AdmissionQueue>>>,
     next_planner: AtomicUsize,
@@ -215,7 +225,7 @@ struct QNode {
 }
 
 impl QNode {
-    fn new(id: NodeId, ctx: Arc<EngineCtx>, net: Arc<InProcNetwork<QMsg>>) -> Self {
+    fn new(id: NodeId, ctx: Arc<EngineCtx>, net: Arc<dyn Transport<QMsg>>) -> Self {
         let q = &ctx.cfg.protocol.qstore;
         let workers = ctx.cfg.cluster.workers;
         let subs = if q.eqs_per_planner == 0 {

@@ -14,7 +14,7 @@ use crate::runtime::spawn_worker;
 use crossbeam_channel::{bounded, Receiver};
 use parking_lot::{Mutex, RwLock};
 use qstore_core::txn::TxnOutcome;
-use qstore_core::{ConfigError, NodeId, PartitionId};
+use qstore_core::{ConfigError, NodeId, PartitionId, QError};
 use qstore_net::NetCounters;
 use std::sync::Arc;
 use std::thread::JoinHandle;
@@ -22,7 +22,17 @@ use std::thread::JoinHandle;
 /// Requests the executor takes from the admission queue at a time.
 const DRAIN_BATCH: usize = 256;
 
-pub fn start(ctx: Arc<EngineCtx>) -> Result<Box<dyn Engine>, ConfigError> {
+pub fn start(ctx: Arc<EngineCtx>) -> Result<Box<dyn Engine>, QError> {
+    if ctx.is_distributed() {
+        return Err(ConfigError::new(
+            "protocol.name",
+            "serial",
+            "serial runs the whole cluster on one thread of one process and has no \
+             distributed mode; run it embedded (`qstore run --protocol serial`) or pick \
+             another protocol",
+        )
+        .into());
+    }
     let (tx, rx) = bounded(ctx.cfg.protocol.admission_queue as usize);
     let pin = ctx.cfg.cluster.pin_threads;
     let exec_ctx = ctx.clone();

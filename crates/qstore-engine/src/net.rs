@@ -1,0 +1,72 @@
+//! How a protocol reaches the other nodes: over the in-process transport when the whole
+//! cluster runs in this process, over TCP when this process hosts one node of a distributed
+//! cluster. Protocols only see the [`Transport`] trait and their nodes' inboxes.
+
+use crate::cluster::{EngineCtx, Hosting};
+use crossbeam_channel::{unbounded, Receiver};
+use qstore_core::{NodeId, QError};
+use qstore_net::{Envelope, Handshake, InProcNetwork, TcpConfig, TcpTransport, Transport};
+use serde::de::DeserializeOwned;
+use serde::Serialize;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// Version of the node-to-node wire format; peers with another version are refused.
+pub const WIRE_FORMAT_VERSION: u32 = 1;
+
+/// A protocol's network: the transport, and the inbox of every node hosted here.
+pub struct NodeNet<M> {
+    pub transport: Arc<dyn Transport<M>>,
+    pub inboxes: Vec<(NodeId, Receiver<Envelope<M>>)>,
+}
+
+/// Opens the network for messages of type `M`. In distributed mode this connects to every
+/// peer and waits until all are up (or the configured timeout passes).
+pub fn open<M>(ctx: &EngineCtx) -> Result<NodeNet<M>, QError>
+where
+    M: Serialize + DeserializeOwned + Send + 'static,
+{
+    match &ctx.hosting {
+        Hosting::Embedded => {
+            let nodes = ctx.nodes() as usize;
+            let (net, inboxes) = InProcNetwork::<M>::new(nodes, &ctx.cfg.net, ctx.cfg.seed);
+            Ok(NodeNet {
+                transport: Arc::new(net),
+                inboxes: inboxes
+                    .into_iter()
+                    .enumerate()
+                    .map(|(n, rx)| (NodeId(n as u32), rx))
+                    .collect(),
+            })
+        }
+        Hosting::Node(node) => {
+            let listener = node.listener.lock().take().ok_or_else(|| {
+                QError::Other("the node's peer listener was already taken".into())
+            })?;
+            let handshake = Handshake {
+                cluster_id: ctx.cfg.cluster.cluster_id,
+                protocol: ctx.cfg.protocol.name.clone(),
+                format_version: WIRE_FORMAT_VERSION,
+            };
+            let mut tcp = TcpConfig::new(node.me, node.peers.clone(), handshake);
+            tcp.net = ctx.cfg.net.clone();
+            tcp.seed = ctx.cfg.seed;
+            let (tx, rx) = unbounded();
+            let transport = TcpTransport::start(tcp, listener, tx, node.events.clone())?;
+            let started = Instant::now();
+            let timeout = Duration::from_secs_f64(ctx.cfg.cluster.connect_timeout_s);
+            transport.wait_connected(timeout).map_err(|e| {
+                QError::Other(format!(
+                    "node {}: peers not reachable after {:.0} s: {e}; start every node of the \
+                     cluster file (cluster.connect_timeout_s sets how long to wait)",
+                    node.me,
+                    started.elapsed().as_secs_f64()
+                ))
+            })?;
+            Ok(NodeNet {
+                transport: Arc::new(transport),
+                inboxes: vec![(node.me, rx)],
+            })
+        }
+    }
+}
