@@ -8,12 +8,14 @@
 
 use crate::elle::{Completion, ElleLog};
 use crate::stats::{Backoff, ClientStats};
+use crate::Target;
 use crossbeam_channel::{unbounded, Receiver, RecvTimeoutError, Sender};
 use parking_lot::Mutex;
 use qstore_core::config::ClientConfig;
 use qstore_core::txn::{TxnOutcome, TxnResponse, Value};
+use qstore_core::RunConfig;
 use qstore_core::{NodeId, TxnId};
-use qstore_engine::{Cluster, TxnRequest};
+use qstore_engine::TxnRequest;
 use qstore_workload::{ElleOp, TxnCall, TxnGenerator, Workload};
 use rustc_hash::FxHashMap;
 use std::cmp::Reverse;
@@ -109,7 +111,7 @@ impl Ord for Retry {
 /// One load-generator thread.
 pub struct Driver<'a> {
     index: u32,
-    cluster: &'a Cluster,
+    cluster: &'a dyn Target,
     workload: &'a dyn Workload,
     elle: Option<&'a ElleLog>,
     /// Elle lanes not in use, and the number of lanes created.
@@ -130,20 +132,28 @@ pub struct Driver<'a> {
     next_arrival: Option<(Instant, Duration, usize)>,
 }
 
+/// What every load-generator thread of a run shares.
+#[derive(Clone, Copy)]
+pub struct Shared<'a> {
+    pub run: &'a RunConfig,
+    pub target: &'a dyn Target,
+    pub workload: &'a dyn Workload,
+    pub control: &'a Control,
+    pub elle: Option<&'a ElleLog>,
+}
+
 impl<'a> Driver<'a> {
     /// A thread driving clients `client_ids` (client `c` has home node `c mod nodes`).
-    pub fn new(
-        index: u32,
-        threads: u32,
-        client_ids: &[u32],
-        cluster: &'a Cluster,
-        workload: &'a dyn Workload,
-        control: &'a Control,
-        elle: Option<&'a ElleLog>,
-    ) -> Self {
-        let ctx = cluster.ctx();
-        let cfg = &ctx.cfg.client;
-        let nodes = ctx.nodes();
+    pub fn new(index: u32, threads: u32, client_ids: &[u32], shared: Shared<'a>) -> Self {
+        let Shared {
+            run,
+            target: cluster,
+            workload,
+            control,
+            elle,
+        } = shared;
+        let cfg = &run.client;
+        let nodes = run.cluster.nodes;
         let clients = client_ids
             .iter()
             .map(|&c| {
@@ -178,7 +188,7 @@ impl<'a> Driver<'a> {
             reply_tx,
             reply_rx,
             next_id: 0,
-            rng: qstore_core::rng::stream(ctx.cfg.seed, (1 << 32) + index as u64),
+            rng: qstore_core::rng::stream(run.seed, (1 << 32) + index as u64),
             stats: ClientStats::default(),
             next_arrival,
         }

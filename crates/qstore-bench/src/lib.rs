@@ -3,14 +3,15 @@
 
 pub mod driver;
 pub mod elle;
+pub mod remote;
 pub mod report;
 pub mod stats;
 pub mod suite;
 pub mod verify;
 
 use driver::{Control, Driver};
-use qstore_core::{QError, RunConfig};
-use qstore_engine::{Cluster, StoppedCluster};
+use qstore_core::{NodeId, QError, RunConfig};
+use qstore_engine::{Cluster, StoppedCluster, TxnRequest};
 use qstore_workload::Workload;
 use report::{RunReport, Traffic};
 use stats::ClientStats;
@@ -52,6 +53,80 @@ pub struct RunOutcome {
     pub workload: Arc<dyn Workload>,
 }
 
+/// What the load generator drives: an embedded cluster, or the servers of a distributed one.
+pub trait Target: Sync {
+    /// Submits `req` with node `home` as its home; the answer comes on `req.reply`.
+    fn submit(&self, home: NodeId, req: TxnRequest);
+    /// (messages, bytes) each node has sent to other nodes so far.
+    fn traffic(&self) -> Vec<(u64, u64)>;
+}
+
+impl Target for Cluster {
+    fn submit(&self, home: NodeId, req: TxnRequest) {
+        Cluster::submit(self, home, req)
+    }
+
+    fn traffic(&self) -> Vec<(u64, u64)> {
+        self.net_counters()
+            .map(|c| c.snapshot())
+            .unwrap_or_default()
+    }
+}
+
+/// The client side of a run: statistics, the measurement window, traffic and the timeline.
+pub(crate) struct Driven {
+    pub stats: ClientStats,
+    pub window_s: f64,
+    pub traffic: Traffic,
+    pub timeline: Vec<u64>,
+}
+
+/// Runs the configured clients against `target` until the run ends.
+pub(crate) fn drive(
+    cfg: &RunConfig,
+    target: &dyn Target,
+    workload: &dyn Workload,
+    progress: &mut Option<&mut dyn FnMut(&Progress)>,
+    elle: Option<&elle::ElleLog>,
+) -> Driven {
+    let control = Control::default();
+    let clients = cfg.client.effective_clients(cfg.cluster.nodes);
+    let threads = cfg.client.threads.min(clients);
+    // A counted run has no warm-up: every commit counts, from the very first one.
+    if cfg.client.txns > 0 {
+        control.measuring.store(true, Ordering::Relaxed);
+    }
+    std::thread::scope(|s| {
+        let handles: Vec<_> = (0..threads)
+            .map(|t| {
+                let ids: Vec<u32> = (t..clients).step_by(threads as usize).collect();
+                let shared = driver::Shared {
+                    run: cfg,
+                    target,
+                    workload,
+                    control: &control,
+                    elle,
+                };
+                std::thread::Builder::new()
+                    .name(format!("client-{t}"))
+                    .spawn_scoped(s, move || Driver::new(t, threads, &ids, shared).run())
+                    .expect("spawn client thread")
+            })
+            .collect();
+        let (window_s, traffic, timeline) = control_run(cfg, target, &control, progress);
+        let mut stats = ClientStats::default();
+        for h in handles {
+            stats.merge(&h.join().expect("client thread panicked"));
+        }
+        Driven {
+            stats,
+            window_s,
+            traffic,
+            timeline,
+        }
+    })
+}
+
 /// Builds the workload, starts an embedded cluster, drives it as configured, and reports.
 pub fn run(cfg: &RunConfig, opts: RunOptions<'_>) -> Result<RunOutcome, QError> {
     cfg.validate()?;
@@ -64,41 +139,9 @@ pub fn run(cfg: &RunConfig, opts: RunOptions<'_>) -> Result<RunOutcome, QError> 
         opts.record_history,
     )?;
     let load_s = cluster.load_time().as_secs_f64();
-    let control = Control::default();
-    let threads = cfg
-        .client
-        .threads
-        .min(cfg.client.effective_clients(cfg.cluster.nodes));
-    let clients = cfg.client.effective_clients(cfg.cluster.nodes);
     let mut progress = opts.progress;
-    // A counted run has no warm-up: every commit counts, from the very first one.
-    if cfg.client.txns > 0 {
-        control.measuring.store(true, Ordering::Relaxed);
-    }
-
-    let (stats, window, traffic, timeline) = std::thread::scope(|s| {
-        let handles: Vec<_> = (0..threads)
-            .map(|t| {
-                let ids: Vec<u32> = (t..clients).step_by(threads as usize).collect();
-                let (cluster, control, workload) = (&cluster, &control, workload.as_ref());
-                let elle = opts.elle;
-                std::thread::Builder::new()
-                    .name(format!("client-{t}"))
-                    .spawn_scoped(s, move || {
-                        Driver::new(t, threads, &ids, cluster, workload, control, elle).run()
-                    })
-                    .expect("spawn client thread")
-            })
-            .collect();
-        let measured = control_run(cfg, &cluster, &control, &mut progress);
-        let mut stats = ClientStats::default();
-        for h in handles {
-            stats.merge(&h.join().expect("client thread panicked"));
-        }
-        (stats, measured.0, measured.1, measured.2)
-    });
-
-    let mut report = RunReport::new(cfg, &stats, window, load_s, traffic, timeline);
+    let d = drive(cfg, &cluster, workload.as_ref(), &mut progress, opts.elle);
+    let mut report = RunReport::new(cfg, &d.stats, d.window_s, load_s, d.traffic, d.timeline);
     let stopped = cluster.stop();
     if opts.state_hashes {
         report.state_hashes = Some(
@@ -116,22 +159,75 @@ pub fn run(cfg: &RunConfig, opts: RunOptions<'_>) -> Result<RunOutcome, QError> 
     })
 }
 
+/// What a run against a distributed cluster leaves: its report and what each node handed
+/// back after it.
+pub struct RemoteOutcome {
+    pub report: RunReport,
+    pub collected: Vec<qstore_engine::server::proto::Collected>,
+    pub workload: Arc<dyn Workload>,
+    /// Connections that failed during the run, with the reason.
+    pub failures: Vec<String>,
+}
+
+/// Drives the servers of the distributed cluster `cfg` describes (its `cluster.addresses`),
+/// and reports, with the servers' message counts and frame fill.
+pub fn run_remote(cfg: &RunConfig, opts: RunOptions<'_>) -> Result<RemoteOutcome, QError> {
+    cfg.validate()?;
+    if !cfg.cluster.is_distributed() {
+        return Err(QError::Other(
+            "the configuration lists no node addresses (cluster.addresses): not a cluster \
+             file; `qstore cluster` writes one and starts the servers"
+                .into(),
+        ));
+    }
+    let workload = qstore_workload::build(cfg)?;
+    let remote = remote::RemoteCluster::connect(cfg, workload.catalog().fingerprint())?;
+    let mut cfg = cfg.clone();
+    cfg.protocol.name = remote.protocol.clone();
+    let mut progress = opts.progress;
+    let d = drive(&cfg, &remote, workload.as_ref(), &mut progress, opts.elle);
+    let mut report = RunReport::new(&cfg, &d.stats, d.window_s, 0.0, d.traffic, d.timeline);
+    let failures = remote.failures();
+    let (collected, frames) = if failures.is_empty() {
+        let stats = remote.stats()?;
+        let (msgs, frames) = stats
+            .iter()
+            .fold((0, 0), |(m, f), s| (m + s.msgs_sent, f + s.frames_sent));
+        (
+            remote.collect()?,
+            (frames > 0).then(|| msgs as f64 / frames as f64),
+        )
+    } else {
+        (Vec::new(), None)
+    };
+    report.msgs_per_frame = frames.or(Some(0.0));
+    if opts.state_hashes {
+        report.state_hashes = Some(
+            collected
+                .iter()
+                .map(|c| format!("{:016x}", c.partition_hash))
+                .collect(),
+        );
+    }
+    Ok(RemoteOutcome {
+        report,
+        collected,
+        workload,
+        failures,
+    })
+}
+
 /// Paces the run from the calling thread: warm-up, measurement window (or until the
 /// transaction count is reached), progress every second. Returns the window length, the
 /// traffic during the window, and commits per second.
 fn control_run(
     cfg: &RunConfig,
-    cluster: &Cluster,
+    target: &dyn Target,
     control: &Control,
     progress: &mut Option<&mut dyn FnMut(&Progress)>,
 ) -> (f64, Traffic, Vec<u64>) {
     let start = Instant::now();
-    let snapshot = || {
-        cluster
-            .net_counters()
-            .map(|c| c.snapshot())
-            .unwrap_or_default()
-    };
+    let snapshot = || target.traffic();
     let by_count = cfg.client.txns > 0;
     if !by_count {
         wait_with_progress(

@@ -62,6 +62,9 @@ pub struct RunReport {
     pub first_violation: Option<String>,
     pub msgs_per_txn: f64,
     pub bytes_per_txn: f64,
+    /// Distributed mode: node-to-node messages per TCP frame over the whole run (how well
+    /// the send path batches).
+    pub msgs_per_frame: Option<f64>,
     pub per_node: Vec<NodeTraffic>,
     /// The back-off policy after concurrency-control aborts, in microseconds.
     pub backoff_base_us: u64,
@@ -139,6 +142,7 @@ impl RunReport {
             first_violation: stats.first_violation.clone(),
             msgs_per_txn: per_commit(msgs),
             bytes_per_txn: per_commit(bytes),
+            msgs_per_frame: None,
             per_node: traffic
                 .iter()
                 .enumerate()
@@ -224,6 +228,11 @@ impl RunReport {
             ("logic aborts", group(self.logic_aborts)),
             ("msgs per txn", format!("{:.2}", self.msgs_per_txn)),
             ("bytes per txn", format!("{:.1}", self.bytes_per_txn)),
+            (
+                "msgs per frame",
+                self.msgs_per_frame
+                    .map_or("in-process".into(), |f| format!("{f:.1} (tcp)")),
+            ),
             (
                 "back-off (us)",
                 format!(

@@ -2,11 +2,11 @@
 
 use crate::history::HistoryRecorder;
 use crate::protocol::{self, Engine, TxnRequest};
+use crossbeam_channel::Sender;
+use parking_lot::Mutex;
 use qstore_core::partition::PartitionMap;
 use qstore_core::txn::{Catalog, RowLoader};
 use qstore_core::{NodeId, PartitionId, QError, RunConfig};
-use crossbeam_channel::Sender;
-use parking_lot::Mutex;
 use qstore_net::{NetCounters, PeerEvent};
 use qstore_storage::PartitionStore;
 use std::net::{SocketAddr, TcpListener};
@@ -157,6 +157,12 @@ impl Cluster {
 
     pub fn net_counters(&self) -> Option<&NetCounters> {
         self.engine.net_counters()
+    }
+
+    /// Stops the protocol's threads where the cluster is shared (a server's connections hold
+    /// it); requests still queued are answered `Rejected`.
+    pub fn shutdown(&self) {
+        self.engine.shutdown();
     }
 
     /// Stops the protocol's threads and hands back the data for inspection.

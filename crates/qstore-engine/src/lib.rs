@@ -9,6 +9,7 @@ pub mod net;
 pub mod oracle;
 pub mod protocol;
 pub mod runtime;
+pub mod server;
 
 pub use cluster::{Cluster, EngineCtx, Hosting, NodeHosting, StoppedCluster};
 pub use protocol::{Engine, ReplyTo, TxnRequest, PROTOCOLS};

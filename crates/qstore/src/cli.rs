@@ -48,6 +48,43 @@ enum Command {
     /// G1c, G2 and reads of versions that never existed, each with a short cycle. Exit code 0
     /// when serializable, 1 when anomalies are found, 2 when the file cannot be read.
     Check(CheckArgs),
+    /// Start one node of a distributed cluster: listen on its addresses from the cluster
+    /// file, load its partition, connect to every peer, then serve clients until SIGINT or
+    /// SIGTERM.
+    ///
+    /// A cluster file is a configuration (as `qstore config` prints) whose [cluster] section
+    /// lists every node's addresses, e.g.
+    /// `addresses = [{ peer = "127.0.0.1:7100", client = "127.0.0.1:7200" }, ...]`.
+    /// `qstore cluster` writes one and starts everything on this machine.
+    Server(ServerArgs),
+    /// Run the load generator against the servers of a distributed cluster and print the same
+    /// results as `qstore run`, with the servers' message counts.
+    ///
+    /// Settings come from the cluster file; the flags may change the load (clients, inflight,
+    /// duration, rate, workload mix), not the servers.
+    Client(Box<ClientArgs>),
+}
+
+#[derive(Args)]
+struct ServerArgs {
+    /// Cluster file (TOML).
+    #[arg(long, value_name = "FILE")]
+    cluster: PathBuf,
+    /// Which node of the cluster file this server is.
+    #[arg(long)]
+    node: u32,
+    /// Record this node's part of the engine history, for `qstore client --verify`.
+    #[arg(long)]
+    record_history: bool,
+}
+
+#[derive(Args)]
+struct ClientArgs {
+    /// Cluster file (TOML) of the running servers.
+    #[arg(long, value_name = "FILE")]
+    cluster: PathBuf,
+    #[command(flatten)]
+    run: RunArgs,
 }
 
 #[derive(Args)]
@@ -458,6 +495,126 @@ pub fn main() -> i32 {
         Command::Check(args) => check(args),
         Command::Protocols(args) => protocols(args),
         Command::Bench(args) => bench(*args),
+        Command::Server(args) => server(args),
+        Command::Client(args) => client(*args),
+    }
+}
+
+fn server(args: ServerArgs) -> i32 {
+    let cfg = match load_config(&args.cluster).and_then(|c| {
+        validate_names(&c)?;
+        c.validate().map_err(|e| e.to_string())?;
+        Ok(c)
+    }) {
+        Ok(c) => c,
+        Err(e) => return usage_error(&e),
+    };
+    if !cfg.cluster.is_distributed() {
+        return usage_error(&format!(
+            "{} lists no node addresses (cluster.addresses): not a cluster file",
+            args.cluster.display()
+        ));
+    }
+    match crate::distributed::serve(cfg, args.node, args.record_history) {
+        Ok(()) => 0,
+        Err(QError::Config(e)) => usage_error(&e.to_string()),
+        Err(e) => {
+            eprintln!("error: node {}: {e}", args.node);
+            EXIT_FAILURE
+        }
+    }
+}
+
+fn client(mut args: ClientArgs) -> i32 {
+    if args.run.config.is_some() {
+        return usage_error("give the cluster file with --cluster only (not --config)");
+    }
+    args.run.config = Some(args.cluster.clone());
+    let cfg = match args.run.config() {
+        Ok(c) => c,
+        Err(e) => return usage_error(&e),
+    };
+    let printer = ProgressPrinter::new(&args.run);
+    let mut print = |p: &Progress| printer.print(p);
+    let opts = RunOptions {
+        progress: printer
+            .live
+            .then_some(&mut print as &mut dyn FnMut(&Progress)),
+        state_hashes: args.run.print_state_hash,
+        record_history: false,
+        elle: None,
+    };
+    let outcome = match qstore_bench::run_remote(&cfg, opts) {
+        Ok(o) => o,
+        Err(QError::Config(e)) => return usage_error(&e.to_string()),
+        Err(e) => {
+            eprintln!("error: {e}");
+            return EXIT_FAILURE;
+        }
+    };
+    printer.finish();
+    let report = &outcome.report;
+    if !args.run.quiet {
+        println!("{}", report.table());
+    }
+    if let Some(hashes) = &report.state_hashes {
+        for (p, h) in hashes.iter().enumerate() {
+            println!("partition {p} state hash {h}");
+        }
+    }
+    if let Err(e) = write_outputs(&args.run, report) {
+        eprintln!("error: {e}");
+        return EXIT_FAILURE;
+    }
+    for f in &outcome.failures {
+        eprintln!("error: {f}");
+    }
+    if !outcome.failures.is_empty() || report.unfinished > 0 {
+        eprintln!(
+            "error: {} transaction(s) unanswered, {} rejected",
+            report.unfinished, report.rejected
+        );
+        return EXIT_FAILURE;
+    }
+    if args.run.verify && !crate::distributed::verify_remote(&cfg, &outcome) {
+        return EXIT_FAILURE;
+    }
+    0
+}
+
+/// Progress lines during a run: on a terminal one line rewritten in place, else one line per
+/// second (when asked for with --progress).
+struct ProgressPrinter {
+    live: bool,
+    tty: bool,
+}
+
+impl ProgressPrinter {
+    fn new(args: &RunArgs) -> Self {
+        let tty = std::io::stderr().is_terminal();
+        ProgressPrinter {
+            live: !args.quiet && (args.progress || tty),
+            tty,
+        }
+    }
+
+    fn print(&self, p: &Progress) {
+        let phase = if p.measuring { "run " } else { "warm" };
+        let line = format!(
+            "[{:>5.1}s {phase}] {:>10.0} txn/s  committed {:>10}  cc aborts {:>8}",
+            p.elapsed_s, p.tps, p.committed, p.cc_aborts
+        );
+        if self.tty {
+            eprint!("\r{line}");
+        } else {
+            eprintln!("{line}");
+        }
+    }
+
+    fn finish(&self) {
+        if self.live && self.tty {
+            eprintln!();
+        }
     }
 }
 
@@ -647,30 +804,16 @@ fn run(args: RunArgs) -> i32 {
         Ok(c) => c,
         Err(e) => return usage_error(&e),
     };
-    let live = !args.quiet && (args.progress || std::io::stderr().is_terminal());
-    let tty = std::io::stderr().is_terminal();
-    let mut print_progress = |p: &Progress| {
-        let phase = if p.measuring { "run " } else { "warm" };
-        let line = format!(
-            "[{:>5.1}s {phase}] {:>10.0} txn/s  committed {:>10}  cc aborts {:>8}",
-            p.elapsed_s, p.tps, p.committed, p.cc_aborts
-        );
-        if tty {
-            eprint!("\r{line}");
-        } else {
-            eprintln!("{line}");
-        }
-    };
+    let printer = ProgressPrinter::new(&args);
+    let mut print = |p: &Progress| printer.print(p);
     let elle = match open_elle(&args, &cfg) {
         Ok(e) => e,
         Err(e) => return usage_error(&e),
     };
     let opts = RunOptions {
-        progress: if live {
-            Some(&mut print_progress)
-        } else {
-            None
-        },
+        progress: printer
+            .live
+            .then_some(&mut print as &mut dyn FnMut(&Progress)),
         state_hashes: args.print_state_hash,
         record_history: args.verify || args.engine_history.is_some(),
         elle: elle.as_ref(),
@@ -689,9 +832,7 @@ fn run(args: RunArgs) -> i32 {
             return EXIT_FAILURE;
         }
     };
-    if live && tty {
-        eprintln!();
-    }
+    printer.finish();
     let report = &outcome.report;
     if !args.quiet {
         println!("{}", report.table());

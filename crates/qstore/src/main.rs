@@ -1,6 +1,7 @@
 //! `qstore`: run embedded clusters, print configurations, check histories.
 
 mod cli;
+mod distributed;
 mod launcher;
 
 use mimalloc::MiMalloc;

@@ -1,0 +1,328 @@
+//! The servers of a distributed cluster as a load-generator [`Target`]: one TCP connection
+//! per node, speaking the client protocol of `qstore_engine::server::proto`.
+//!
+//! Each connection has a writer thread (requests, many per frame) and a reader thread (answers
+//! routed to the reply channel of their request). A connection that fails answers every
+//! transaction in flight on it, and every later one, `Rejected` with the reason: clients see
+//! errors, never a silent hang.
+
+use crate::Target;
+use crossbeam_channel::{unbounded, Receiver, Sender};
+use parking_lot::Mutex;
+use qstore_core::txn::{TxnOutcome, TxnResponse};
+use qstore_core::{NodeId, QError, RunConfig, TxnId};
+use qstore_engine::server::proto::{
+    ClientRequest, ClientResponse, Collected, ServerStats, CLIENT_FORMAT_VERSION,
+};
+use qstore_engine::{ReplyTo, TxnRequest};
+use qstore_net::frame::{FrameDecoder, FrameEncoder, DEFAULT_FLUSH_BYTES, DEFAULT_MAX_FRAME};
+use rustc_hash::FxHashMap;
+use std::io::BufReader;
+use std::net::{Shutdown, SocketAddr, TcpStream};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// How long a control request (stats, collect) may take.
+const CONTROL_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// Connections to every node of a distributed cluster.
+pub struct RemoteCluster {
+    conns: Vec<Conn>,
+    /// The protocol the servers run (from their welcome).
+    pub protocol: String,
+}
+
+/// One node's connection.
+struct Conn {
+    node: NodeId,
+    requests: Sender<ClientRequest>,
+    control: Mutex<Receiver<ClientResponse>>,
+    state: Arc<Mutex<ConnState>>,
+    stream: TcpStream,
+}
+
+/// Transactions in flight on a connection, or why it is gone.
+#[derive(Default)]
+struct ConnState {
+    pending: FxHashMap<u64, ReplyTo>,
+    down: Option<String>,
+}
+
+impl RemoteCluster {
+    /// Connects to every node of `cfg`'s cluster (retrying until `cluster.connect_timeout_s`
+    /// while servers start) and checks each one runs the same cluster, protocol and catalog.
+    pub fn connect(cfg: &RunConfig, catalog_fingerprint: u64) -> Result<Self, QError> {
+        let addrs = cfg.cluster.socket_addresses()?;
+        let timeout = Duration::from_secs_f64(cfg.cluster.connect_timeout_s);
+        let mut conns = Vec::new();
+        let mut protocol = String::new();
+        for (i, (_, client)) in addrs.into_iter().enumerate() {
+            let node = NodeId(i as u32);
+            let (stream, welcome) = handshake(node, client, cfg.cluster.cluster_id, timeout)?;
+            let ClientResponse::Welcome {
+                node: their_node,
+                protocol: p,
+                catalog,
+                nodes,
+            } = welcome
+            else {
+                unreachable!("handshake returns a welcome")
+            };
+            let mismatch = |what: String| QError::Other(format!("node {node} at {client}: {what}"));
+            if their_node != node || nodes != cfg.cluster.nodes {
+                return Err(mismatch(format!(
+                    "it is node {their_node} of {nodes}, the cluster file says node {node} of {}",
+                    cfg.cluster.nodes
+                )));
+            }
+            if catalog != catalog_fingerprint {
+                return Err(mismatch(
+                    "it runs another workload (catalog differs from this client's)".into(),
+                ));
+            }
+            protocol = p;
+            conns.push(Conn::start(node, stream)?);
+        }
+        Ok(RemoteCluster { conns, protocol })
+    }
+
+    /// Each node's counters.
+    pub fn stats(&self) -> Result<Vec<ServerStats>, QError> {
+        self.conns
+            .iter()
+            .map(|c| match c.ask(ClientRequest::Stats)? {
+                ClientResponse::Stats(s) => Ok(s),
+                other => Err(c.unexpected(other)),
+            })
+            .collect()
+    }
+
+    /// Each node's partition hash and history part, after a run.
+    pub fn collect(&self) -> Result<Vec<Collected>, QError> {
+        self.conns
+            .iter()
+            .map(|c| match c.ask(ClientRequest::Collect)? {
+                ClientResponse::Collected(s) => Ok(s),
+                other => Err(c.unexpected(other)),
+            })
+            .collect()
+    }
+
+    /// Connections that failed, with the reason.
+    pub fn failures(&self) -> Vec<String> {
+        self.conns
+            .iter()
+            .filter_map(|c| c.state.lock().down.clone())
+            .collect()
+    }
+}
+
+impl Drop for RemoteCluster {
+    fn drop(&mut self) {
+        for c in &self.conns {
+            // Closed on purpose: the reader's end of stream is no failure.
+            c.state
+                .lock()
+                .down
+                .get_or_insert_with(|| "closed by the client".into());
+            let _ = c.stream.shutdown(Shutdown::Both);
+        }
+    }
+}
+
+impl Target for RemoteCluster {
+    fn submit(&self, home: NodeId, req: TxnRequest) {
+        let Some(conn) = self.conns.get(home.index()) else {
+            let why = format!("no node {home} in the cluster file");
+            return reject(&req.reply, req.id, why);
+        };
+        conn.submit(req);
+    }
+
+    fn traffic(&self) -> Vec<(u64, u64)> {
+        match self.stats() {
+            Ok(s) => s.iter().map(|s| (s.msgs_sent, s.bytes_sent)).collect(),
+            Err(e) => {
+                tracing::warn!("cannot fetch server statistics: {e}");
+                Vec::new()
+            }
+        }
+    }
+}
+
+fn reject(reply: &ReplyTo, id: TxnId, why: String) {
+    let _ = reply.send(TxnResponse {
+        id,
+        outcome: TxnOutcome::Rejected(why),
+    });
+}
+
+/// Connects (retrying while the server starts), says hello and returns its welcome.
+fn handshake(
+    node: NodeId,
+    addr: SocketAddr,
+    cluster_id: u64,
+    timeout: Duration,
+) -> Result<(TcpStream, ClientResponse), QError> {
+    let deadline = Instant::now() + timeout;
+    let mut stream = loop {
+        match TcpStream::connect_timeout(&addr, Duration::from_secs(2)) {
+            Ok(s) => break s,
+            Err(e) if Instant::now() >= deadline => {
+                return Err(QError::Other(format!(
+                    "cannot connect to node {node} at {addr}: {e}; is `qstore server` running \
+                     for it?"
+                )))
+            }
+            Err(_) => std::thread::sleep(Duration::from_millis(100)),
+        }
+    };
+    stream.set_nodelay(true)?;
+    let mut enc = FrameEncoder::new(DEFAULT_FLUSH_BYTES, DEFAULT_MAX_FRAME);
+    let hello = ClientRequest::Hello {
+        cluster_id,
+        format_version: CLIENT_FORMAT_VERSION,
+    };
+    enc.push(&hello).map_err(|e| QError::Other(e.to_string()))?;
+    enc.write_to(&mut stream)?;
+    stream.set_read_timeout(Some(timeout))?;
+    let answer = FrameDecoder::new(DEFAULT_MAX_FRAME)
+        .read_frame::<ClientResponse, _>(&mut stream)
+        .map_err(|e| QError::Other(format!("node {node} at {addr}: bad welcome: {e}")))?;
+    stream.set_read_timeout(None)?;
+    match answer.and_then(|v| v.into_iter().next()) {
+        Some(w @ ClientResponse::Welcome { .. }) => Ok((stream, w)),
+        Some(ClientResponse::Refused(why)) => Err(QError::Other(format!(
+            "node {node} at {addr} refused this client: {why}"
+        ))),
+        other => Err(QError::Other(format!(
+            "node {node} at {addr}: expected a welcome, got {other:?}"
+        ))),
+    }
+}
+
+impl Conn {
+    fn start(node: NodeId, stream: TcpStream) -> Result<Self, QError> {
+        let (requests, requests_rx) = unbounded();
+        let (control_tx, control) = unbounded();
+        let state = Arc::new(Mutex::new(ConnState::default()));
+        let (w, r) = (stream.try_clone()?, stream.try_clone()?);
+        let (ws, rs) = (state.clone(), state.clone());
+        std::thread::Builder::new()
+            .name(format!("remote-{}-w", node.0))
+            .spawn(move || write_loop(node, w, requests_rx, ws))?;
+        std::thread::Builder::new()
+            .name(format!("remote-{}-r", node.0))
+            .spawn(move || read_loop(node, r, control_tx, rs))?;
+        Ok(Conn {
+            node,
+            requests,
+            control: Mutex::new(control),
+            state,
+            stream,
+        })
+    }
+
+    fn submit(&self, req: TxnRequest) {
+        let mut state = self.state.lock();
+        if let Some(why) = &state.down {
+            return reject(&req.reply, req.id, why.clone());
+        }
+        state.pending.insert(req.id.0, req.reply);
+        drop(state);
+        let call = (*req.call).clone();
+        let _ = self
+            .requests
+            .send(ClientRequest::Submit { id: req.id.0, call });
+    }
+
+    /// Sends a control request and waits for its answer.
+    fn ask(&self, r: ClientRequest) -> Result<ClientResponse, QError> {
+        let control = self.control.lock();
+        if let Some(why) = self.state.lock().down.clone() {
+            return Err(QError::Other(why));
+        }
+        let _ = self.requests.send(r);
+        control.recv_timeout(CONTROL_TIMEOUT).map_err(|_| {
+            QError::Other(format!(
+                "node {}: no answer to a control request",
+                self.node
+            ))
+        })
+    }
+
+    fn unexpected(&self, r: ClientResponse) -> QError {
+        QError::Other(format!("node {}: unexpected answer {r:?}", self.node))
+    }
+}
+
+/// Marks the connection failed and answers everything in flight on it.
+fn fail(node: NodeId, state: &Mutex<ConnState>, why: String) {
+    let mut s = state.lock();
+    if s.down.is_some() {
+        return;
+    }
+    let why = format!("connection to node {} lost: {why}", node.0);
+    tracing::error!("{why}");
+    for (id, reply) in s.pending.drain() {
+        reject(&reply, TxnId(id), why.clone());
+    }
+    s.down = Some(why);
+}
+
+fn write_loop(
+    node: NodeId,
+    mut stream: TcpStream,
+    requests: Receiver<ClientRequest>,
+    state: Arc<Mutex<ConnState>>,
+) {
+    let mut enc = FrameEncoder::new(DEFAULT_FLUSH_BYTES, DEFAULT_MAX_FRAME);
+    while let Ok(first) = requests.recv() {
+        for r in std::iter::once(first).chain(requests.try_iter()) {
+            let pushed = enc.push(&r).map(|_| ()).map_err(|e| e.to_string());
+            let flushed = if enc.should_flush() {
+                enc.write_to(&mut stream).map_err(|e| e.to_string())
+            } else {
+                Ok(())
+            };
+            if let Err(e) = pushed.and(flushed) {
+                return fail(node, &state, e);
+            }
+        }
+        if let Err(e) = enc.write_to(&mut stream) {
+            return fail(node, &state, e.to_string());
+        }
+    }
+}
+
+fn read_loop(
+    node: NodeId,
+    stream: TcpStream,
+    control: Sender<ClientResponse>,
+    state: Arc<Mutex<ConnState>>,
+) {
+    let mut reader = BufReader::with_capacity(64 << 10, stream);
+    let mut decoder = FrameDecoder::new(DEFAULT_MAX_FRAME);
+    loop {
+        let frame = match decoder.read_frame::<ClientResponse, _>(&mut reader) {
+            Ok(Some(f)) => f,
+            Ok(None) => return fail(node, &state, "the server closed it".into()),
+            Err(e) => return fail(node, &state, e.to_string()),
+        };
+        for msg in frame {
+            match msg {
+                ClientResponse::Answer { id, outcome } => {
+                    if let Some(reply) = state.lock().pending.remove(&id) {
+                        let _ = reply.send(TxnResponse {
+                            id: TxnId(id),
+                            outcome,
+                        });
+                    }
+                }
+                other => {
+                    let _ = control.send(other);
+                }
+            }
+        }
+    }
+}
