@@ -63,6 +63,22 @@ enum Command {
     /// Settings come from the cluster file; the flags may change the load (clients, inflight,
     /// duration, rate, workload mix), not the servers.
     Client(Box<ClientArgs>),
+    /// Start a distributed cluster on this machine: one `qstore server` process per node on
+    /// loopback ports, then one `qstore client` process, with their output streamed here; stop
+    /// everything when the client is done (or on Ctrl-C).
+    ///
+    /// Takes the same flags as `run`; the cluster file it writes is removed afterwards unless
+    /// --cluster-file names where to keep it.
+    Cluster(Box<ClusterArgs>),
+}
+
+#[derive(Args)]
+struct ClusterArgs {
+    /// Write the cluster file here and keep it (default: a temporary file).
+    #[arg(long, value_name = "FILE")]
+    cluster_file: Option<PathBuf>,
+    #[command(flatten)]
+    run: RunArgs,
 }
 
 #[derive(Args)]
@@ -497,6 +513,54 @@ pub fn main() -> i32 {
         Command::Bench(args) => bench(*args),
         Command::Server(args) => server(args),
         Command::Client(args) => client(*args),
+        Command::Cluster(args) => cluster(*args),
+    }
+}
+
+fn cluster(args: ClusterArgs) -> i32 {
+    let cfg = match args.run.config() {
+        Ok(c) => c,
+        Err(e) => return usage_error(&e),
+    };
+    if cfg.protocol.name == "serial" {
+        return usage_error(
+            "serial has no distributed mode (one thread runs the whole cluster); choose \
+             another --protocol, or use `qstore run --protocol serial`",
+        );
+    }
+    let r = &args.run;
+    let mut client_args: Vec<std::ffi::OsString> = Vec::new();
+    let mut flag = |on: bool, name: &str| {
+        if on {
+            client_args.push(name.into());
+        }
+    };
+    flag(r.verify, "--verify");
+    flag(r.progress, "--progress");
+    flag(r.quiet, "--quiet");
+    flag(r.print_state_hash, "--print-state-hash");
+    for (name, path) in [("--output", &r.output), ("--csv", &r.csv)] {
+        if let Some(p) = path {
+            client_args.push(name.into());
+            client_args.push(p.into());
+        }
+    }
+    let opts = crate::launcher::LaunchOptions {
+        cluster_file: args.cluster_file.clone(),
+        client_args,
+        server_args: if r.verify {
+            vec!["--record-history".into()]
+        } else {
+            Vec::new()
+        },
+        ..Default::default()
+    };
+    match crate::launcher::launch(cfg, opts) {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("error: {e}");
+            EXIT_FAILURE
+        }
     }
 }
 

@@ -7,9 +7,6 @@
 //! server fails to start, the user presses Ctrl-C, an error or a panic unwinds), the
 //! processes are stopped and reaped before `launch` returns, so none is left behind.
 
-// Until the command line calls `launch`; remove then.
-#![allow(dead_code)]
-
 use qstore_core::config::NodeAddress;
 use qstore_core::RunConfig;
 use std::collections::VecDeque;
@@ -43,6 +40,8 @@ pub struct LaunchOptions {
     pub cluster_file: Option<PathBuf>,
     /// Extra arguments for `qstore client` (output and check flags).
     pub client_args: Vec<OsString>,
+    /// Extra arguments for every `qstore server` (e.g. `--record-history`).
+    pub server_args: Vec<OsString>,
     /// How long the servers, all together, may take to load their partitions and connect
     /// to their peers.
     pub ready_timeout: Duration,
@@ -53,6 +52,7 @@ impl Default for LaunchOptions {
         LaunchOptions {
             cluster_file: None,
             client_args: Vec::new(),
+            server_args: Vec::new(),
             ready_timeout: Duration::from_secs(60),
         }
     }
@@ -95,7 +95,7 @@ fn launch_with(
     let mut servers = Children::default();
     let (ready_tx, ready_rx) = mpsc::channel();
     for node in 0..nodes {
-        servers.push(spawn_server(program, file.path(), node, &ready_tx)?);
+        servers.push(spawn_server(program, file.path(), node, opts, &ready_tx)?);
     }
     drop(ready_tx);
     match wait_ready(&mut servers, &ready_rx, opts.ready_timeout, interrupted) {
@@ -264,7 +264,7 @@ fn make_temp_dir() -> Result<PathBuf, String> {
 
 /// The line a server prints on stdout once it serves.
 fn ready_line(node: usize) -> String {
-    format!("qstore server: node {node} ready")
+    crate::distributed::ready_line(node as u32)
 }
 
 /// Starts `qstore server` for `node`. Its output goes to our stderr, line by line, prefixed
@@ -273,11 +273,13 @@ fn spawn_server(
     program: &Program,
     cluster_file: &Path,
     node: usize,
+    opts: &LaunchOptions,
     ready: &Sender<usize>,
 ) -> Result<Proc, String> {
     let mut cmd = program.command("server", cluster_file);
     cmd.arg("--node")
         .arg(node.to_string())
+        .args(&opts.server_args)
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
