@@ -14,6 +14,7 @@ use qstore_core::{NodeId, QError, RunConfig, TxnId};
 use qstore_engine::server::proto::{
     ClientRequest, ClientResponse, Collected, ServerStats, CLIENT_FORMAT_VERSION,
 };
+use qstore_engine::server::MAX_ANSWER_FRAME;
 use qstore_engine::{ReplyTo, TxnRequest};
 use qstore_net::frame::{FrameDecoder, FrameEncoder, DEFAULT_FLUSH_BYTES, DEFAULT_MAX_FRAME};
 use rustc_hash::FxHashMap;
@@ -302,7 +303,7 @@ fn read_loop(
     state: Arc<Mutex<ConnState>>,
 ) {
     let mut reader = BufReader::with_capacity(64 << 10, stream);
-    let mut decoder = FrameDecoder::new(DEFAULT_MAX_FRAME);
+    let mut decoder = FrameDecoder::new(MAX_ANSWER_FRAME);
     loop {
         let frame = match decoder.read_frame::<ClientResponse, _>(&mut reader) {
             Ok(Some(f)) => f,

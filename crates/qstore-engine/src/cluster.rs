@@ -123,7 +123,12 @@ impl Cluster {
         };
         let partitions = load_partitions(cfg.cluster.nodes, &local, &catalog, load)?;
         let load_time = started.elapsed();
-        let history = record_history.then(|| Arc::new(HistoryRecorder::new(pmap.clone())));
+        let history = record_history.then(|| {
+            Arc::new(match hosting {
+                Hosting::Embedded => HistoryRecorder::new(pmap.clone()),
+                Hosting::Node(_) => HistoryRecorder::deferred(pmap.clone()),
+            })
+        });
         let ctx = Arc::new(EngineCtx {
             history,
             pmap,

@@ -14,10 +14,11 @@ use qstore_core::txn::{CcAbortCause, ProcCall};
 use qstore_core::{NodeId, TableId, TxnId};
 use qstore_storage::RowVersion;
 use rustc_hash::FxHashMap;
+use serde::{Deserialize, Serialize};
 use std::sync::Arc;
 
 /// What one transaction attempt read and wrote, in access order.
-#[derive(Default)]
+#[derive(Clone, Default, Serialize, Deserialize)]
 pub struct TxnTrace {
     reads: Vec<(ObjKey, Version)>,
     writes: Vec<ObjKey>,
@@ -67,8 +68,28 @@ pub struct Serialized {
     pub committed: bool,
 }
 
+/// How a transaction attempt ended, as its home decided.
+#[derive(Clone, Serialize, Deserialize)]
+pub enum Decision {
+    Commit { order: u128 },
+    LogicAbort { order: u128, why: String },
+    CcAbort(CcAbortCause),
+}
+
+/// One node's part of a distributed run's history: the traces of the fragments that ran
+/// there, and the decisions of the transactions it was home to. Merging every node's part
+/// ([`HistoryRecorder::merge`]) gives the history of the run.
+#[derive(Default, Serialize, Deserialize)]
+pub struct HistoryPart {
+    pub traces: Vec<(TxnId, TxnTrace)>,
+    pub decisions: Vec<(NodeId, TxnId, ProcCall, Decision)>,
+}
+
 /// Collects a run's history. Shared by every worker of every node.
 pub struct HistoryRecorder {
+    /// Distributed mode: a transaction's trace is spread over processes, so decisions are
+    /// kept as they are and merged after the run.
+    deferred: Option<Mutex<HistoryPart>>,
     pmap: PartitionMap,
     txns: Mutex<Vec<TxnRecord>>,
     /// Per partition: (serialization position, record, writer) of committed writes.
@@ -85,12 +106,78 @@ impl HistoryRecorder {
             .map(|_| Mutex::new(Vec::new()))
             .collect();
         HistoryRecorder {
+            deferred: None,
             pmap,
             txns: Mutex::new(Vec::new()),
             installs,
             order: Mutex::new(Vec::new()),
             parts: Mutex::new(FxHashMap::default()),
         }
+    }
+
+    /// A recorder for one node of a distributed cluster: it keeps traces and decisions
+    /// apart for [`HistoryRecorder::export`].
+    pub fn deferred(pmap: PartitionMap) -> Self {
+        HistoryRecorder {
+            deferred: Some(Mutex::new(HistoryPart::default())),
+            ..Self::new(pmap)
+        }
+    }
+
+    /// This node's part of a distributed history (see [`HistoryRecorder::deferred`]).
+    pub fn export(&self) -> HistoryPart {
+        let mut part = self
+            .deferred
+            .as_ref()
+            .map(|d| std::mem::take(&mut *d.lock()))
+            .unwrap_or_default();
+        part.traces.extend(self.parts.lock().drain());
+        part
+    }
+
+    /// The history of a distributed run from every node's part.
+    pub fn merge(pmap: PartitionMap, parts: Vec<HistoryPart>) -> Self {
+        let rec = Self::new(pmap);
+        let mut decisions = Vec::new();
+        for p in parts {
+            for (id, trace) in &p.traces {
+                rec.add_part(*id, trace);
+            }
+            decisions.extend(p.decisions);
+        }
+        let none = TxnTrace::default();
+        for (node, id, call, decision) in decisions {
+            let call = Arc::new(call);
+            match decision {
+                Decision::Commit { order } => rec.commit(node, id, &call, &none, order),
+                Decision::LogicAbort { order, why } => {
+                    rec.logic_abort(node, id, &call, &why, &none, order)
+                }
+                Decision::CcAbort(cause) => rec.cc_abort(node, id, cause, &none),
+            }
+        }
+        rec
+    }
+
+    /// Distributed mode: keeps the decision and the trace for the merge; false otherwise.
+    fn defer(
+        &self,
+        node: NodeId,
+        id: TxnId,
+        call: Option<&Arc<ProcCall>>,
+        trace: &TxnTrace,
+        d: Decision,
+    ) -> bool {
+        let Some(part) = &self.deferred else {
+            return false;
+        };
+        self.add_part(id, trace);
+        let call = call.map(|c| (**c).clone()).unwrap_or_else(|| ProcCall {
+            proc: qstore_core::txn::ProcId(0),
+            args: Vec::new(),
+        });
+        part.lock().decisions.push((node, id, call, d));
+        true
     }
 
     /// Adds what part of transaction `id` read and wrote (a fragment run away from the
@@ -120,6 +207,9 @@ impl HistoryRecorder {
         trace: &TxnTrace,
         order: u128,
     ) {
+        if self.defer(node, id, Some(call), trace, Decision::Commit { order }) {
+            return;
+        }
         let trace = self.merged(id, trace);
         let writes = trace.write_counts();
         for &(k, _) in &writes {
@@ -146,6 +236,13 @@ impl HistoryRecorder {
         trace: &TxnTrace,
         order: u128,
     ) {
+        let d = Decision::LogicAbort {
+            order,
+            why: why.to_string(),
+        };
+        if self.defer(node, id, Some(call), trace, d) {
+            return;
+        }
         let outcome = Outcome::Aborted {
             cause: why.to_string(),
             logic: true,
@@ -162,6 +259,9 @@ impl HistoryRecorder {
 
     /// Records a concurrency-control abort.
     pub fn cc_abort(&self, node: NodeId, id: TxnId, cause: CcAbortCause, trace: &TxnTrace) {
+        if self.defer(node, id, None, trace, Decision::CcAbort(cause)) {
+            return;
+        }
         let outcome = Outcome::Aborted {
             cause: cause.name().to_string(),
             logic: false,

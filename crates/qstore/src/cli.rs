@@ -539,7 +539,11 @@ fn cluster(args: ClusterArgs) -> i32 {
     flag(r.progress, "--progress");
     flag(r.quiet, "--quiet");
     flag(r.print_state_hash, "--print-state-hash");
-    for (name, path) in [("--output", &r.output), ("--csv", &r.csv)] {
+    for (name, path) in [
+        ("--output", &r.output),
+        ("--csv", &r.csv),
+        ("--history", &r.history),
+    ] {
         if let Some(p) = path {
             client_args.push(name.into());
             client_args.push(p.into());
@@ -598,6 +602,10 @@ fn client(mut args: ClientArgs) -> i32 {
         Ok(c) => c,
         Err(e) => return usage_error(&e),
     };
+    let elle = match open_elle(&args.run, &cfg) {
+        Ok(e) => e,
+        Err(e) => return usage_error(&e),
+    };
     let printer = ProgressPrinter::new(&args.run);
     let mut print = |p: &Progress| printer.print(p);
     let opts = RunOptions {
@@ -606,7 +614,7 @@ fn client(mut args: ClientArgs) -> i32 {
             .then_some(&mut print as &mut dyn FnMut(&Progress)),
         state_hashes: args.run.print_state_hash,
         record_history: false,
-        elle: None,
+        elle: elle.as_ref(),
     };
     let outcome = match qstore_bench::run_remote(&cfg, opts) {
         Ok(o) => o,
@@ -628,6 +636,10 @@ fn client(mut args: ClientArgs) -> i32 {
     }
     if let Err(e) = write_outputs(&args.run, report) {
         eprintln!("error: {e}");
+        return EXIT_FAILURE;
+    }
+    if let Some(Err(e)) = elle.map(|log| log.finish()) {
+        eprintln!("error: writing the history: {e}");
         return EXIT_FAILURE;
     }
     for f in &outcome.failures {

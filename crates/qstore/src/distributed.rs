@@ -74,9 +74,20 @@ pub fn serve(cfg: RunConfig, node: u32, record_history: bool) -> Result<(), QErr
     Ok(())
 }
 
-/// `--verify` against a distributed cluster: not available yet (the history lives in the
-/// servers and is not merged), said plainly rather than skipped.
-pub fn verify_remote(_cfg: &RunConfig, _outcome: &qstore_bench::RemoteOutcome) -> bool {
-    eprintln!("error: --verify is not supported by `qstore client` yet");
-    false
+/// `--verify` against a distributed cluster: the merged history of every node, checked, and
+/// the serial oracle against the nodes' partition hashes. True when all checks pass.
+pub fn verify_remote(cfg: &RunConfig, outcome: &qstore_bench::RemoteOutcome) -> bool {
+    let r = &outcome.report;
+    let violations = (r.invariant_violations, r.first_violation.clone());
+    let workload = outcome.workload.as_ref();
+    match qstore_bench::verify::verify_remote(cfg, workload, &outcome.collected, violations) {
+        Ok(v) => {
+            print!("{v}");
+            v.passed()
+        }
+        Err(e) => {
+            eprintln!("error: verification could not run: {e}");
+            false
+        }
+    }
 }

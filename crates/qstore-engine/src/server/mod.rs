@@ -27,6 +27,15 @@ use std::time::Duration;
 /// hostile length cannot make the node allocate much.
 const MAX_CLIENT_FRAME: usize = DEFAULT_MAX_FRAME / 4;
 
+/// Largest frame sent to a client: a history part after a long run is big, and the client
+/// chose to trust this server.
+pub const MAX_ANSWER_FRAME: usize = 1 << 30;
+
+/// Engine transaction ids are (node + 1) << 37 | a per-node counter: unique in the cluster
+/// for up to 2047 nodes and 2^37 transactions per node, within the 48 bits a row version
+/// keeps of its writer.
+const NODE_ID_SHIFT: u32 = 37;
+
 /// How often the acceptor checks whether the endpoint is stopping.
 const ACCEPT_POLL: Duration = Duration::from_millis(20);
 
@@ -250,7 +259,7 @@ impl Connection {
 
     fn submit(&self, client_id: u64, call: qstore_core::txn::ProcCall) {
         let n = self.node.next_id.fetch_add(1, Ordering::Relaxed);
-        let id = TxnId(((self.node.me.0 as u64 + 1) << 48) | n);
+        let id = TxnId(((self.node.me.0 as u64 + 1) << NODE_ID_SHIFT) | n);
         self.ids.lock().insert(id, client_id);
         let req = TxnRequest {
             id,
@@ -284,7 +293,10 @@ impl Connection {
             partition_hash: ctx
                 .store(qstore_core::PartitionId(self.node.me.0))
                 .content_hash(),
-            history: None,
+            history: ctx
+                .history
+                .as_ref()
+                .map(|h| postcard::to_stdvec(&h.export()).expect("histories serialize to memory")),
         }
     }
 }
@@ -297,7 +309,7 @@ fn write_loop(
     control: Receiver<ClientResponse>,
     ids: Arc<Mutex<FxHashMap<TxnId, u64>>>,
 ) {
-    let mut enc = FrameEncoder::new(DEFAULT_FLUSH_BYTES, DEFAULT_MAX_FRAME);
+    let mut enc = FrameEncoder::new(DEFAULT_FLUSH_BYTES, MAX_ANSWER_FRAME);
     let to_client = |r: TxnResponse| {
         let id = ids.lock().remove(&r.id)?;
         Some(ClientResponse::Answer {
@@ -318,8 +330,9 @@ fn write_loop(
             .chain(control.try_iter())
             .chain(answers.try_iter().filter_map(to_client));
         for msg in ready {
-            if enc.push(&msg).is_err() {
-                continue; // cannot happen for these sizes; never take the node down for it
+            if let Err(e) = enc.push(&msg) {
+                tracing::error!("cannot send a client answer: {e}");
+                continue; // never take the node down for it
             }
             if enc.should_flush() && enc.write_to(&mut stream).is_err() {
                 return;

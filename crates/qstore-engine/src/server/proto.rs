@@ -71,7 +71,7 @@ pub struct ServerStats {
 pub struct Collected {
     pub node: NodeId,
     pub partition_hash: u64,
-    /// The node's part of the engine history, in qstore's JSON-lines history format, when
-    /// the server records one.
+    /// The node's part of the engine history (a postcard-encoded
+    /// `qstore_engine::history::HistoryPart`), when the server records one.
     pub history: Option<Vec<u8>>,
 }
