@@ -3,7 +3,9 @@
 #  1. the independent checker (adya) rejects planted list-append anomalies and accepts a clean
 #     history, and `qstore check` flags each planted engine-history anomaly with its class;
 #  2. every protocol passes `qstore run --verify` on ycsb and bank (skew, multi-partition
-#     transactions), and adya accepts its list-append histories.
+#     transactions), and adya accepts its list-append histories;
+#  3. the same over TCP, one server process per node (`qstore cluster`), for every protocol
+#     that has a distributed mode.
 # Needs `adya` on PATH (scripts/setup.sh installs it) and a release build.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -58,6 +60,19 @@ for protocol in $("$QSTORE" protocols --names); do
   h="$work/$protocol-append.jsonl"
   "$QSTORE" run --protocol "$protocol" --workload append --history "$h" "${small[@]}"
   expect_exit 0 "" "adya accepts $protocol append history ($(wc -l <"$h") events)" -- \
+    adya check -m list-append -c serializable "$h"
+done
+
+echo "== distributed mode (one process per node over TCP): --verify and adya"
+for protocol in $("$QSTORE" protocols --names); do
+  [ "$protocol" = serial ] && continue # in-process only, by design
+  expect_exit 0 "^serializable: yes" "$protocol ycsb over TCP --verify" -- \
+    "$QSTORE" cluster --protocol "$protocol" --workload ycsb --records 10000 --theta 0.9 --mp-fraction 0.5 --verify "${small[@]}"
+  expect_exit 0 "serial oracle: (match|not applicable)" "$protocol bank over TCP --verify" -- \
+    "$QSTORE" cluster --protocol "$protocol" --workload bank --verify "${small[@]}"
+  h="$work/$protocol-append-tcp.jsonl"
+  "$QSTORE" cluster --protocol "$protocol" --workload append --history "$h" "${small[@]}" 2>/dev/null
+  expect_exit 0 "" "adya accepts $protocol append history over TCP ($(wc -l <"$h") events)" -- \
     adya check -m list-append -c serializable "$h"
 done
 
