@@ -618,11 +618,7 @@ fn client(mut args: ClientArgs) -> i32 {
     };
     let outcome = match qstore_bench::run_remote(&cfg, opts) {
         Ok(o) => o,
-        Err(QError::Config(e)) => return usage_error(&e.to_string()),
-        Err(e) => {
-            eprintln!("error: {e}");
-            return EXIT_FAILURE;
-        }
+        Err(e) => return run_error(e),
     };
     printer.finish();
     let report = &outcome.report;
@@ -870,6 +866,17 @@ fn config(args: ConfigArgs) -> i32 {
     0
 }
 
+/// The exit code of a failed run: configuration mistakes are usage errors.
+fn run_error(e: QError) -> i32 {
+    match e {
+        QError::Config(e) => usage_error(&e.to_string()),
+        e => {
+            eprintln!("error: {e}");
+            EXIT_FAILURE
+        }
+    }
+}
+
 fn usage_error(msg: &str) -> i32 {
     eprintln!("error: {msg}");
     EXIT_USAGE
@@ -902,11 +909,7 @@ fn run(args: RunArgs) -> i32 {
     }
     let outcome = match qstore_bench::run(&cfg, opts) {
         Ok(o) => o,
-        Err(QError::Config(e)) => return usage_error(&e.to_string()),
-        Err(e) => {
-            eprintln!("error: {e}");
-            return EXIT_FAILURE;
-        }
+        Err(e) => return run_error(e),
     };
     printer.finish();
     let report = &outcome.report;
@@ -989,8 +992,17 @@ fn write_engine_history(args: &RunArgs, outcome: &qstore_bench::RunOutcome) -> R
 fn verify(cfg: &RunConfig, outcome: &qstore_bench::RunOutcome) -> bool {
     let r = &outcome.report;
     let violations = (r.invariant_violations, r.first_violation.clone());
-    match qstore_bench::verify::verify(cfg, outcome.workload.as_ref(), &outcome.cluster, violations)
-    {
+    print_verification(qstore_bench::verify::verify(
+        cfg,
+        outcome.workload.as_ref(),
+        &outcome.cluster,
+        violations,
+    ))
+}
+
+/// Prints the verdicts of `--verify`; true when all checks passed.
+pub fn print_verification(v: Result<qstore_bench::verify::Verification, QError>) -> bool {
+    match v {
         Ok(v) => {
             print!("{v}");
             v.passed()

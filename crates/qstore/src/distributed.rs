@@ -80,14 +80,10 @@ pub fn verify_remote(cfg: &RunConfig, outcome: &qstore_bench::RemoteOutcome) -> 
     let r = &outcome.report;
     let violations = (r.invariant_violations, r.first_violation.clone());
     let workload = outcome.workload.as_ref();
-    match qstore_bench::verify::verify_remote(cfg, workload, &outcome.collected, violations) {
-        Ok(v) => {
-            print!("{v}");
-            v.passed()
-        }
-        Err(e) => {
-            eprintln!("error: verification could not run: {e}");
-            false
-        }
-    }
+    crate::cli::print_verification(qstore_bench::verify::verify_remote(
+        cfg,
+        workload,
+        &outcome.collected,
+        violations,
+    ))
 }
