@@ -1,0 +1,984 @@
+//! Distributed mode as an operator meets it: real `qstore server` processes on loopback, the
+//! `qstore client` and `qstore cluster` commands, a server killed mid-run, and hostile bytes
+//! on the client and peer ports.
+
+use qstore_core::txn::{ProcCall, ProcId, TxnOutcome, Value};
+use qstore_core::RunConfig;
+use qstore_engine::net::WIRE_FORMAT_VERSION;
+use qstore_engine::server::proto::{ClientRequest, ClientResponse, CLIENT_FORMAT_VERSION};
+use qstore_net::frame::{FrameDecoder, FrameEncoder, DEFAULT_FLUSH_BYTES, DEFAULT_MAX_FRAME};
+use serde::{Deserialize, Serialize};
+use std::io::{self, BufRead, BufReader, Read, Write};
+use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Output, Stdio};
+use std::sync::mpsc;
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+const QSTORE: &str = env!("CARGO_BIN_EXE_qstore");
+
+/// How long servers may take to load and connect (they take well under a second here).
+const READY_TIMEOUT: Duration = Duration::from_secs(30);
+/// How long a server may take to close a connection it should close.
+const CLOSE_TIMEOUT: Duration = Duration::from_secs(5);
+
+// ---------------------------------------------------------------------------------------
+// Scratch directories, processes and clusters
+
+/// A fresh directory, removed at the end of the test.
+struct TestDir(PathBuf);
+
+impl TestDir {
+    fn new(name: &str) -> TestDir {
+        let dir = std::env::temp_dir().join(format!(
+            "qstore-dist-{name}-{}-{:x}",
+            std::process::id(),
+            unique()
+        ));
+        std::fs::create_dir_all(&dir).unwrap();
+        TestDir(dir)
+    }
+
+    fn path(&self, file: &str) -> PathBuf {
+        self.0.join(file)
+    }
+}
+
+impl Drop for TestDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// A number that differs between calls and between test processes.
+fn unique() -> u64 {
+    use std::hash::BuildHasher;
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_nanos();
+    std::collections::hash_map::RandomState::new().hash_one((now, std::process::id()))
+}
+
+/// Text a child process writes, collected by a thread as it arrives.
+#[derive(Clone, Default)]
+struct Captured(Arc<Mutex<String>>);
+
+impl Captured {
+    /// Copies `from` line by line into the capture; each line also goes to `lines`.
+    fn collect(
+        &self,
+        from: impl Read + Send + 'static,
+        lines: Option<mpsc::Sender<String>>,
+    ) -> JoinHandle<()> {
+        let text = self.0.clone();
+        std::thread::spawn(move || {
+            for line in BufReader::new(from).lines() {
+                let Ok(line) = line else { return };
+                let mut t = text.lock().unwrap();
+                t.push_str(&line);
+                t.push('\n');
+                drop(t);
+                if let Some(tx) = &lines {
+                    let _ = tx.send(line);
+                }
+            }
+        })
+    }
+
+    fn text(&self) -> String {
+        self.0.lock().unwrap().clone()
+    }
+}
+
+/// A child process killed and reaped when dropped, whatever path the test takes.
+struct Proc {
+    name: String,
+    child: Child,
+    stdout: Captured,
+    stderr: Captured,
+    readers: Vec<JoinHandle<()>>,
+}
+
+impl Proc {
+    /// Starts `cmd` with stdout and stderr captured; stdout lines also go to `lines`.
+    fn spawn(name: &str, cmd: &mut Command, lines: Option<mpsc::Sender<String>>) -> Proc {
+        let mut child = cmd
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap_or_else(|e| panic!("cannot start {name}: {e}"));
+        let (stdout, stderr) = (Captured::default(), Captured::default());
+        let readers = vec![
+            stdout.collect(child.stdout.take().unwrap(), lines),
+            stderr.collect(child.stderr.take().unwrap(), None),
+        ];
+        Proc {
+            name: name.to_string(),
+            child,
+            stdout,
+            stderr,
+            readers,
+        }
+    }
+
+    fn running(&mut self) -> bool {
+        self.child.try_wait().unwrap().is_none()
+    }
+
+    /// Waits up to `limit` for the process to exit by itself; `None` if it did not.
+    fn wait_for_exit(&mut self, limit: Duration) -> Option<ExitStatus> {
+        let deadline = Instant::now() + limit;
+        loop {
+            if let Some(status) = self.child.try_wait().unwrap() {
+                // Its pipes are closed: let the readers take the last lines.
+                for r in self.readers.drain(..) {
+                    let _ = r.join();
+                }
+                return Some(status);
+            }
+            if Instant::now() >= deadline {
+                return None;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+
+    /// Everything it wrote so far, for failure messages.
+    fn output(&self) -> String {
+        format!(
+            "--- {} stdout ---\n{}--- {} stderr ---\n{}",
+            self.name,
+            self.stdout.text(),
+            self.name,
+            self.stderr.text()
+        )
+    }
+}
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// A distributed cluster of real `qstore server` processes on loopback, described by a
+/// cluster file in a scratch directory. Dropping it kills every server.
+struct Cluster {
+    dir: TestDir,
+    file: PathBuf,
+    cluster_id: u64,
+    /// (peer, client) address of each node.
+    addrs: Vec<(SocketAddr, SocketAddr)>,
+    servers: Vec<Proc>,
+}
+
+impl Cluster {
+    /// Writes a cluster file for `nodes` Q-Store nodes on free loopback ports, with small
+    /// data and a short drain, then starts every server and waits until all are ready.
+    fn start(name: &str, nodes: usize, extra_toml: &str) -> Cluster {
+        let dir = TestDir::new(name);
+        let file = dir.path("cluster.toml");
+        let cluster_id = (unique() >> 1).max(1);
+        let mut cluster = Cluster {
+            dir,
+            file,
+            cluster_id,
+            addrs: Vec::new(),
+            servers: Vec::new(),
+        };
+        // The ports are free when chosen, but another process may take one before the
+        // server binds it; the server then exits saying so, and the cluster gets new ports.
+        for attempt in 1.. {
+            cluster.addrs = free_addresses(nodes);
+            cluster.write_file(extra_toml);
+            let started = cluster.start_servers();
+            // Servers that exited have said why by now.
+            for server in &mut cluster.servers {
+                server.wait_for_exit(Duration::ZERO);
+            }
+            match started {
+                Ok(()) => return cluster,
+                Err(e) if attempt < 3 && cluster.outputs().contains("cannot listen") => {
+                    eprintln!("retrying with other ports: {e}");
+                    cluster.servers.clear();
+                }
+                Err(e) => panic!("{e}\n{}", cluster.outputs()),
+            }
+        }
+        unreachable!()
+    }
+
+    fn write_file(&self, extra_toml: &str) {
+        let entries: Vec<String> = self
+            .addrs
+            .iter()
+            .map(|(p, c)| format!("{{ peer = \"{p}\", client = \"{c}\" }}"))
+            .collect();
+        let text = format!(
+            "[cluster]\n\
+             nodes = {}\n\
+             workers = 1\n\
+             cluster_id = {}\n\
+             connect_timeout_s = 20.0\n\
+             addresses = [{}]\n\
+             \n\
+             [protocol]\n\
+             name = \"qstore\"\n\
+             \n\
+             [workload.ycsb]\n\
+             records_per_partition = 2000\n\
+             {extra_toml}\n\
+             \n\
+             [client]\n\
+             drain_timeout_s = 3.0\n",
+            self.addrs.len(),
+            self.cluster_id,
+            entries.join(", ")
+        );
+        std::fs::write(&self.file, text).unwrap();
+    }
+
+    /// Starts one server per node and waits for every ready line.
+    fn start_servers(&mut self) -> Result<(), String> {
+        let (ready_tx, ready_rx) = mpsc::channel();
+        for node in 0..self.addrs.len() {
+            let mut cmd = Command::new(QSTORE);
+            cmd.arg("server")
+                .arg("--cluster")
+                .arg(&self.file)
+                .args(["--node", &node.to_string()]);
+            let name = format!("server {node}");
+            self.servers
+                .push(Proc::spawn(&name, &mut cmd, Some(ready_tx.clone())));
+        }
+        let deadline = Instant::now() + READY_TIMEOUT;
+        let mut ready = vec![false; self.servers.len()];
+        while !ready.iter().all(|&r| r) {
+            match ready_rx.recv_timeout(Duration::from_millis(50)) {
+                Ok(line) => {
+                    for (node, r) in ready.iter_mut().enumerate() {
+                        *r |= line == format!("qstore server: node {node} ready");
+                    }
+                }
+                Err(_) if Instant::now() >= deadline => {
+                    return Err(format!("servers not ready: {ready:?}"))
+                }
+                Err(_) => {}
+            }
+            for (node, server) in self.servers.iter_mut().enumerate() {
+                if !ready[node] && !server.running() {
+                    return Err(format!("server {node} exited before it was ready"));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// A `qstore client` run against this cluster.
+    fn client(&self, args: &[&str]) -> Command {
+        let mut cmd = Command::new(QSTORE);
+        cmd.arg("client")
+            .arg("--cluster")
+            .arg(&self.file)
+            .args(args);
+        cmd
+    }
+
+    fn peer_addr(&self, node: usize) -> SocketAddr {
+        self.addrs[node].0
+    }
+
+    fn client_addr(&self, node: usize) -> SocketAddr {
+        self.addrs[node].1
+    }
+
+    /// Every server's output, for failure messages.
+    fn outputs(&self) -> String {
+        self.servers.iter().map(Proc::output).collect()
+    }
+
+    /// Runs `qstore client --txns N` to completion and checks that every transaction
+    /// committed and the client exited 0.
+    fn run_client_to_completion(&mut self, txns: u64, what: &str) {
+        let json = self.dir.path(&format!("{}.json", what.replace(' ', "-")));
+        let o = run_with_timeout(
+            self.client(&[
+                "--txns",
+                &txns.to_string(),
+                "--quiet",
+                "--output",
+                json.to_str().unwrap(),
+            ]),
+            Duration::from_secs(60),
+        );
+        assert!(
+            o.status.success(),
+            "{what}: client failed ({}): {}\n{}",
+            o.status,
+            String::from_utf8_lossy(&o.stderr),
+            self.outputs()
+        );
+        let r = read_json(&json);
+        assert!(
+            r["committed"].as_u64().unwrap() >= txns,
+            "{what}: {}",
+            r["committed"]
+        );
+        assert_eq!(r["unfinished"], 0, "{what}");
+        assert_eq!(r["rejected"], 0, "{what}: {}", r["first_rejection"]);
+        for (node, s) in self.servers.iter_mut().enumerate() {
+            assert!(s.running(), "{what}: server {node} exited\n{}", s.output());
+        }
+    }
+}
+
+/// `nodes` pairs of distinct free loopback addresses. Every listener stays open until all
+/// are chosen, so no port is handed out twice.
+fn free_addresses(nodes: usize) -> Vec<(SocketAddr, SocketAddr)> {
+    let listeners: Vec<TcpListener> = (0..2 * nodes)
+        .map(|_| TcpListener::bind("127.0.0.1:0").unwrap())
+        .collect();
+    let addrs: Vec<SocketAddr> = listeners.iter().map(|l| l.local_addr().unwrap()).collect();
+    addrs.chunks(2).map(|a| (a[0], a[1])).collect()
+}
+
+/// Runs `cmd` to its end, killing it (and failing) if it takes longer than `limit`.
+fn run_with_timeout(mut cmd: Command, limit: Duration) -> Output {
+    let mut p = Proc::spawn("command", &mut cmd, None);
+    let Some(status) = p.wait_for_exit(limit) else {
+        panic!("still running after {limit:?}\n{}", p.output());
+    };
+    Output {
+        status,
+        stdout: p.stdout.text().into_bytes(),
+        stderr: p.stderr.text().into_bytes(),
+    }
+}
+
+fn read_json(path: &Path) -> serde_json::Value {
+    let bytes = std::fs::read(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    serde_json::from_slice(&bytes).unwrap()
+}
+
+// ---------------------------------------------------------------------------------------
+// Raw connections
+
+/// One frame holding `msgs`, as a sender would write it.
+fn frame_of<M: Serialize>(msgs: &[M]) -> Vec<u8> {
+    let mut enc = FrameEncoder::new(DEFAULT_FLUSH_BYTES, DEFAULT_MAX_FRAME);
+    for m in msgs {
+        enc.push(m).unwrap();
+    }
+    let mut bytes = Vec::new();
+    enc.write_to(&mut bytes).unwrap();
+    bytes
+}
+
+fn connect(addr: SocketAddr) -> TcpStream {
+    let s = TcpStream::connect_timeout(&addr, Duration::from_secs(5)).unwrap();
+    s.set_read_timeout(Some(CLOSE_TIMEOUT)).unwrap();
+    s.set_write_timeout(Some(CLOSE_TIMEOUT)).unwrap();
+    s
+}
+
+/// Reads one frame of `M` (failing after the read timeout).
+fn read_msgs<M: serde::de::DeserializeOwned>(s: &mut TcpStream, what: &str) -> Vec<M> {
+    FrameDecoder::new(DEFAULT_MAX_FRAME)
+        .read_frame::<M, _>(s)
+        .unwrap_or_else(|e| panic!("{what}: no answer: {e}"))
+        .unwrap_or_else(|| panic!("{what}: closed without an answer"))
+}
+
+/// Whether the server closes `s` within [`CLOSE_TIMEOUT`]: reads end (or the connection is
+/// reset) rather than time out. Bytes still arriving before the end are skipped.
+fn closed_by_server(s: &mut TcpStream) -> Result<(), String> {
+    let deadline = Instant::now() + CLOSE_TIMEOUT;
+    let mut buf = [0u8; 4096];
+    loop {
+        match s.read(&mut buf) {
+            Ok(0) => return Ok(()),
+            Ok(_) => {}
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
+                ) =>
+            {
+                return Err(format!(
+                    "the server kept the connection open for {CLOSE_TIMEOUT:?}"
+                ))
+            }
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(_) => return Ok(()), // reset: closed with our bytes unread
+        }
+        if Instant::now() >= deadline {
+            return Err("the server keeps talking".into());
+        }
+    }
+}
+
+fn assert_closed_by_server(s: &mut TcpStream, what: &str) {
+    if let Err(e) = closed_by_server(s) {
+        panic!("{what}: {e}");
+    }
+}
+
+fn hello(cluster_id: u64) -> ClientRequest {
+    ClientRequest::Hello {
+        cluster_id,
+        format_version: CLIENT_FORMAT_VERSION,
+    }
+}
+
+/// A connection to a node's client port that has been welcomed.
+struct RawClient {
+    stream: TcpStream,
+    next_id: u64,
+}
+
+impl RawClient {
+    fn connect(cluster: &Cluster, node: usize) -> RawClient {
+        let mut stream = connect(cluster.client_addr(node));
+        stream
+            .write_all(&frame_of(&[hello(cluster.cluster_id)]))
+            .unwrap();
+        match read_msgs::<ClientResponse>(&mut stream, "hello").as_slice() {
+            [ClientResponse::Welcome {
+                node: n, protocol, ..
+            }] => {
+                assert_eq!(n.0 as usize, node);
+                assert_eq!(protocol, "qstore");
+            }
+            other => panic!("expected a welcome, got {other:?}"),
+        }
+        RawClient { stream, next_id: 0 }
+    }
+
+    /// Submits `call` and waits for its answer.
+    fn call(&mut self, call: ProcCall) -> TxnOutcome {
+        self.next_id += 1;
+        let id = self.next_id;
+        let request = ClientRequest::Submit { id, call };
+        self.stream.write_all(&frame_of(&[request])).unwrap();
+        let what = format!("submit {id}");
+        match read_msgs::<ClientResponse>(&mut self.stream, &what).as_slice() {
+            [ClientResponse::Answer { id: got, outcome }] => {
+                assert_eq!(*got, id, "the answer carries the request's id");
+                outcome.clone()
+            }
+            other => panic!("{what}: expected one answer, got {other:?}"),
+        }
+    }
+}
+
+/// The id of YCSB's one procedure in the cluster's catalog.
+fn ycsb_proc(cluster: &Cluster) -> ProcId {
+    let text = std::fs::read_to_string(&cluster.file).unwrap();
+    let cfg = RunConfig::from_toml(&text).unwrap();
+    let catalog = qstore_workload::build(&cfg).unwrap().catalog();
+    catalog.procedure_id("ycsb_txn").unwrap()
+}
+
+/// A `ycsb_txn` call of one access: read (op 0) or read-modify-write (op 1) of `key`.
+fn ycsb_call(proc: ProcId, key: i64, op: i64) -> ProcCall {
+    ProcCall {
+        proc,
+        args: vec![Value::Int(key), Value::Int(op)],
+    }
+}
+
+/// The one output of a committed single-access call.
+fn committed_value(outcome: TxnOutcome) -> Value {
+    match outcome {
+        TxnOutcome::Committed(out) if out.len() == 1 => out.into_iter().next().unwrap(),
+        other => panic!("expected a commit with one output, got {other:?}"),
+    }
+}
+
+/// The peer handshake a node sends on every connection to another node (the field layout of
+/// `qstore_net`'s handshake, which is not public).
+#[derive(Serialize, Deserialize, Debug)]
+struct PeerHello {
+    cluster_id: u64,
+    node: u32,
+    protocol: String,
+    format_version: u32,
+}
+
+/// The answer to a [`PeerHello`].
+#[derive(Serialize, Deserialize, Debug)]
+enum PeerReply {
+    Accept(PeerHello),
+    Refuse(String),
+}
+
+// ---------------------------------------------------------------------------------------
+// The tests
+
+/// Parent pid of `pid`, from /proc (the command name may hold spaces and parentheses, so the
+/// fields are read after the last ')').
+fn parent_of(pid: u32) -> Option<u32> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let rest = &stat[stat.rfind(')')? + 1..];
+    rest.split_whitespace().nth(1)?.parse().ok()
+}
+
+/// The command lines of the processes whose parent is `parent`.
+fn children_of(parent: u32) -> Vec<(u32, Vec<String>)> {
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    entries
+        .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|&pid| parent_of(pid) == Some(parent))
+        .filter_map(|pid| {
+            let raw = std::fs::read(format!("/proc/{pid}/cmdline")).ok()?;
+            let args = raw
+                .split(|&b| b == 0)
+                .filter(|a| !a.is_empty())
+                .map(|a| String::from_utf8_lossy(a).into_owned())
+                .collect();
+            Some((pid, args))
+        })
+        .collect()
+}
+
+#[test]
+fn cluster_of_processes_runs_and_reports() {
+    let dir = TestDir::new("launch");
+    let json = dir.path("out.json");
+    let mut cmd = Command::new(QSTORE);
+    cmd.args([
+        "cluster",
+        "--nodes",
+        "3",
+        "--protocol",
+        "qstore",
+        "--workload",
+        "ycsb",
+        "--records",
+        "2000",
+        "--txns",
+        "3000",
+        "--output",
+        json.to_str().unwrap(),
+    ]);
+    let mut launcher = Proc::spawn("qstore cluster", &mut cmd, None);
+    let launcher_pid = launcher.child.id();
+    // Watch the launcher's children while it runs: one server process per node, each a
+    // process of its own, alive from the start of the run to its end.
+    let mut seen: Vec<(u32, Vec<String>)> = Vec::new();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let status = loop {
+        for (pid, args) in children_of(launcher_pid) {
+            // The latest command line: a child caught between fork and exec still shows
+            // the launcher's, and an exited one (a zombie until reaped) shows none.
+            match seen.iter_mut().find(|(p, _)| *p == pid) {
+                Some(known) if !args.is_empty() => known.1 = args,
+                Some(_) => {}
+                None => seen.push((pid, args)),
+            }
+        }
+        if let Some(status) = launcher.wait_for_exit(Duration::ZERO) {
+            break status;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "qstore cluster still running\n{}",
+            launcher.output()
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    };
+    let log = launcher.output();
+    assert!(status.success(), "{status}\n{log}");
+    let server_of = |node: usize| {
+        let node = node.to_string();
+        seen.iter()
+            .filter(|(_, args)| {
+                args.get(1).is_some_and(|a| a == "server")
+                    && args.windows(2).any(|w| w[0] == "--node" && w[1] == node)
+            })
+            .map(|(pid, _)| *pid)
+            .collect::<Vec<_>>()
+    };
+    let servers: Vec<u32> = (0..3)
+        .map(|n| match server_of(n).as_slice() {
+            [pid] => *pid,
+            other => panic!("node {n}: server processes {other:?}; saw {seen:?}\n{log}"),
+        })
+        .collect();
+    let mut distinct = servers.clone();
+    distinct.push(launcher_pid);
+    distinct.sort_unstable();
+    distinct.dedup();
+    assert_eq!(distinct.len(), 4, "one process per server: {servers:?}");
+    for (node, pid) in servers.iter().enumerate() {
+        let ready = format!("[node {node}] qstore server: node {node} ready");
+        assert!(log.contains(&ready), "missing {ready:?}\n{log}");
+        // Stopped and reaped: no server outlives the launcher.
+        assert!(
+            !Path::new(&format!("/proc/{pid}")).exists(),
+            "server {node} (pid {pid}) still exists"
+        );
+    }
+    let r = read_json(&json);
+    assert!(r["committed"].as_u64().unwrap() >= 3000, "{r}");
+    assert_eq!(r["protocol"], "qstore", "{r}");
+    let per_frame = r["msgs_per_frame"].as_f64();
+    assert!(
+        per_frame.is_some_and(|m| m >= 1.0),
+        "messages went between the processes in frames: msgs_per_frame = {}",
+        r["msgs_per_frame"]
+    );
+}
+
+#[test]
+fn killing_a_server_gives_client_errors_not_a_hang() {
+    // Half the transactions span two nodes, so clients of every node have work on node 1.
+    let mut cluster = Cluster::start("kill", 3, "multi_partition_fraction = 0.5\nops_per_txn = 4");
+    let mut client = Proc::spawn(
+        "client",
+        &mut cluster.client(&["--duration", "30", "--warmup", "0", "--progress"]),
+        None,
+    );
+    // Let it get going: a progress line says it commits.
+    let started = Instant::now();
+    while !client.stderr.text().contains("committed") {
+        assert!(
+            client.running() && started.elapsed() < Duration::from_secs(20),
+            "the client never made progress\n{}\n{}",
+            client.output(),
+            cluster.outputs()
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    std::thread::sleep(Duration::from_millis(500));
+    assert!(client.running(), "{}", client.output());
+    cluster.servers[1].child.kill().unwrap();
+    let killed = Instant::now();
+    cluster.servers[1].child.wait().unwrap();
+    // The run is 30 s long; losing node 1 must end it much sooner: the failed connection
+    // answers its transactions, and the drain (3 s in the cluster file) bounds the rest.
+    let status = client
+        .wait_for_exit(Duration::from_secs(15))
+        .unwrap_or_else(|| {
+            panic!(
+                "the client still runs 15 s after node 1 died\n{}",
+                client.output()
+            )
+        });
+    let took = killed.elapsed();
+    let err = client.stderr.text();
+    assert!(
+        !status.success(),
+        "the client reports the failure: {status}\n{err}"
+    );
+    assert_eq!(status.code(), Some(1), "{err}");
+    assert!(err.contains("connection to node 1 lost"), "{err}");
+    assert!(
+        took < Duration::from_secs(10),
+        "client exit took {took:?} after the kill"
+    );
+    // The surviving nodes are still up: losing a peer does not take them down.
+    for node in [0, 2] {
+        let s = &mut cluster.servers[node];
+        assert!(
+            s.running(),
+            "server {node} died with node 1\n{}",
+            s.output()
+        );
+    }
+}
+
+#[test]
+fn garbage_on_the_client_port_does_not_stop_the_server() {
+    let mut cluster = Cluster::start("garbage", 2, "");
+    let id = cluster.cluster_id;
+    let ycsb = ycsb_proc(&cluster);
+    let valid = frame_of(&[hello(id)]);
+    for node in 0..2 {
+        let addr = cluster.client_addr(node);
+        let at = |what: &str| format!("client port of node {node}: {what}");
+
+        // Bytes that are no frame at all.
+        let mut s = connect(addr);
+        let junk: Vec<u8> = (0..512u32)
+            .map(|i| (i.wrapping_mul(2_654_435_761) >> 13) as u8)
+            .collect();
+        s.write_all(&junk).unwrap();
+        assert_closed_by_server(&mut s, &at("garbage"));
+
+        // A valid header announcing a frame far larger than the limit.
+        let mut s = connect(addr);
+        let mut header = valid[..4].to_vec();
+        header.extend_from_slice(&u32::MAX.to_le_bytes());
+        header.extend_from_slice(&0u32.to_le_bytes());
+        s.write_all(&header).unwrap();
+        assert_closed_by_server(&mut s, &at("huge length"));
+
+        // A frame cut short, then the end of the stream.
+        let mut s = connect(addr);
+        s.write_all(&valid[..valid.len() - 3]).unwrap();
+        s.shutdown(Shutdown::Write).unwrap();
+        assert_closed_by_server(&mut s, &at("truncated frame"));
+
+        // A complete frame whose checksum does not match.
+        let mut s = connect(addr);
+        let mut bad = valid.clone();
+        bad[8] ^= 0x5a;
+        s.write_all(&bad).unwrap();
+        assert_closed_by_server(&mut s, &at("bad checksum"));
+
+        // A well-formed frame whose payload is not a request.
+        let mut s = connect(addr);
+        s.write_all(&frame_of(&[0xffu8, 0xff, 0xff])).unwrap();
+        assert_closed_by_server(&mut s, &at("undecodable payload"));
+
+        // A valid hello from another cluster: refused with the reason. (That the server then
+        // closes the connection is `refused_and_finished_client_connections_are_released`.)
+        let mut s = connect(addr);
+        s.write_all(&frame_of(&[hello(id ^ 1)])).unwrap();
+        match read_msgs::<ClientResponse>(&mut s, &at("wrong cluster id")).as_slice() {
+            [ClientResponse::Refused(why)] => assert!(why.contains("cluster id"), "{why}"),
+            other => panic!("{}: {other:?}", at("wrong cluster id")),
+        }
+
+        // Another protocol version: refused too.
+        let mut s = connect(addr);
+        let old = ClientRequest::Hello {
+            cluster_id: id,
+            format_version: CLIENT_FORMAT_VERSION + 1,
+        };
+        s.write_all(&frame_of(&[old])).unwrap();
+        match read_msgs::<ClientResponse>(&mut s, &at("wrong version")).as_slice() {
+            [ClientResponse::Refused(why)] => assert!(why.contains("version"), "{why}"),
+            other => panic!("{}: {other:?}", at("wrong version")),
+        }
+
+        // A request before the hello: refused, not run.
+        let mut s = connect(addr);
+        let submit = ClientRequest::Submit {
+            id: 1,
+            call: ycsb_call(ycsb, 0, 1),
+        };
+        s.write_all(&frame_of(&[submit])).unwrap();
+        match read_msgs::<ClientResponse>(&mut s, &at("submit before hello")).as_slice() {
+            [ClientResponse::Refused(why)] => assert!(why.contains("Hello"), "{why}"),
+            other => panic!("{}: {other:?}", at("submit before hello")),
+        }
+    }
+    // Neither early submit ran: the row they would have incremented is untouched.
+    let mut c = RawClient::connect(&cluster, 1);
+    assert_eq!(
+        committed_value(c.call(ycsb_call(ycsb, 0, 0))),
+        Value::Int(0)
+    );
+    drop(c);
+    cluster.run_client_to_completion(500, "after client-port garbage");
+
+    // The peer port: only other nodes of the cluster may talk there.
+    let addr = cluster.peer_addr(0);
+    // Opened first and checked last: a connection that never introduces itself is closed
+    // after the handshake timeout.
+    let mut silent = connect(addr);
+    let mut s = connect(addr);
+    s.write_all(&[0x42; 300]).unwrap();
+    assert_closed_by_server(&mut s, "peer port: garbage");
+
+    let mut s = connect(addr);
+    let mut header = valid[..4].to_vec();
+    header.extend_from_slice(&u32::MAX.to_le_bytes());
+    header.extend_from_slice(&0u32.to_le_bytes());
+    s.write_all(&header).unwrap();
+    assert_closed_by_server(&mut s, "peer port: huge length");
+
+    let mut s = connect(addr);
+    s.write_all(&valid[..valid.len() - 2]).unwrap();
+    s.shutdown(Shutdown::Write).unwrap();
+    assert_closed_by_server(&mut s, "peer port: truncated frame");
+
+    // A client's hello is not a peer's.
+    let mut s = connect(addr);
+    s.write_all(&valid).unwrap();
+    assert_closed_by_server(&mut s, "peer port: client hello");
+
+    // A peer of another cluster is refused with the reason.
+    let stranger = PeerHello {
+        cluster_id: id ^ 1,
+        node: 1,
+        protocol: "qstore".into(),
+        format_version: WIRE_FORMAT_VERSION,
+    };
+    let mut s = connect(addr);
+    s.write_all(&frame_of(&[stranger])).unwrap();
+    match read_msgs::<PeerReply>(&mut s, "peer port: other cluster").as_slice() {
+        [PeerReply::Refuse(why)] => assert!(why.contains("cluster id"), "{why}"),
+        other => panic!("peer port: other cluster: {other:?}"),
+    }
+    assert_closed_by_server(&mut s, "peer port: other cluster");
+
+    // A node id outside the cluster is refused.
+    let outsider = PeerHello {
+        cluster_id: id,
+        node: 7,
+        protocol: "qstore".into(),
+        format_version: WIRE_FORMAT_VERSION,
+    };
+    let mut s = connect(addr);
+    s.write_all(&frame_of(&[outsider])).unwrap();
+    match read_msgs::<PeerReply>(&mut s, "peer port: node 7").as_slice() {
+        [PeerReply::Refuse(why)] => assert!(why.contains("node id 7"), "{why}"),
+        other => panic!("peer port: node 7: {other:?}"),
+    }
+    assert_closed_by_server(&mut s, "peer port: node 7");
+
+    assert_closed_by_server(&mut silent, "peer port: silent connection");
+    cluster.run_client_to_completion(500, "after peer-port garbage");
+}
+
+#[test]
+fn unknown_procedure_gets_an_error_answer() {
+    let cluster = Cluster::start("procs", 1, "");
+    let ycsb = ycsb_proc(&cluster);
+    let mut c = RawClient::connect(&cluster, 0);
+    let rejected = |outcome: TxnOutcome| match outcome {
+        TxnOutcome::Rejected(why) => why,
+        other => panic!("expected a rejection, got {other:?}"),
+    };
+
+    let why = rejected(c.call(ProcCall {
+        proc: ProcId(999),
+        args: vec![Value::Int(1), Value::Int(0)],
+    }));
+    assert!(
+        why.contains("unknown procedure") && why.contains("999"),
+        "{why}"
+    );
+
+    let bad_args: [(Vec<Value>, &str); 3] = [
+        (vec![Value::Int(1)], "pairs"),
+        (
+            vec![Value::Int(1), Value::Int(7)],
+            "op must be 0 (read) or 1 (rmw)",
+        ),
+        (vec![Value::Bytes(vec![1]), Value::Int(0)], "integers"),
+    ];
+    for (args, expect) in bad_args {
+        let why = rejected(c.call(ProcCall {
+            proc: ycsb,
+            args: args.clone(),
+        }));
+        assert!(
+            why.contains("bad arguments for procedure ycsb_txn") && why.contains(expect),
+            "{args:?}: {why}"
+        );
+    }
+
+    // The connection still works: two read-modify-writes of one row commit, the second
+    // seeing the first's increment.
+    let Value::Int(before) = committed_value(c.call(ycsb_call(ycsb, 17, 1))) else {
+        panic!("a counter is an integer")
+    };
+    assert_eq!(
+        committed_value(c.call(ycsb_call(ycsb, 17, 1))),
+        Value::Int(before + 1)
+    );
+}
+
+// ---------------------------------------------------------------------------------------
+// Known bugs, reproduced. Run with `cargo test -p qstore --test distributed -- --ignored`;
+// remove the `ignore` with the fix.
+
+/// Refused client connections must be closed (the protocol says "refused (and closes)"), and
+/// connections a client has closed must release their socket. Today the endpoint keeps a
+/// clone of every accepted socket in its registry (`open_connection` in
+/// `qstore-engine/src/server/mod.rs`), pruned only of sockets whose `peer_addr()` fails; a
+/// refusal only shuts down the read side and a client's close shuts down nothing, so those
+/// sockets stay open (CLOSE-WAIT) for the life of the server: a refused client never sees
+/// the end of the connection, and every finished client session leaks one descriptor.
+#[test]
+#[ignore = "bug: the client endpoint never closes refused or finished connections"]
+fn refused_and_finished_client_connections_are_released() {
+    let cluster = Cluster::start("release", 1, "");
+    let addr = cluster.client_addr(0);
+    let pid = cluster.servers[0].child.id();
+    let open_fds = || {
+        std::fs::read_dir(format!("/proc/{pid}/fd"))
+            .unwrap()
+            .count()
+    };
+    let mut problems = Vec::new();
+
+    let mut s = connect(addr);
+    s.write_all(&frame_of(&[hello(cluster.cluster_id ^ 1)]))
+        .unwrap();
+    let refused = read_msgs::<ClientResponse>(&mut s, "wrong cluster id");
+    assert!(matches!(refused.as_slice(), [ClientResponse::Refused(_)]));
+    if let Err(e) = closed_by_server(&mut s) {
+        problems.push(format!("refused hello: {e}"));
+    }
+
+    let mut s = connect(addr);
+    let submit = ClientRequest::Submit {
+        id: 1,
+        call: ycsb_call(ycsb_proc(&cluster), 0, 0),
+    };
+    s.write_all(&frame_of(&[submit])).unwrap();
+    let refused = read_msgs::<ClientResponse>(&mut s, "submit before hello");
+    assert!(matches!(refused.as_slice(), [ClientResponse::Refused(_)]));
+    if let Err(e) = closed_by_server(&mut s) {
+        problems.push(format!("submit before hello: {e}"));
+    }
+
+    drop(RawClient::connect(&cluster, 0));
+    std::thread::sleep(Duration::from_millis(200));
+    let before = open_fds();
+    let sessions = 20;
+    for _ in 0..sessions {
+        drop(RawClient::connect(&cluster, 0));
+    }
+    let deadline = Instant::now() + CLOSE_TIMEOUT;
+    while open_fds() > before + 2 && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let after = open_fds();
+    if after > before + 2 {
+        problems.push(format!(
+            "{sessions} finished sessions left the server with {after} open descriptors \
+             (was {before})"
+        ));
+    }
+    assert!(problems.is_empty(), "{problems:#?}");
+}
+
+/// A key the primary index cannot hold must read as missing, like any other absent key.
+/// Today `Index::get` (`qstore-storage/src/index.rs`) compares the key with the slot before
+/// checking for the EMPTY marker, which is `u64::MAX`: looking up key `u64::MAX` (a client's
+/// key -1) matches the first empty slot and returns its row id, 0, so the access reads and
+/// writes the partition's first row (key `u64::MAX - 1` likewise matches a tombstone).
+/// Nothing on the way validates keys: `ycsb_txn` casts any integer to a key.
+#[test]
+#[ignore = "bug: key u64::MAX aliases row 0 of the partition"]
+fn a_key_the_index_cannot_hold_touches_no_row() {
+    let cluster = Cluster::start("badkey", 1, "");
+    let ycsb = ycsb_proc(&cluster);
+    let mut c = RawClient::connect(&cluster, 0);
+    let first_row = committed_value(c.call(ycsb_call(ycsb, 0, 0)));
+    // Any other absent key reads as nothing.
+    assert_eq!(
+        committed_value(c.call(ycsb_call(ycsb, 5000, 1))),
+        Value::Null
+    );
+    let aliased = committed_value(c.call(ycsb_call(ycsb, -1, 1)));
+    let first_row_after = committed_value(c.call(ycsb_call(ycsb, 0, 0)));
+    assert_eq!(
+        (aliased, first_row_after),
+        (Value::Null, first_row),
+        "(what the write of key u64::MAX read, key 0 after it)"
+    );
+}
