@@ -7,6 +7,9 @@ use std::fmt;
 /// (key / keys-per-partition) places related rows together.
 pub type Key = u64;
 
+/// The largest key a table can hold: indexes use the two largest values to mark free slots.
+pub const MAX_KEY: Key = u64::MAX - 2;
+
 /// A table of the catalog, numbered from 0 in registration order.
 pub type TableId = u16;
 

@@ -12,4 +12,4 @@ pub mod txn;
 
 pub use config::RunConfig;
 pub use error::{ConfigError, QError};
-pub use ids::{Key, NodeId, PartitionId, TableId, TxnId};
+pub use ids::{Key, NodeId, PartitionId, TableId, TxnId, MAX_KEY};

@@ -106,6 +106,13 @@ impl Program {
             ));
         }
         for (i, a) in self.accesses.iter().enumerate() {
+            if a.key > crate::MAX_KEY {
+                return Err(format!(
+                    "access {i}: key {} is reserved (keys go up to {})",
+                    a.key,
+                    crate::MAX_KEY
+                ));
+            }
             if let Some(d) = a.deps.iter().find(|&&d| d as usize >= i) {
                 return Err(format!(
                     "access {i} depends on access {d}, which is not earlier"

@@ -17,9 +17,9 @@ use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 const EMPTY: u64 = u64::MAX;
 const TOMBSTONE: u64 = u64::MAX - 1;
 
-/// Whether `key` can be stored in an index.
+/// Whether `key` can be stored in an index (the two largest keys mark free slots).
 pub fn storable(key: u64) -> bool {
-    key < TOMBSTONE
+    key <= qstore_core::MAX_KEY
 }
 
 pub struct Index {
@@ -50,6 +50,9 @@ impl Index {
     /// The row of `key`, if present.
     #[inline]
     pub fn get(&self, key: u64) -> Option<u32> {
+        if !storable(key) {
+            return None; // it would match a free slot's marker
+        }
         let mut i = home_slot(key, self.mask);
         for _ in 0..=self.mask {
             let k = self.keys[i].load(Ordering::Acquire);
@@ -101,6 +104,9 @@ impl Index {
 
     /// Removes `key`; returns its row.
     pub fn remove(&self, key: u64) -> Option<u32> {
+        if !storable(key) {
+            return None;
+        }
         let _w = self.writer.lock();
         let slot = self.find(key).ok()?;
         let rid = self.rids[slot].load(Ordering::Relaxed);

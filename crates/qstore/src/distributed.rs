@@ -2,7 +2,7 @@
 //! generator driving the servers of one, both described by a cluster file.
 
 use qstore_core::{NodeId, PartitionId, QError, RunConfig};
-use qstore_engine::server::ClientEndpoint;
+use qstore_engine::server::{ClientEndpoint, PeerHealth};
 use qstore_engine::{Cluster, Hosting, NodeHosting};
 use std::net::TcpListener;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -39,11 +39,13 @@ pub fn serve(cfg: RunConfig, node: u32, record_history: bool) -> Result<(), QErr
     }
     let workload = qstore_workload::build(&cfg)?;
     let me = NodeId(node);
+    let (events, peer_events) = crossbeam_channel::unbounded();
+    let health = PeerHealth::watch(me, peer_events);
     let hosting = Hosting::Node(NodeHosting {
         me,
         peers: addrs.iter().map(|a| a.0).collect(),
         listener: parking_lot::Mutex::new(Some(peers)),
-        events: None,
+        events: Some(events),
     });
     let started = Instant::now();
     eprintln!(
@@ -58,7 +60,7 @@ pub fn serve(cfg: RunConfig, node: u32, record_history: bool) -> Result<(), QErr
         record_history,
         hosting,
     )?);
-    let endpoint = ClientEndpoint::start(cluster.clone(), me, clients)?;
+    let endpoint = ClientEndpoint::start(cluster.clone(), me, clients, health)?;
     eprintln!(
         "node {node}: serving clients on {} ({:.1} s to start)",
         endpoint.local_addr(),

@@ -693,6 +693,13 @@ fn killing_a_server_gives_client_errors_not_a_hang() {
             s.output()
         );
     }
+    // And they say why they take no new work, instead of leaving a client waiting.
+    let ycsb = ycsb_proc(&cluster);
+    let mut c = RawClient::connect(&cluster, 0);
+    match c.call(ycsb_call(ycsb, 3, 1)) {
+        TxnOutcome::Rejected(why) => assert!(why.contains("peer node 1 is down"), "{why}"),
+        other => panic!("a node missing a peer must refuse new work, got {other:?}"),
+    }
 }
 
 #[test]
@@ -891,18 +898,13 @@ fn unknown_procedure_gets_an_error_answer() {
 }
 
 // ---------------------------------------------------------------------------------------
-// Known bugs, reproduced. Run with `cargo test -p qstore --test distributed -- --ignored`;
-// remove the `ignore` with the fix.
+// Bugs these tests found, kept as regressions.
 
 /// Refused client connections must be closed (the protocol says "refused (and closes)"), and
-/// connections a client has closed must release their socket. Today the endpoint keeps a
-/// clone of every accepted socket in its registry (`open_connection` in
-/// `qstore-engine/src/server/mod.rs`), pruned only of sockets whose `peer_addr()` fails; a
-/// refusal only shuts down the read side and a client's close shuts down nothing, so those
-/// sockets stay open (CLOSE-WAIT) for the life of the server: a refused client never sees
-/// the end of the connection, and every finished client session leaks one descriptor.
+/// connections a client has closed must release their socket. The endpoint once kept a copy
+/// of every accepted socket until the server stopped, so refused clients never saw the end
+/// of the connection and every finished session leaked a descriptor (CLOSE-WAIT).
 #[test]
-#[ignore = "bug: the client endpoint never closes refused or finished connections"]
 fn refused_and_finished_client_connections_are_released() {
     let cluster = Cluster::start("release", 1, "");
     let addr = cluster.client_addr(0);
@@ -956,14 +958,11 @@ fn refused_and_finished_client_connections_are_released() {
     assert!(problems.is_empty(), "{problems:#?}");
 }
 
-/// A key the primary index cannot hold must read as missing, like any other absent key.
-/// Today `Index::get` (`qstore-storage/src/index.rs`) compares the key with the slot before
-/// checking for the EMPTY marker, which is `u64::MAX`: looking up key `u64::MAX` (a client's
-/// key -1) matches the first empty slot and returns its row id, 0, so the access reads and
-/// writes the partition's first row (key `u64::MAX - 1` likewise matches a tombstone).
-/// Nothing on the way validates keys: `ycsb_txn` casts any integer to a key.
+/// A key the primary index cannot hold (its free-slot markers) must touch no row. Looking
+/// up `u64::MAX` (a client's key -1) once matched the first empty slot and read and wrote
+/// the partition's first row; programs with such keys are now refused and the index never
+/// finds them.
 #[test]
-#[ignore = "bug: key u64::MAX aliases row 0 of the partition"]
 fn a_key_the_index_cannot_hold_touches_no_row() {
     let cluster = Cluster::start("badkey", 1, "");
     let ycsb = ycsb_proc(&cluster);
@@ -974,11 +973,11 @@ fn a_key_the_index_cannot_hold_touches_no_row() {
         committed_value(c.call(ycsb_call(ycsb, 5000, 1))),
         Value::Null
     );
-    let aliased = committed_value(c.call(ycsb_call(ycsb, -1, 1)));
+    // Key -1 is u64::MAX, which the index reserves: refused, and no other row touched.
+    match c.call(ycsb_call(ycsb, -1, 1)) {
+        TxnOutcome::Rejected(why) => assert!(why.contains("reserved"), "{why}"),
+        other => panic!("a reserved key must be refused, got {other:?}"),
+    }
     let first_row_after = committed_value(c.call(ycsb_call(ycsb, 0, 0)));
-    assert_eq!(
-        (aliased, first_row_after),
-        (Value::Null, first_row),
-        "(what the write of key u64::MAX read, key 0 after it)"
-    );
+    assert_eq!(first_row_after, first_row, "key 0 after the refused write");
 }

@@ -15,7 +15,9 @@ use proto::{ClientRequest, ClientResponse, Collected, ServerStats, CLIENT_FORMAT
 use qstore_core::txn::TxnResponse;
 use qstore_core::{NodeId, TxnId};
 use qstore_net::frame::{FrameDecoder, FrameEncoder, DEFAULT_FLUSH_BYTES, DEFAULT_MAX_FRAME};
+use qstore_net::{PeerEvent, PeerEventKind};
 use rustc_hash::FxHashMap;
+use std::collections::BTreeMap;
 use std::io::{self, BufReader};
 use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -39,32 +41,98 @@ const NODE_ID_SHIFT: u32 = 37;
 /// How often the acceptor checks whether the endpoint is stopping.
 const ACCEPT_POLL: Duration = Duration::from_millis(20);
 
+/// Which peers of this node are unreachable, as the transport reports them.
+#[derive(Default)]
+pub struct PeerHealth {
+    down: Mutex<BTreeMap<NodeId, String>>,
+}
+
+impl PeerHealth {
+    /// Follows the transport's peer events on a thread of its own, logging each change.
+    pub fn watch(me: NodeId, events: Receiver<PeerEvent>) -> Arc<Self> {
+        let health = Arc::new(PeerHealth::default());
+        let h = health.clone();
+        let spawned = std::thread::Builder::new()
+            .name(format!("n{}-peers", me.0))
+            .spawn(move || {
+                for e in events {
+                    h.apply(me, e);
+                }
+            });
+        if let Err(e) = spawned {
+            tracing::error!("node {me}: cannot watch peer connections: {e}");
+        }
+        health
+    }
+
+    fn apply(&self, me: NodeId, e: PeerEvent) {
+        let mut down = self.down.lock();
+        match e.kind {
+            PeerEventKind::Down(why) => {
+                tracing::error!(
+                    "node {me}: peer node {} is down ({why}); transactions that need it wait, \
+                     new ones are refused until it is back",
+                    e.peer.0
+                );
+                down.insert(e.peer, why);
+            }
+            PeerEventKind::Up => {
+                if down.remove(&e.peer).is_some() {
+                    tracing::warn!("node {me}: peer node {} is back", e.peer.0);
+                }
+            }
+        }
+    }
+
+    /// Why the node cannot take new transactions now, if it cannot.
+    fn refusal(&self) -> Option<String> {
+        let down = self.down.lock();
+        let (peer, why) = down.iter().next()?;
+        Some(format!(
+            "peer node {} is down ({why}): this node cannot run transactions until it is back",
+            peer.0
+        ))
+    }
+}
+
 /// What the endpoint needs of the node.
 struct Node {
     cluster: Arc<Cluster>,
     me: NodeId,
+    health: Arc<PeerHealth>,
     /// Engine transaction ids handed out here: node-unique, whatever ids clients use.
     next_id: AtomicU64,
 }
+
+/// Open client connections by number, so stopping can close them; each removes itself when
+/// it ends (holding a copy of its socket would keep it from ever closing).
+type Registry = Arc<Mutex<FxHashMap<u64, TcpStream>>>;
 
 /// A running client endpoint.
 pub struct ClientEndpoint {
     stop: Arc<AtomicBool>,
     acceptor: Mutex<Option<JoinHandle<()>>>,
-    conns: Arc<Mutex<Vec<TcpStream>>>,
+    conns: Registry,
     addr: SocketAddr,
 }
 
 impl ClientEndpoint {
-    /// Serves clients of node `me` on `listener` until [`ClientEndpoint::stop`].
-    pub fn start(cluster: Arc<Cluster>, me: NodeId, listener: TcpListener) -> io::Result<Self> {
+    /// Serves clients of node `me` on `listener` until [`ClientEndpoint::stop`]; new
+    /// transactions are refused while `health` reports a peer down.
+    pub fn start(
+        cluster: Arc<Cluster>,
+        me: NodeId,
+        listener: TcpListener,
+        health: Arc<PeerHealth>,
+    ) -> io::Result<Self> {
         let addr = listener.local_addr()?;
         listener.set_nonblocking(true)?;
         let stop = Arc::new(AtomicBool::new(false));
-        let conns = Arc::new(Mutex::new(Vec::new()));
+        let conns = Registry::default();
         let node = Arc::new(Node {
             cluster,
             me,
+            health,
             next_id: AtomicU64::new(0),
         });
         let (s, c) = (stop.clone(), conns.clone());
@@ -89,7 +157,7 @@ impl ClientEndpoint {
         if let Some(h) = self.acceptor.lock().take() {
             let _ = h.join();
         }
-        for c in self.conns.lock().drain(..) {
+        for (_, c) in self.conns.lock().drain() {
             let _ = c.shutdown(Shutdown::Both);
         }
     }
@@ -101,16 +169,13 @@ impl Drop for ClientEndpoint {
     }
 }
 
-fn accept_loop(
-    listener: TcpListener,
-    node: Arc<Node>,
-    stop: Arc<AtomicBool>,
-    conns: Arc<Mutex<Vec<TcpStream>>>,
-) {
+fn accept_loop(listener: TcpListener, node: Arc<Node>, stop: Arc<AtomicBool>, conns: Registry) {
+    let mut next = 0u64;
     while !stop.load(Ordering::Acquire) {
         match listener.accept() {
             Ok((stream, peer)) => {
-                if let Err(e) = open_connection(stream, peer, &node, &conns) {
+                next += 1;
+                if let Err(e) = open_connection(stream, peer, next, &node, &conns) {
                     tracing::warn!("node {}: client {peer}: {e}", node.me);
                 }
             }
@@ -127,15 +192,13 @@ fn accept_loop(
 fn open_connection(
     stream: TcpStream,
     peer: SocketAddr,
+    number: u64,
     node: &Arc<Node>,
-    conns: &Mutex<Vec<TcpStream>>,
+    conns: &Registry,
 ) -> io::Result<()> {
     stream.set_nonblocking(false)?;
     stream.set_nodelay(true)?;
-    let mut registry = conns.lock();
-    registry.retain(|c| c.peer_addr().is_ok());
-    registry.push(stream.try_clone()?);
-    drop(registry);
+    conns.lock().insert(number, stream.try_clone()?);
     let (answers_tx, answers_rx) = unbounded();
     let (control_tx, control_rx) = unbounded();
     let ids = Arc::new(Mutex::new(FxHashMap::default()));
@@ -147,6 +210,8 @@ fn open_connection(
         .spawn(move || write_loop(writer_stream, answers_rx, control_rx, writer_ids))?;
     let conn = Connection {
         node: node.clone(),
+        number,
+        registry: conns.clone(),
         peer,
         answers: answers_tx,
         control: control_tx,
@@ -162,6 +227,8 @@ fn open_connection(
 /// The reading side of one client connection.
 struct Connection {
     node: Arc<Node>,
+    number: u64,
+    registry: Registry,
     peer: SocketAddr,
     /// Where the engine answers this connection's transactions.
     answers: Sender<TxnResponse>,
@@ -172,15 +239,22 @@ struct Connection {
 }
 
 impl Connection {
+    /// Serves requests until the client leaves, errs or is refused; then closes the
+    /// connection (the writer ends once this reader's channels are gone).
     fn read_loop(mut self, stream: TcpStream) {
-        let mut reader = BufReader::with_capacity(64 << 10, &stream);
+        self.serve(&stream);
+        self.registry.lock().remove(&self.number);
+        let _ = stream.shutdown(Shutdown::Read);
+    }
+
+    fn serve(&mut self, stream: &TcpStream) {
+        let mut reader = BufReader::with_capacity(64 << 10, stream);
         let mut decoder = FrameDecoder::new(MAX_CLIENT_FRAME);
         loop {
             match decoder.read_frame::<ClientRequest, _>(&mut reader) {
                 Ok(Some(requests)) => {
                     for r in requests {
                         if !self.handle(r) {
-                            let _ = stream.shutdown(Shutdown::Read);
                             return;
                         }
                     }
@@ -192,7 +266,6 @@ impl Connection {
                         self.node.me,
                         self.peer
                     );
-                    let _ = stream.shutdown(Shutdown::Both);
                     return;
                 }
             }
@@ -258,6 +331,14 @@ impl Connection {
     }
 
     fn submit(&self, client_id: u64, call: qstore_core::txn::ProcCall) {
+        if let Some(why) = self.node.health.refusal() {
+            let answer = ClientResponse::Answer {
+                id: client_id,
+                outcome: qstore_core::txn::TxnOutcome::Rejected(why),
+            };
+            let _ = self.control.send(answer);
+            return;
+        }
         let n = self.node.next_id.fetch_add(1, Ordering::Relaxed);
         let id = TxnId(((self.node.me.0 as u64 + 1) << NODE_ID_SHIFT) | n);
         self.ids.lock().insert(id, client_id);
