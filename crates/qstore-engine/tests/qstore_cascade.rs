@@ -13,22 +13,16 @@ use qstore_core::config::{Partitioning, QStoreMode};
 use qstore_core::partition::PartitionMap;
 use qstore_core::txn::{
     Access, AccessKind, Catalog, CcAbortCause, Inputs, LogicAbort, ProcCall, Procedure, Program,
-    RowRef, StepId, TableSchema, TxnOutcome, Value,
+    RowRef, StepId, TxnOutcome, Value,
 };
-use qstore_core::{NodeId, PartitionId, QError, RunConfig, TxnId};
+use qstore_core::{NodeId, PartitionId, RunConfig, TxnId};
 use qstore_engine::{Cluster, TxnRequest};
 use std::sync::Arc;
 use std::time::Duration;
 
-const KEYS: u64 = 64;
+mod common;
 
-fn counter(row: &[u8]) -> i64 {
-    i64::from_le_bytes(row[..8].try_into().unwrap())
-}
-
-fn read(row: RowRef<'_>, _: &Value, _: Inputs<'_>) -> Result<Value, LogicAbort> {
-    Ok(Value::Int(counter(row.bytes())))
-}
+use common::{counter, counter_catalog, load_counters, read, KEYS};
 
 /// Adds the argument, or the first input when the argument is Null.
 fn add(row: RowRef<'_>, arg: &Value, inputs: Inputs<'_>) -> Result<Value, LogicAbort> {
@@ -118,13 +112,7 @@ impl Procedure for Copy {
 }
 
 fn catalog() -> Catalog {
-    let mut c = Catalog::default();
-    c.add_table(TableSchema {
-        name: "t".into(),
-        row_size: 8,
-        capacity_per_partition: KEYS as usize,
-        keys_per_partition: KEYS,
-    });
+    let mut c = counter_catalog();
     let read = c.steps.register("read", read);
     let add = c.steps.register("add", add);
     let take = c.steps.register("take", take);
@@ -145,13 +133,7 @@ fn run(mode: QStoreMode) -> (Vec<TxnOutcome>, [i64; 4]) {
     cfg.cluster.workers = 2;
     let cat = Arc::new(catalog());
     let pmap = PartitionMap::new(2, Partitioning::Range, &cat.tables);
-    let load = |p: PartitionId, l: &mut dyn qstore_core::txn::RowLoader| -> Result<(), QError> {
-        let mut keys = (0..KEYS).map(|i| p.0 as u64 * KEYS + i);
-        l.load_rows(0, &mut keys, &mut |k, row| {
-            row.copy_from_slice(&(k as i64).to_le_bytes())
-        })
-    };
-    let cluster = Cluster::start(cfg, cat.clone(), pmap, &load, false).unwrap();
+    let cluster = Cluster::start(cfg, cat.clone(), pmap, &load_counters, false).unwrap();
     let (tx, rx) = unbounded();
     let call = |name: &str, args: &[i64]| ProcCall {
         proc: cat.procedure_id(name).unwrap(),

@@ -7,22 +7,16 @@ use qstore_core::config::{Isolation, Partitioning};
 use qstore_core::partition::PartitionMap;
 use qstore_core::txn::{
     Access, AccessKind, Catalog, Inputs, LogicAbort, ProcCall, Procedure, Program, RowRef,
-    TableSchema, TxnOutcome, Value,
+    TxnOutcome, Value,
 };
-use qstore_core::{NodeId, QError, RunConfig, TxnId};
+use qstore_core::{NodeId, RunConfig, TxnId};
 use qstore_engine::{Cluster, TxnRequest};
 use std::sync::Arc;
 use std::time::Duration;
 
-const KEYS: u64 = 64;
+mod common;
 
-fn counter(row: &[u8]) -> i64 {
-    i64::from_le_bytes(row[..8].try_into().unwrap())
-}
-
-fn read(row: RowRef<'_>, _: &Value, _: Inputs<'_>) -> Result<Value, LogicAbort> {
-    Ok(Value::Int(counter(row.bytes())))
-}
+use common::{counter, counter_catalog, load_counters, read, KEYS};
 
 /// Output: this row's counter plus the first input.
 fn read_plus(row: RowRef<'_>, _: &Value, inputs: Inputs<'_>) -> Result<Value, LogicAbort> {
@@ -67,13 +61,7 @@ impl Procedure for Sum {
 }
 
 fn catalog() -> Catalog {
-    let mut c = Catalog::default();
-    c.add_table(TableSchema {
-        name: "t".into(),
-        row_size: 8,
-        capacity_per_partition: KEYS as usize,
-        keys_per_partition: KEYS,
-    });
+    let mut c = counter_catalog();
     let read = c.steps.register("read", read);
     let plus = c.steps.register("read_plus", read_plus);
     c.add_procedure(Arc::new(Sum { read, plus }));
@@ -90,15 +78,7 @@ fn run(nodes: u32, isolation: Isolation) {
     let cat = Arc::new(catalog());
     let pmap = PartitionMap::new(nodes, Partitioning::Range, &cat.tables);
     // Key k holds k.
-    let load = |p: qstore_core::PartitionId,
-                l: &mut dyn qstore_core::txn::RowLoader|
-     -> Result<(), QError> {
-        let mut keys = (0..KEYS).map(|i| p.0 as u64 * KEYS + i);
-        l.load_rows(0, &mut keys, &mut |k, row| {
-            row.copy_from_slice(&(k as i64).to_le_bytes())
-        })
-    };
-    let cluster = Cluster::start(cfg, cat.clone(), pmap, &load, false).unwrap();
+    let cluster = Cluster::start(cfg, cat.clone(), pmap, &load_counters, false).unwrap();
     let (tx, rx) = unbounded();
     let proc = cat.procedure_id("sum").unwrap();
     let total = KEYS * nodes as u64;

@@ -1,0 +1,36 @@
+//! What the engine's cluster tests share: one table of 8-byte counters, `KEYS` rows per
+//! partition, where key k starts at k.
+
+use qstore_core::txn::{Catalog, Inputs, LogicAbort, RowLoader, RowRef, TableSchema, Value};
+use qstore_core::{PartitionId, QError};
+
+pub const KEYS: u64 = 64;
+
+pub fn counter(row: &[u8]) -> i64 {
+    i64::from_le_bytes(row[..8].try_into().unwrap())
+}
+
+/// Step: outputs the row's counter.
+pub fn read(row: RowRef<'_>, _: &Value, _: Inputs<'_>) -> Result<Value, LogicAbort> {
+    Ok(Value::Int(counter(row.bytes())))
+}
+
+/// A catalog with the counter table (table 0) and no procedures yet.
+pub fn counter_catalog() -> Catalog {
+    let mut c = Catalog::default();
+    c.add_table(TableSchema {
+        name: "t".into(),
+        row_size: 8,
+        capacity_per_partition: KEYS as usize,
+        keys_per_partition: KEYS,
+    });
+    c
+}
+
+/// Loads partition `p` of the counter table (range partitioning): key k holds k.
+pub fn load_counters(p: PartitionId, l: &mut dyn RowLoader) -> Result<(), QError> {
+    let mut keys = (0..KEYS).map(|i| p.0 as u64 * KEYS + i);
+    l.load_rows(0, &mut keys, &mut |k, row| {
+        row.copy_from_slice(&(k as i64).to_le_bytes())
+    })
+}
