@@ -15,7 +15,7 @@ use qstore_core::config::ClientConfig;
 use qstore_core::txn::{TxnOutcome, TxnResponse, Value};
 use qstore_core::RunConfig;
 use qstore_core::{NodeId, TxnId};
-use qstore_engine::TxnRequest;
+use qstore_engine::{wall_clock_us, TxnRequest};
 use qstore_workload::{ElleOp, TxnCall, TxnGenerator, Workload};
 use rustc_hash::FxHashMap;
 use std::cmp::Reverse;
@@ -80,6 +80,8 @@ struct Pending {
     call: Arc<qstore_core::txn::ProcCall>,
     ops: u32,
     first_submit: Instant,
+    /// The first attempt's wall-clock time, carried by every retry (see `TxnRequest`).
+    birth_us: u64,
     retries: u32,
     /// The Elle lane of this transaction and its invocation, when an Elle history is kept.
     elle: Option<(u64, Vec<ElleOp>)>,
@@ -270,6 +272,7 @@ impl<'a> Driver<'a> {
             call: Arc::new(call),
             ops,
             first_submit,
+            birth_us: wall_clock_us(),
             retries: 0,
             elle,
         };
@@ -305,6 +308,7 @@ impl<'a> Driver<'a> {
             id,
             call: pending.call.clone(),
             reply: self.reply_tx.clone(),
+            birth_us: pending.birth_us,
         };
         let home = self.clients[pending.client].home;
         self.pending.insert(id, pending);

@@ -234,7 +234,11 @@ impl Conn {
         let call = (*req.call).clone();
         let _ = self
             .requests
-            .send(ClientRequest::Submit { id: req.id.0, call });
+            .send(ClientRequest::Submit {
+                id: req.id.0,
+                call,
+                birth_us: req.birth_us,
+            });
     }
 
     /// Sends a control request and waits for its answer.

@@ -12,4 +12,4 @@ pub mod runtime;
 pub mod server;
 
 pub use cluster::{Cluster, EngineCtx, Hosting, NodeHosting, StoppedCluster};
-pub use protocol::{Engine, ReplyTo, TxnRequest, PROTOCOLS};
+pub use protocol::{wall_clock_us, Engine, ReplyTo, TxnRequest, PROTOCOLS};

@@ -25,14 +25,16 @@ fn request() -> impl Strategy<Value = ClientRequest> {
         (
             any::<u64>(),
             any::<u16>(),
-            prop::collection::vec(value(), 0..8)
+            prop::collection::vec(value(), 0..8),
+            any::<u64>(),
         )
-            .prop_map(|(id, proc, args)| ClientRequest::Submit {
+            .prop_map(|(id, proc, args, birth_us)| ClientRequest::Submit {
                 id,
                 call: ProcCall {
                     proc: ProcId(proc),
                     args,
                 },
+                birth_us,
             }),
         Just(ClientRequest::Stats),
         Just(ClientRequest::Collect),

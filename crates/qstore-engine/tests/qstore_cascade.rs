@@ -145,11 +145,7 @@ fn run(mode: QStoreMode) -> (Vec<TxnOutcome>, [i64; 4]) {
         call("copy", &[1, 2]),
     ];
     for (i, c) in calls.into_iter().enumerate() {
-        let req = TxnRequest {
-            id: TxnId(i as u64 + 1),
-            call: Arc::new(c),
-            reply: tx.clone(),
-        };
+        let req = TxnRequest::new(TxnId(i as u64 + 1), Arc::new(c), tx.clone());
         cluster.submit(NodeId(0), req);
     }
     let mut outcomes = vec![None, None, None];

@@ -96,11 +96,7 @@ fn run(nodes: u32, isolation: Isolation) {
         expected.insert(id, (x + y) as i64);
         cluster.submit(
             NodeId((i % nodes as u64) as u32),
-            TxnRequest {
-                id,
-                call: Arc::new(call),
-                reply: tx.clone(),
-            },
+            TxnRequest::new(id, Arc::new(call), tx.clone()),
         );
     }
     for _ in 0..expected.len() {

@@ -463,7 +463,11 @@ impl RawClient {
     fn call(&mut self, call: ProcCall) -> TxnOutcome {
         self.next_id += 1;
         let id = self.next_id;
-        let request = ClientRequest::Submit { id, call };
+        let request = ClientRequest::Submit {
+            id,
+            call,
+            birth_us: 0,
+        };
         self.stream.write_all(&frame_of(&[request])).unwrap();
         let what = format!("submit {id}");
         match read_msgs::<ClientResponse>(&mut self.stream, &what).as_slice() {
@@ -772,6 +776,7 @@ fn garbage_on_the_client_port_does_not_stop_the_server() {
         let submit = ClientRequest::Submit {
             id: 1,
             call: ycsb_call(ycsb, 0, 1),
+            birth_us: 0,
         };
         s.write_all(&frame_of(&[submit])).unwrap();
         match read_msgs::<ClientResponse>(&mut s, &at("submit before hello")).as_slice() {
@@ -929,6 +934,7 @@ fn refused_and_finished_client_connections_are_released() {
     let submit = ClientRequest::Submit {
         id: 1,
         call: ycsb_call(ycsb_proc(&cluster), 0, 0),
+        birth_us: 0,
     };
     s.write_all(&frame_of(&[submit])).unwrap();
     let refused = read_msgs::<ClientResponse>(&mut s, "submit before hello");

@@ -23,6 +23,29 @@ pub struct TxnRequest {
     /// Shared so a client can resubmit the same call after an abort without copying it.
     pub call: Arc<ProcCall>,
     pub reply: ReplyTo,
+    /// When the transaction was first submitted, in microseconds since the UNIX epoch on the
+    /// client's clock. Every retry carries the first attempt's value, so protocols that
+    /// favour old transactions (WAIT_DIE) keep a retried transaction's age.
+    pub birth_us: u64,
+}
+
+impl TxnRequest {
+    /// A first attempt, born now.
+    pub fn new(id: TxnId, call: Arc<ProcCall>, reply: ReplyTo) -> Self {
+        TxnRequest {
+            id,
+            call,
+            reply,
+            birth_us: wall_clock_us(),
+        }
+    }
+}
+
+/// Microseconds since the UNIX epoch (0 if the clock is before it).
+pub fn wall_clock_us() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_micros() as u64)
 }
 
 /// A running protocol instance serving a whole cluster.

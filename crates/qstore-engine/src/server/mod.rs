@@ -300,8 +300,8 @@ impl Connection {
                 ));
                 false
             }
-            ClientRequest::Submit { id, call } => {
-                self.submit(id, call);
+            ClientRequest::Submit { id, call, birth_us } => {
+                self.submit(id, call, birth_us);
                 true
             }
             ClientRequest::Stats => reply(ClientResponse::Stats(self.stats())),
@@ -330,7 +330,7 @@ impl Connection {
         })
     }
 
-    fn submit(&self, client_id: u64, call: qstore_core::txn::ProcCall) {
+    fn submit(&self, client_id: u64, call: qstore_core::txn::ProcCall, birth_us: u64) {
         if let Some(why) = self.node.health.refusal() {
             let answer = ClientResponse::Answer {
                 id: client_id,
@@ -346,6 +346,7 @@ impl Connection {
             id,
             call: Arc::new(call),
             reply: self.answers.clone(),
+            birth_us,
         };
         self.node.cluster.submit(self.node.me, req);
     }

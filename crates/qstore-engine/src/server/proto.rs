@@ -5,7 +5,7 @@
 //! sends [`ClientRequest::Hello`]; the node answers [`ClientResponse::Welcome`] or
 //! [`ClientResponse::Refused`] (and closes). Then it may send, pipelined, any number of
 //! requests:
-//! - `Submit { id, call }`: run a stored-procedure call with this node as its home; the answer
+//! - `Submit { id, call, birth_us }`: run a stored-procedure call with this node as its home; the answer
 //!   is `Answer { id, outcome }` (commit with the access outputs, logic abort, retryable
 //!   concurrency-control abort, or rejection with the reason, e.g. an unknown procedure).
 //!   Answers come in completion order, not submission order; `id` is the client's.
@@ -21,7 +21,7 @@ use qstore_core::NodeId;
 use serde::{Deserialize, Serialize};
 
 /// Version of the client protocol; a client with another version is refused.
-pub const CLIENT_FORMAT_VERSION: u32 = 1;
+pub const CLIENT_FORMAT_VERSION: u32 = 2;
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub enum ClientRequest {
@@ -32,6 +32,9 @@ pub enum ClientRequest {
     Submit {
         id: u64,
         call: ProcCall,
+        /// When the client first submitted this transaction (µs since the UNIX epoch); the
+        /// same on every retry, so age-ordered protocols keep a retried transaction's age.
+        birth_us: u64,
     },
     Stats,
     Collect,
