@@ -1,7 +1,10 @@
 //! Concurrency-control protocols, one folder each. A protocol is chosen at run time by name.
 
+pub mod hstore;
+pub(crate) mod interactive;
 pub mod qstore;
 pub mod serial;
+pub mod twopl;
 
 use crate::cluster::EngineCtx;
 use crate::history::HistoryRecorder;
@@ -85,6 +88,24 @@ pub const PROTOCOLS: &[ProtocolInfo] = &[
         deterministic: true,
         summary: "Q-Store: planned batches of prioritised execution queues, no two-phase commit",
         start: qstore::start,
+    },
+    ProtocolInfo {
+        name: "hstore",
+        deterministic: false,
+        summary: "H-Store: one transaction at a time per partition, partitions taken in order, 2PC",
+        start: hstore::start,
+    },
+    ProtocolInfo {
+        name: "no_wait",
+        deterministic: false,
+        summary: "two-phase locking, abort on any lock conflict, two-phase commit",
+        start: twopl::start_no_wait,
+    },
+    ProtocolInfo {
+        name: "wait_die",
+        deterministic: false,
+        summary: "two-phase locking, wait only for younger lock holders (else abort), 2PC",
+        start: twopl::start_wait_die,
     },
 ];
 

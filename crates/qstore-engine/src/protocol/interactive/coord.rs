@@ -1,0 +1,455 @@
+//! The coordinator side: walking a transaction's program in waves, then (two-phase) commit
+//! or abort, then the answer to the client.
+
+use super::msg::{Age, Body, GroupEnd, Vote};
+use super::part::Group;
+use super::{Cc, Node};
+use crate::history::TxnTrace;
+use crate::protocol::{reply, TxnRequest};
+use parking_lot::Mutex;
+use qstore_core::txn::{Program, TxnOutcome, Value};
+use qstore_core::{NodeId, TxnId};
+use std::sync::Arc;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Phase {
+    /// Reserving partitions one after the other (protocols that reserve).
+    Reserving,
+    Walking,
+    Preparing,
+    Committing,
+    /// The client has its answer.
+    Answered,
+}
+
+/// A participant: a node the transaction reached.
+struct Participant {
+    node: NodeId,
+    wrote: bool,
+    /// In the current round (wave or commit phase): the program indices of the group sent
+    /// to it, or whether it still owes an answer.
+    group: Vec<u16>,
+    owes: bool,
+    /// Voted yes: takes part in the second phase.
+    commits: bool,
+}
+
+/// A transaction this node coordinates.
+pub(super) struct CoordTxn {
+    req: TxnRequest,
+    program: Arc<Program>,
+    age: Age,
+    outputs: Vec<Value>,
+    /// Per access: the wave it was sent in (0: not yet).
+    wave_of: Vec<u32>,
+    wave: u32,
+    remaining: usize,
+    participants: Vec<Participant>,
+    outstanding: usize,
+    phase: Phase,
+    /// The first refusal or failed check seen; acted on once the round's answers are in.
+    failure: Option<GroupEnd>,
+    /// Partitions to reserve, ascending, and how many are reserved.
+    to_reserve: Vec<NodeId>,
+    reserved: usize,
+    order: u128,
+}
+
+/// What a coordinator decided to do, done after its transaction's lock is released (a
+/// message to this node is handled at once and may come back to the same transaction).
+enum Action {
+    Send(NodeId, Body),
+    ExecHere(Age, Group, Vec<(u16, Value)>),
+}
+
+impl CoordTxn {
+    fn participant(&mut self, node: NodeId) -> &mut Participant {
+        let i = match self.participants.iter().position(|p| p.node == node) {
+            Some(i) => i,
+            None => {
+                self.participants.push(Participant {
+                    node,
+                    wrote: false,
+                    group: Vec::new(),
+                    owes: false,
+                    commits: false,
+                });
+                self.participants.len() - 1
+            }
+        };
+        &mut self.participants[i]
+    }
+
+    /// Marks an answer from `node` in the current round; true when it was the last.
+    fn answered(&mut self, node: NodeId) -> bool {
+        match self.participants.iter_mut().find(|p| p.node == node) {
+            Some(p) if p.owes => p.owes = false,
+            _ => return false, // a duplicate or stray answer: ignore it
+        }
+        self.outstanding -= 1;
+        self.outstanding == 0
+    }
+
+    fn fail(&mut self, end: GroupEnd) {
+        // A concurrency-control refusal wins over a failed check: the check may have run on
+        // a state the transaction would not see in a complete run.
+        match (&self.failure, &end) {
+            (None, _) | (Some(GroupEnd::LogicAbort(_)), GroupEnd::CcAbort(_)) => {
+                self.failure = Some(end)
+            }
+            _ => {}
+        }
+    }
+}
+
+impl<C: Cc> Node<C> {
+    /// A client's transaction arrives at its home node.
+    pub(super) fn begin(&self, req: TxnRequest) {
+        let program = match self.ctx.catalog.program(&req.call) {
+            Ok(p) => Arc::new(p),
+            Err(e) => return reply(&req, TxnOutcome::Rejected(e.to_string())),
+        };
+        let txn = req.id;
+        let n = program.accesses.len();
+        let mut to_reserve = Vec::new();
+        if self.cc.reserves_partitions() {
+            to_reserve = program
+                .accesses
+                .iter()
+                .map(|a| self.node_of(a.table, a.key))
+                .collect();
+            to_reserve.sort_unstable();
+            to_reserve.dedup();
+        }
+        let mut t = CoordTxn {
+            age: Age {
+                birth_us: req.birth_us,
+                id: txn,
+            },
+            req,
+            program,
+            outputs: vec![Value::Null; n],
+            wave_of: vec![0; n],
+            wave: 0,
+            remaining: n,
+            participants: Vec::new(),
+            outstanding: 0,
+            phase: Phase::Walking,
+            failure: None,
+            to_reserve,
+            reserved: 0,
+            order: 0,
+        };
+        let actions = if t.to_reserve.is_empty() {
+            self.next_wave(&mut t)
+        } else {
+            t.phase = Phase::Reserving;
+            self.reserve_next(&mut t)
+        };
+        if t.phase == Phase::Committing && t.outstanding == 0 {
+            return self.answer(&mut t);
+        }
+        let shared = Arc::new(Mutex::new(t));
+        self.coords.shard(txn).lock().insert(txn, shared);
+        self.act(txn, actions);
+    }
+
+    /// Runs `f` on the coordinator state of `txn`, then does what it decided; a finished
+    /// transaction is answered and forgotten.
+    fn with_coord(&self, txn: TxnId, f: impl FnOnce(&Self, &mut CoordTxn) -> Vec<Action>) {
+        let Some(shared) = self.coords.shard(txn).lock().get(&txn).cloned() else {
+            return; // already finished (or never known here): a stray message
+        };
+        let mut t = shared.lock();
+        if t.phase == Phase::Answered {
+            return;
+        }
+        let actions = f(self, &mut t);
+        if t.phase == Phase::Committing && t.outstanding == 0 {
+            self.answer(&mut t);
+            drop(t);
+            self.coords.shard(txn).lock().remove(&txn);
+        } else {
+            drop(t);
+        }
+        self.act(txn, actions);
+    }
+
+    fn act(&self, txn: TxnId, actions: Vec<Action>) {
+        for a in actions {
+            match a {
+                Action::Send(to, body) => self.send(to, txn, body),
+                Action::ExecHere(age, group, inputs) => {
+                    self.on_exec(self.id, txn, age, group, inputs)
+                }
+            }
+        }
+    }
+
+    fn reserve_next(&self, t: &mut CoordTxn) -> Vec<Action> {
+        let node = t.to_reserve[t.reserved];
+        let p = t.participant(node);
+        p.owes = true;
+        t.outstanding = 1;
+        vec![Action::Send(node, Body::Reserve { age: t.age })]
+    }
+
+    pub(super) fn on_reserved(&self, from: NodeId, txn: TxnId) {
+        self.with_coord(txn, |node, t| {
+            if t.phase != Phase::Reserving || !t.answered(from) {
+                return Vec::new();
+            }
+            t.reserved += 1;
+            if t.reserved < t.to_reserve.len() {
+                return node.reserve_next(t);
+            }
+            t.phase = Phase::Walking;
+            node.next_wave(t)
+        });
+    }
+
+    /// Sends the next wave of accesses; with none left, starts the commit.
+    fn next_wave(&self, t: &mut CoordTxn) -> Vec<Action> {
+        if t.remaining == 0 {
+            return self.start_commit(t);
+        }
+        t.wave += 1;
+        let wave = t.wave;
+        let program = t.program.clone();
+        let mut blocked: Vec<NodeId> = Vec::new();
+        for (i, a) in program.accesses.iter().enumerate() {
+            if t.wave_of[i] != 0 {
+                continue;
+            }
+            let node = self.node_of(a.table, a.key);
+            if blocked.contains(&node) {
+                continue;
+            }
+            // An input is known if an earlier wave produced it, or if the same group
+            // produces it first (the participant runs its group in order).
+            let known = a.deps.iter().all(|&d| {
+                let w = t.wave_of[d as usize];
+                w != 0
+                    && (w < wave || {
+                        let da = &program.accesses[d as usize];
+                        self.node_of(da.table, da.key) == node
+                    })
+            });
+            if known {
+                t.wave_of[i] = wave;
+                t.remaining -= 1;
+                t.participant(node).group.push(i as u16);
+            } else {
+                // Keep each partition's accesses in program order.
+                blocked.push(node);
+            }
+        }
+        let mut actions = Vec::new();
+        for p in t.participants.iter_mut().filter(|p| !p.group.is_empty()) {
+            p.owes = true;
+            t.outstanding += 1;
+            let inputs = inputs_of(&program, &p.group, &t.wave_of, wave, &t.outputs);
+            let indices = p.group.clone();
+            actions.push(if p.node == self.id {
+                Action::ExecHere(
+                    t.age,
+                    Group::Local {
+                        program: program.clone(),
+                        indices,
+                    },
+                    inputs,
+                )
+            } else {
+                let accesses = indices
+                    .iter()
+                    .map(|&i| (i, program.accesses[i as usize].clone()))
+                    .collect();
+                Action::Send(
+                    p.node,
+                    Body::Exec {
+                        age: t.age,
+                        accesses,
+                        inputs,
+                    },
+                )
+            });
+        }
+        debug_assert!(t.outstanding > 0, "the first unsent access can always go");
+        actions
+    }
+
+    pub(super) fn on_executed(
+        &self,
+        from: NodeId,
+        txn: TxnId,
+        outputs: Vec<Value>,
+        end: GroupEnd,
+        wrote: bool,
+    ) {
+        self.with_coord(txn, |node, t| {
+            // A refused reservation also answers `Executed`.
+            if !matches!(t.phase, Phase::Walking | Phase::Reserving) {
+                return Vec::new();
+            }
+            let p = t.participant(from);
+            p.wrote |= wrote;
+            let group = std::mem::take(&mut p.group);
+            for (&i, v) in group.iter().zip(outputs) {
+                t.outputs[i as usize] = v;
+            }
+            if end != GroupEnd::Done {
+                t.fail(end);
+            }
+            if !t.answered(from) {
+                return Vec::new();
+            }
+            if t.failure.is_some() {
+                return node.abort_everywhere(t);
+            }
+            node.next_wave(t)
+        });
+    }
+
+    /// Every access ran: one participant commits at once, several vote first.
+    fn start_commit(&self, t: &mut CoordTxn) -> Vec<Action> {
+        if t.participants.len() <= 1 {
+            for p in &mut t.participants {
+                p.commits = true;
+            }
+            return self.decide_commit(t);
+        }
+        t.phase = Phase::Preparing;
+        t.outstanding = t.participants.len();
+        t.participants
+            .iter_mut()
+            .map(|p| {
+                p.owes = true;
+                Action::Send(p.node, Body::Prepare)
+            })
+            .collect()
+    }
+
+    pub(super) fn on_vote(&self, from: NodeId, txn: TxnId, vote: Vote) {
+        self.with_coord(txn, |node, t| {
+            if t.phase != Phase::Preparing {
+                return Vec::new();
+            }
+            let p = t.participant(from);
+            match vote {
+                Vote::Yes => p.commits = true,
+                Vote::ReadOnly => {}
+                Vote::No(cause) => t.fail(GroupEnd::CcAbort(cause)),
+            }
+            if !t.answered(from) {
+                return Vec::new();
+            }
+            if t.failure.is_some() {
+                return node.abort_everywhere(t);
+            }
+            node.decide_commit(t)
+        });
+    }
+
+    /// The transaction commits: it takes its place in the commit order, and the
+    /// participants that hold changes make them permanent.
+    fn decide_commit(&self, t: &mut CoordTxn) -> Vec<Action> {
+        t.phase = Phase::Committing;
+        t.order = self.tick();
+        t.outstanding = 0;
+        let mut actions = Vec::new();
+        for p in t.participants.iter_mut().filter(|p| p.commits) {
+            p.owes = true;
+            t.outstanding += 1;
+            actions.push(Action::Send(p.node, Body::Commit));
+        }
+        actions
+    }
+
+    pub(super) fn on_commit_ack(&self, from: NodeId, txn: TxnId) {
+        self.with_coord(txn, |_, t| {
+            if t.phase == Phase::Committing {
+                t.answered(from);
+            }
+            Vec::new()
+        });
+    }
+
+    /// Undoes the transaction wherever it ran and answers the client.
+    fn abort_everywhere(&self, t: &mut CoordTxn) -> Vec<Action> {
+        let actions = t
+            .participants
+            .iter()
+            .map(|p| Action::Send(p.node, Body::Abort))
+            .collect();
+        // Nothing else is awaited: the transaction is finished once the aborts are sent.
+        t.phase = Phase::Committing;
+        t.outstanding = 0;
+        t.participants.clear();
+        actions
+    }
+
+    /// Answers the client of a finished transaction and records its end.
+    fn answer(&self, t: &mut CoordTxn) {
+        t.phase = Phase::Answered;
+        let history = self.ctx.history.as_deref();
+        let (req, empty) = (&t.req, TxnTrace::default());
+        let outcome = match t.failure.take() {
+            None => {
+                if let Some(h) = history {
+                    h.commit(self.id, req.id, &req.call, &empty, t.order);
+                }
+                TxnOutcome::Committed(std::mem::take(&mut t.outputs))
+            }
+            Some(GroupEnd::CcAbort(cause)) => {
+                if let Some(h) = history {
+                    h.cc_abort(self.id, req.id, cause, &empty);
+                }
+                TxnOutcome::CcAbort(cause)
+            }
+            Some(GroupEnd::LogicAbort(why)) => {
+                if let Some(h) = history {
+                    h.logic_abort(self.id, req.id, &req.call, &why, &empty, self.tick());
+                }
+                TxnOutcome::LogicAbort(why)
+            }
+            Some(GroupEnd::Done) => unreachable!("Done is not a failure"),
+        };
+        reply(req, outcome);
+    }
+
+    /// Answers every transaction still coordinated here `Rejected` (the node is stopping).
+    pub(super) fn reject_unfinished(&self) {
+        for s in self.coords.all() {
+            for (_, shared) in s.lock().drain() {
+                let t = shared.lock();
+                if t.phase == Phase::Answered {
+                    continue;
+                }
+                reply(
+                    &t.req,
+                    TxnOutcome::Rejected("the node stopped before the transaction finished".into()),
+                );
+            }
+        }
+        self.drop_parts();
+    }
+}
+
+/// The outputs a group needs from accesses outside it (earlier waves).
+fn inputs_of(
+    program: &Program,
+    group: &[u16],
+    wave_of: &[u32],
+    wave: u32,
+    outputs: &[Value],
+) -> Vec<(u16, Value)> {
+    let mut inputs: Vec<(u16, Value)> = Vec::new();
+    for &i in group {
+        for &d in &program.accesses[i as usize].deps {
+            if wave_of[d as usize] < wave && !inputs.iter().any(|(x, _)| *x == d) {
+                inputs.push((d, outputs[d as usize].clone()));
+            }
+        }
+    }
+    inputs
+}

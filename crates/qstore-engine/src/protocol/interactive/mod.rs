@@ -1,0 +1,317 @@
+//! The interactive skeleton with two-phase commit, shared by every non-deterministic protocol
+//! (NO_WAIT, WAIT_DIE, H-Store, ...): they differ only in their [`Cc`], the concurrency
+//! control a participant asks before each access and tells when the transaction ends.
+//!
+//! - A **coordinator** at the client's home node walks the transaction program. It sends the
+//!   accesses of each partition to that partition's node (an RPC; a local call for its own
+//!   partition) in *waves*: a wave holds, per partition and in program order, every access
+//!   whose inputs are known (outputs of earlier waves, or of earlier accesses of the same
+//!   group); independent partitions are reached in parallel, and a wave waits for all its
+//!   answers. It keeps the transaction's state meanwhile; workers serve other transactions.
+//! - A **participant** runs a group under its concurrency control, in place, keeping
+//!   before-images; an access that must wait parks the group (the lock holder's release
+//!   resumes it on a worker), one that is refused ends it.
+//! - **Commit**: one participant commits in one phase; several go through two-phase commit
+//!   (prepare and vote, then commit), and a participant that wrote nothing votes read-only,
+//!   releases everything at once and drops out of the second phase. The client is answered
+//!   when every committing participant has acknowledged.
+//! - **Aborts**: a concurrency-control abort or a failed integrity check aborts the
+//!   transaction everywhere it ran (once the wave's answers are in); the client retries
+//!   concurrency-control aborts after a randomised back-off, with the same age.
+//!
+//! Commit decisions are ordered by a Lamport clock every message carries: a transaction that
+//! reaches a record after another committed there has a later clock, so the order
+//! (clock, node) that the history records agrees with the order of versions.
+
+mod coord;
+mod msg;
+mod part;
+
+pub(crate) use msg::Age;
+
+use self::coord::CoordTxn;
+use self::msg::{Body, IMsg};
+use self::part::PartShard;
+use crate::cluster::EngineCtx;
+use crate::net::NodeNet;
+use crate::protocol::{admit, reply, AdmissionQueue, Engine, TxnRequest};
+use crate::runtime::spawn_worker;
+use crossbeam_channel::{bounded, unbounded, Receiver, Select, Sender};
+use parking_lot::{Mutex, RwLock};
+use qstore_core::txn::{CcAbortCause, TxnOutcome};
+use qstore_core::{Key, NodeId, PartitionId, QError, TableId, TxnId};
+use qstore_net::{Envelope, NetCounters, Transport};
+use qstore_storage::PartitionStore;
+use rustc_hash::FxHashMap;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+/// What a participant's concurrency control says about an access (or a reservation).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Gate {
+    Go,
+    /// Queued: the transaction is resumed (and asked again) when the holder releases.
+    Wait,
+    Abort(CcAbortCause),
+}
+
+/// The concurrency control of one node's partition, as the skeleton sees it.
+pub(crate) trait Cc: Send + Sync + 'static {
+    /// What a transaction holds here (its locks, its reservation).
+    type Held: Default + Send;
+
+    /// Whether the coordinator reserves every partition the transaction touches, one after
+    /// the other in ascending order, before its first access (H-Store).
+    fn reserves_partitions(&self) -> bool {
+        false
+    }
+
+    /// Reserves the whole partition for `txn`. Asked again when a `Wait` is resumed.
+    fn reserve(&self, _txn: TxnId, _age: Age, _held: &mut Self::Held) -> Gate {
+        Gate::Go
+    }
+
+    /// May `txn` access record (`table`, `key`) (`write`: to change it)? Asked again when a
+    /// `Wait` is resumed, so it must answer `Go` for what the transaction was granted.
+    fn access(
+        &self,
+        txn: TxnId,
+        age: Age,
+        table: TableId,
+        key: Key,
+        write: bool,
+        held: &mut Self::Held,
+    ) -> Gate;
+
+    /// Releases everything `txn` holds here; the transactions whose wait is over are added
+    /// to `woken`.
+    fn release(&self, txn: TxnId, held: &mut Self::Held, woken: &mut Vec<TxnId>);
+}
+
+/// Idle workers wake this often to notice shutdown.
+const IDLE_WAIT: Duration = Duration::from_millis(20);
+
+/// Starts an interactive protocol whose concurrency control, per node, `make_cc` builds.
+pub(crate) fn start<C: Cc>(
+    ctx: Arc<EngineCtx>,
+    make_cc: impl Fn(&PartitionStore) -> C,
+    label: &str,
+) -> Result<Box<dyn Engine>, QError> {
+    let NodeNet { transport, inboxes } = crate::net::open::<IMsg>(&ctx)?;
+    let mut nodes: Vec<Option<Arc<Node<C>>>> = (0..ctx.nodes()).map(|_| None).collect();
+    let mut threads = Vec::new();
+    let workers = ctx.cfg.cluster.workers as usize;
+    for (local, (id, inbox)) in inboxes.into_iter().enumerate() {
+        let cc = make_cc(ctx.store(PartitionId(id.0)));
+        let (admission, requests) = bounded(ctx.cfg.protocol.admission_queue as usize);
+        let (wake_tx, wakeups) = unbounded();
+        let node = Arc::new(Node {
+            id,
+            ctx: ctx.clone(),
+            net: transport.clone(),
+            cc,
+            clock: AtomicU64::new(0),
+            coords: Shards::new(),
+            parts: Shards::new(),
+            wake_tx,
+            admission: RwLock::new(Some(admission)),
+            stop: AtomicBool::new(false),
+        });
+        nodes[id.index()] = Some(node.clone());
+        let queues = Queues {
+            wakeups,
+            inbox,
+            requests,
+        };
+        for w in 0..workers {
+            let (n, q) = (node.clone(), queues.clone());
+            let pin = ctx.cfg.cluster.pin_threads;
+            threads.push(spawn_worker(
+                format!("{label}{}-w{w}", id.0),
+                pin,
+                local * workers + w,
+                move || n.work(q),
+            ));
+        }
+    }
+    Ok(Box::new(Interactive {
+        nodes,
+        net: transport,
+        threads: Mutex::new(threads),
+    }))
+}
+
+struct Interactive<C: Cc> {
+    /// By node id; `None` for nodes other processes host.
+    nodes: Vec<Option<Arc<Node<C>>>>,
+    net: Arc<dyn Transport<IMsg>>,
+    threads: Mutex<Vec<JoinHandle<()>>>,
+}
+
+impl<C: Cc> Engine for Interactive<C> {
+    fn submit(&self, home: NodeId, req: TxnRequest) {
+        match self.nodes.get(home.index()) {
+            Some(Some(node)) => admit(
+                node.admission.read().as_ref(),
+                home,
+                req,
+                node.ctx.history.as_deref(),
+            ),
+            Some(None) => reply(
+                &req,
+                TxnOutcome::Rejected(format!("node {home} is not hosted by this process")),
+            ),
+            None => reply(&req, TxnOutcome::Rejected(format!("no node {home}"))),
+        }
+    }
+
+    fn net_counters(&self) -> Option<&NetCounters> {
+        Some(self.net.counters())
+    }
+
+    fn shutdown(&self) {
+        let local = || self.nodes.iter().flatten();
+        for n in local() {
+            n.stop.store(true, Ordering::Release);
+            n.admission.write().take();
+        }
+        for h in self.threads.lock().drain(..) {
+            let _ = h.join();
+        }
+        for n in local() {
+            n.reject_unfinished();
+        }
+    }
+}
+
+/// The queues a worker serves, most urgent first: resumed waits (they hold locks others
+/// wait for), messages from other nodes, then new client transactions.
+#[derive(Clone)]
+struct Queues {
+    wakeups: Receiver<TxnId>,
+    inbox: Receiver<Envelope<IMsg>>,
+    requests: Receiver<(NodeId, TxnRequest)>,
+}
+
+/// One node: coordinator of the transactions submitted here, participant for its partition.
+pub(crate) struct Node<C: Cc> {
+    id: NodeId,
+    ctx: Arc<EngineCtx>,
+    net: Arc<dyn Transport<IMsg>>,
+    cc: C,
+    /// Lamport clock: merged from every message received, ticked by every commit decision.
+    clock: AtomicU64,
+    coords: Shards<FxHashMap<TxnId, Arc<Mutex<CoordTxn>>>>,
+    parts: Shards<PartShard<C::Held>>,
+    /// Transactions whose wait ended, to be resumed by a worker (never inline: resuming runs
+    /// a transaction that may release and wake others, without bound).
+    wake_tx: Sender<TxnId>,
+    admission: RwLock<Option<AdmissionQueue>>,
+    stop: AtomicBool,
+}
+
+impl<C: Cc> Node<C> {
+    fn work(&self, q: Queues) {
+        while !self.stop.load(Ordering::Acquire) {
+            if let Ok(txn) = q.wakeups.try_recv() {
+                self.resume(txn);
+            } else if let Ok(env) = q.inbox.try_recv() {
+                self.handle(env.from, env.msg);
+            } else if let Ok((_, req)) = q.requests.try_recv() {
+                self.begin(req);
+            } else {
+                self.wait_for_work(&q);
+            }
+        }
+    }
+
+    /// Blocks until one of the queues has something (or a while has passed).
+    fn wait_for_work(&self, q: &Queues) {
+        let mut sel = Select::new();
+        sel.recv(&q.wakeups);
+        sel.recv(&q.inbox);
+        sel.recv(&q.requests);
+        let _ = sel.ready_timeout(IDLE_WAIT);
+    }
+
+    fn handle(&self, from: NodeId, msg: IMsg) {
+        self.clock.fetch_max(msg.clock, Ordering::AcqRel);
+        let txn = msg.txn;
+        match msg.body {
+            Body::Reserve { age } => self.on_reserve(from, txn, age),
+            Body::Exec {
+                age,
+                accesses,
+                inputs,
+            } => self.on_exec(from, txn, age, part::Group::Remote(accesses), inputs),
+            Body::Prepare => self.on_prepare(from, txn),
+            Body::Commit => self.on_commit(txn),
+            Body::Abort => self.on_abort(txn),
+            Body::Reserved => self.on_reserved(from, txn),
+            Body::Executed {
+                outputs,
+                end,
+                wrote,
+            } => self.on_executed(from, txn, outputs, end, wrote),
+            Body::Vote(v) => self.on_vote(from, txn, v),
+            Body::CommitAck => self.on_commit_ack(from, txn),
+        }
+    }
+
+    /// Sends `body` about `txn` to node `to`; to this node it is handled at once.
+    fn send(&self, to: NodeId, txn: TxnId, body: Body) {
+        let msg = IMsg {
+            txn,
+            clock: self.clock.load(Ordering::Acquire),
+            body,
+        };
+        if to == self.id {
+            self.handle(to, msg);
+        } else {
+            self.net.send(self.id, to, msg);
+        }
+    }
+
+    /// A new position in the commit order.
+    fn tick(&self) -> u128 {
+        let t = self.clock.fetch_add(1, Ordering::AcqRel) + 1;
+        ((t as u128) << 32) | self.id.0 as u128
+    }
+
+    fn store(&self) -> &PartitionStore {
+        self.ctx.store(PartitionId(self.id.0))
+    }
+
+    /// The node that holds record (`table`, `key`): node `p` hosts partition `p`.
+    fn node_of(&self, table: TableId, key: Key) -> NodeId {
+        NodeId(self.ctx.pmap.partition_of(table, key).0)
+    }
+}
+
+/// State keyed by transaction id, split over independently locked shards so that workers
+/// handling different transactions rarely contend.
+struct Shards<S> {
+    shards: Box<[Mutex<S>]>,
+}
+
+const SHARDS: usize = 64;
+
+impl<S: Default> Shards<S> {
+    fn new() -> Self {
+        Shards {
+            shards: (0..SHARDS).map(|_| Mutex::default()).collect(),
+        }
+    }
+
+    fn shard(&self, txn: TxnId) -> &Mutex<S> {
+        // Fibonacci hashing: transaction ids differ mostly in their low bits.
+        let h = txn.0.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 58;
+        &self.shards[h as usize % SHARDS]
+    }
+
+    fn all(&self) -> impl Iterator<Item = &Mutex<S>> {
+        self.shards.iter()
+    }
+}

@@ -1,0 +1,75 @@
+//! Messages between a transaction's coordinator (at its home node) and its participants
+//! (the nodes whose records it reaches).
+
+use qstore_core::txn::{Access, CcAbortCause, Value};
+use qstore_core::TxnId;
+use serde::{Deserialize, Serialize};
+
+/// A transaction's age, for protocols that favour old transactions: the first attempt's birth
+/// time, then the attempt's id to break ties. Smaller is older.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub struct Age {
+    pub birth_us: u64,
+    pub id: TxnId,
+}
+
+/// Every message: the transaction it is about, the sender's logical clock (a Lamport clock
+/// that orders commit decisions, see `Node::tick`) and what it says.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct IMsg {
+    pub txn: TxnId,
+    pub clock: u64,
+    pub body: Body,
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub enum Body {
+    // Coordinator to participant.
+    /// Reserve the whole partition (protocols that take partitions before running).
+    Reserve {
+        age: Age,
+    },
+    /// Run these accesses, in order, with these outputs of earlier accesses.
+    Exec {
+        age: Age,
+        accesses: Vec<(u16, Access)>,
+        inputs: Vec<(u16, Value)>,
+    },
+    /// Two-phase commit, phase one.
+    Prepare,
+    /// Make the transaction's changes here permanent (the message's clock is at least the
+    /// decision's, which keeps later writers of these records later in the commit order).
+    Commit,
+    /// Undo the transaction's changes here and release what it holds.
+    Abort,
+
+    // Participant to coordinator.
+    Reserved,
+    /// The outputs of an `Exec`'s accesses that ran, in order, and how the group ended.
+    Executed {
+        outputs: Vec<Value>,
+        end: GroupEnd,
+        wrote: bool,
+    },
+    Vote(Vote),
+    CommitAck,
+}
+
+/// How a group of accesses ended at a participant.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub enum GroupEnd {
+    Done,
+    /// An access's integrity check failed: the transaction aborts, and is not retried.
+    LogicAbort(String),
+    /// The concurrency control refused an access: the transaction aborts and is retried.
+    CcAbort(CcAbortCause),
+}
+
+/// A participant's answer to `Prepare`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Vote {
+    Yes,
+    /// It wrote nothing here: it released everything and needs no second phase.
+    ReadOnly,
+    No(CcAbortCause),
+}

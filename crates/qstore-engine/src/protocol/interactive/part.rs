@@ -1,0 +1,325 @@
+//! The participant side: running groups of accesses under the node's concurrency control,
+//! parking and resuming those that wait, and the participant's half of (two-phase) commit.
+
+use super::msg::{Age, Body, GroupEnd, Vote};
+use super::{Cc, Gate, Node};
+use crate::exec::{run_access, UndoLog};
+use crate::history::TxnTrace;
+use qstore_core::txn::{Access, Program, Value};
+use qstore_core::{NodeId, TxnId};
+use rustc_hash::{FxHashMap, FxHashSet};
+use std::sync::Arc;
+
+/// Accesses a participant is asked to run, in program order, with their program indices.
+pub(super) enum Group {
+    /// Sent by another node's coordinator.
+    Remote(Vec<(u16, Access)>),
+    /// From this node's own coordinator: no copy of the accesses.
+    Local {
+        program: Arc<Program>,
+        indices: Vec<u16>,
+    },
+}
+
+impl Group {
+    fn len(&self) -> usize {
+        match self {
+            Group::Remote(a) => a.len(),
+            Group::Local { indices, .. } => indices.len(),
+        }
+    }
+
+    fn get(&self, i: usize) -> (u16, &Access) {
+        match self {
+            Group::Remote(a) => (a[i].0, &a[i].1),
+            Group::Local { program, indices } => {
+                let idx = indices[i];
+                (idx, &program.accesses[idx as usize])
+            }
+        }
+    }
+
+    /// One past the largest program index of the group.
+    fn span(&self) -> usize {
+        (0..self.len())
+            .map(|i| self.get(i).0 as usize + 1)
+            .max()
+            .unwrap_or(0)
+    }
+}
+
+/// A group that ran up to `at` and waits there.
+struct ParkedGroup {
+    group: Group,
+    at: usize,
+    /// Outputs by program index: the inputs, then this group's outputs so far.
+    outs: Vec<Value>,
+    /// This group's outputs so far, in group order (the answer to the coordinator).
+    results: Vec<Value>,
+}
+
+enum Waiting {
+    Reservation,
+    Group(ParkedGroup),
+}
+
+/// What a participant keeps for a transaction between its coordinator's messages.
+pub(super) struct PartTxn<H> {
+    coord: NodeId,
+    age: Age,
+    held: H,
+    undo: UndoLog,
+    trace: TxnTrace,
+    wrote: bool,
+    waiting: Option<Waiting>,
+}
+
+impl<H: Default> PartTxn<H> {
+    fn new(coord: NodeId, age: Age) -> Self {
+        PartTxn {
+            coord,
+            age,
+            held: H::default(),
+            undo: UndoLog::default(),
+            trace: TxnTrace::default(),
+            wrote: false,
+            waiting: None,
+        }
+    }
+}
+
+/// One shard of a node's participant state. A transaction's entry is taken out while a
+/// worker runs it, so only one worker handles it at a time; a wake-up that finds no entry
+/// (its waiter is still on the way to park) is remembered in `woken_early`.
+pub(super) struct PartShard<H> {
+    txns: FxHashMap<TxnId, PartTxn<H>>,
+    woken_early: FxHashSet<TxnId>,
+}
+
+impl<H> Default for PartShard<H> {
+    fn default() -> Self {
+        PartShard {
+            txns: FxHashMap::default(),
+            woken_early: FxHashSet::default(),
+        }
+    }
+}
+
+impl<C: Cc> Node<C> {
+    fn take_part(&self, txn: TxnId) -> Option<PartTxn<C::Held>> {
+        self.parts.shard(txn).lock().txns.remove(&txn)
+    }
+
+    fn put_part(&self, txn: TxnId, t: PartTxn<C::Held>) {
+        self.parts.shard(txn).lock().txns.insert(txn, t);
+    }
+
+    /// Parks `t`, waiting as `w`; if it was already woken, gives it back to go on at once.
+    fn park(
+        &self,
+        txn: TxnId,
+        mut t: PartTxn<C::Held>,
+        w: Waiting,
+    ) -> Option<(PartTxn<C::Held>, Waiting)> {
+        let mut shard = self.parts.shard(txn).lock();
+        if shard.woken_early.remove(&txn) {
+            return Some((t, w));
+        }
+        t.waiting = Some(w);
+        shard.txns.insert(txn, t);
+        None
+    }
+
+    /// A lock or reservation `txn` waited for was granted: carry on where it stopped.
+    pub(super) fn resume(&self, txn: TxnId) {
+        let parked = {
+            let mut shard = self.parts.shard(txn).lock();
+            match shard.txns.get(&txn).map(|t| t.waiting.is_some()) {
+                Some(true) => shard.txns.remove(&txn),
+                _ => {
+                    shard.woken_early.insert(txn);
+                    None
+                }
+            }
+        };
+        let Some(mut t) = parked else { return };
+        match t.waiting.take().expect("checked above") {
+            Waiting::Reservation => self.reserve(txn, t),
+            Waiting::Group(g) => self.run_group(txn, t, g),
+        }
+    }
+
+    fn wake_all(&self, woken: Vec<TxnId>) {
+        for w in woken {
+            // Workers hold the receiver until they stop; after that nothing waits anyway.
+            let _ = self.wake_tx.send(w);
+        }
+    }
+
+    pub(super) fn on_reserve(&self, from: NodeId, txn: TxnId, age: Age) {
+        let t = self
+            .take_part(txn)
+            .unwrap_or_else(|| PartTxn::new(from, age));
+        self.reserve(txn, t);
+    }
+
+    fn reserve(&self, txn: TxnId, mut t: PartTxn<C::Held>) {
+        loop {
+            match self.cc.reserve(txn, t.age, &mut t.held) {
+                Gate::Go => break,
+                Gate::Wait => match self.park(txn, t, Waiting::Reservation) {
+                    Some((again, _)) => t = again,
+                    None => return,
+                },
+                Gate::Abort(cause) => {
+                    let coord = t.coord;
+                    self.put_part(txn, t);
+                    let end = GroupEnd::CcAbort(cause);
+                    return self.send(coord, txn, executed(Vec::new(), end, false));
+                }
+            }
+        }
+        let coord = t.coord;
+        self.put_part(txn, t);
+        self.send(coord, txn, Body::Reserved);
+    }
+
+    pub(super) fn on_exec(
+        &self,
+        from: NodeId,
+        txn: TxnId,
+        age: Age,
+        group: Group,
+        inputs: Vec<(u16, Value)>,
+    ) {
+        let t = self
+            .take_part(txn)
+            .unwrap_or_else(|| PartTxn::new(from, age));
+        let mut outs = vec![Value::Null; group.span()];
+        for (i, v) in inputs {
+            if let Some(slot) = outs.get_mut(i as usize) {
+                *slot = v;
+            }
+        }
+        let results = Vec::with_capacity(group.len());
+        let g = ParkedGroup {
+            group,
+            at: 0,
+            outs,
+            results,
+        };
+        self.run_group(txn, t, g);
+    }
+
+    /// Runs the group's accesses from `g.at` on, until it ends or must wait.
+    fn run_group(&self, txn: TxnId, mut t: PartTxn<C::Held>, mut g: ParkedGroup) {
+        let store = self.store();
+        let steps = &self.ctx.catalog.steps;
+        let tracing = self.ctx.history.is_some();
+        let mut end = GroupEnd::Done;
+        while g.at < g.group.len() {
+            let (idx, a) = g.group.get(g.at);
+            let write = a.kind.is_write();
+            match self
+                .cc
+                .access(txn, t.age, a.table, a.key, write, &mut t.held)
+            {
+                Gate::Go => {}
+                Gate::Wait => match self.park(txn, t, Waiting::Group(g)) {
+                    Some((again, Waiting::Group(again_g))) => {
+                        (t, g) = (again, again_g);
+                        continue;
+                    }
+                    _ => return,
+                },
+                Gate::Abort(cause) => {
+                    end = GroupEnd::CcAbort(cause);
+                    break;
+                }
+            }
+            t.wrote |= write;
+            let undo = write.then_some(&mut t.undo);
+            let trace = tracing.then_some(&mut t.trace);
+            // SAFETY: the concurrency control granted this access (exclusively if it writes),
+            // and the transaction keeps that grant until it commits or aborts.
+            match unsafe { run_access(store, steps, txn, a, &g.outs, undo, trace) } {
+                Ok(v) => {
+                    g.outs[idx as usize] = v.clone();
+                    g.results.push(v);
+                }
+                Err(abort) => {
+                    end = GroupEnd::LogicAbort(abort.0.to_string());
+                    break;
+                }
+            }
+            g.at += 1;
+        }
+        let (coord, wrote) = (t.coord, t.wrote);
+        self.put_part(txn, t);
+        self.send(coord, txn, executed(g.results, end, wrote));
+    }
+
+    /// Phase one: a participant that wrote nothing is done and says so.
+    pub(super) fn on_prepare(&self, coord: NodeId, txn: TxnId) {
+        let vote = match self.take_part(txn) {
+            Some(t) if t.wrote => {
+                self.put_part(txn, t);
+                Vote::Yes
+            }
+            Some(t) => {
+                self.finish(txn, t);
+                Vote::ReadOnly
+            }
+            None => Vote::ReadOnly,
+        };
+        self.send(coord, txn, Body::Vote(vote));
+    }
+
+    pub(super) fn on_commit(&self, txn: TxnId) {
+        let Some(t) = self.take_part(txn) else {
+            return;
+        };
+        let coord = t.coord;
+        self.finish(txn, t);
+        self.send(coord, txn, Body::CommitAck);
+    }
+
+    /// Keeps what `txn` did here and releases what it holds.
+    fn finish(&self, txn: TxnId, mut t: PartTxn<C::Held>) {
+        if let Some(h) = &self.ctx.history {
+            h.add_part(txn, &t.trace);
+        }
+        let mut woken = Vec::new();
+        self.cc.release(txn, &mut t.held, &mut woken);
+        self.wake_all(woken);
+    }
+
+    pub(super) fn on_abort(&self, txn: TxnId) {
+        let Some(mut t) = self.take_part(txn) else {
+            return;
+        };
+        let store = self.store();
+        // SAFETY: the transaction still holds every record it changed here.
+        unsafe { t.undo.rollback(|_| store) };
+        let mut woken = Vec::new();
+        self.cc.release(txn, &mut t.held, &mut woken);
+        self.wake_all(woken);
+    }
+
+    /// Participant state left when the node stops (transactions never finished).
+    pub(super) fn drop_parts(&self) {
+        for s in self.parts.all() {
+            let mut s = s.lock();
+            s.txns.clear();
+            s.woken_early.clear();
+        }
+    }
+}
+
+fn executed(outputs: Vec<Value>, end: GroupEnd, wrote: bool) -> Body {
+    Body::Executed {
+        outputs,
+        end,
+        wrote,
+    }
+}

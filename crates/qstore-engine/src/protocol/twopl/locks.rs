@@ -1,0 +1,243 @@
+//! A record lock table: shared and exclusive locks, with the conflict rule of the 2PL
+//! variant (abort at once, or wait if older).
+
+use crate::protocol::interactive::{Age, Gate};
+use parking_lot::Mutex;
+use qstore_core::txn::CcAbortCause;
+use qstore_core::{Key, TableId, TxnId};
+use rustc_hash::FxHashMap;
+use std::collections::VecDeque;
+
+/// What a transaction does when a lock it asks for is held in a conflicting mode.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Policy {
+    /// Abort at once.
+    NoWait,
+    /// Wait if older than every holder and every waiter, otherwise abort ("die"). Waits only
+    /// ever go from older to younger transactions, so there is no deadlock.
+    WaitDie,
+}
+
+type Record = (TableId, Key);
+
+#[derive(Default)]
+struct LockEntry {
+    exclusive: bool,
+    owners: Vec<(TxnId, Age)>,
+    waiters: VecDeque<Waiter>,
+}
+
+struct Waiter {
+    txn: TxnId,
+    age: Age,
+    write: bool,
+}
+
+impl LockEntry {
+    fn owns(&self, txn: TxnId) -> bool {
+        self.owners.iter().any(|&(t, _)| t == txn)
+    }
+
+    /// Whether `txn` could hold the lock in mode `write` beside the current owners.
+    fn compatible(&self, txn: TxnId, write: bool) -> bool {
+        let others = self.owners.iter().filter(|&&(t, _)| t != txn).count();
+        if write {
+            others == 0
+        } else {
+            !self.exclusive || others == 0
+        }
+    }
+
+    fn grant(&mut self, txn: TxnId, age: Age, write: bool) {
+        if !self.owns(txn) {
+            self.owners.push((txn, age));
+        }
+        self.exclusive |= write;
+    }
+
+    /// Whether `age` is older than everyone holding or waiting for the lock.
+    fn oldest(&self, txn: TxnId, age: Age) -> bool {
+        let holders = self.owners.iter().filter(|&&(t, _)| t != txn).map(|o| o.1);
+        let waiters = self.waiters.iter().map(|w| w.age);
+        holders.chain(waiters).all(|a| age < a)
+    }
+
+    /// Grants waiters from the front for as long as they fit.
+    fn grant_waiters(&mut self, woken: &mut Vec<TxnId>) {
+        while let Some(w) = self.waiters.front() {
+            if !self.compatible(w.txn, w.write) {
+                break;
+            }
+            let w = self.waiters.pop_front().expect("peeked");
+            self.grant(w.txn, w.age, w.write);
+            woken.push(w.txn);
+        }
+    }
+}
+
+/// A partition's record locks, in shards so that workers rarely contend.
+pub struct LockTable {
+    policy: Policy,
+    shards: Box<[Mutex<FxHashMap<Record, LockEntry>>]>,
+}
+
+const SHARDS: usize = 256;
+
+impl LockTable {
+    pub fn new(policy: Policy) -> Self {
+        LockTable {
+            policy,
+            shards: (0..SHARDS).map(|_| Mutex::default()).collect(),
+        }
+    }
+
+    fn shard(&self, r: Record) -> &Mutex<FxHashMap<Record, LockEntry>> {
+        let h = (r.1 ^ ((r.0 as u64) << 56)).wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 56;
+        &self.shards[h as usize % SHARDS]
+    }
+
+    /// Asks for record `r` in mode `write` for `txn`; on `Go` the record is in `held`.
+    /// Asking again for a lock held (or granted while waiting) answers `Go`.
+    pub fn lock(
+        &self,
+        txn: TxnId,
+        age: Age,
+        r: Record,
+        write: bool,
+        held: &mut Vec<Record>,
+    ) -> Gate {
+        let mut shard = self.shard(r).lock();
+        let e = shard.entry(r).or_default();
+        let holds = e.owns(txn);
+        if holds && (!write || e.exclusive) {
+            return Gate::Go;
+        }
+        if e.compatible(txn, write) && (holds || e.waiters.is_empty()) {
+            e.grant(txn, age, write);
+            if !holds {
+                held.push(r);
+            }
+            return Gate::Go;
+        }
+        match self.policy {
+            Policy::NoWait => {
+                if e.owners.is_empty() && e.waiters.is_empty() {
+                    shard.remove(&r);
+                }
+                Gate::Abort(CcAbortCause::Conflict)
+            }
+            Policy::WaitDie => {
+                if e.waiters.iter().any(|w| w.txn == txn) {
+                    return Gate::Wait;
+                }
+                if !e.oldest(txn, age) {
+                    return Gate::Abort(CcAbortCause::WaitDie);
+                }
+                e.waiters.push_back(Waiter { txn, age, write });
+                if !holds {
+                    // Owned once granted; released with the rest.
+                    held.push(r);
+                }
+                Gate::Wait
+            }
+        }
+    }
+
+    /// Releases every lock in `held`, granting waiters that now fit.
+    pub fn release(&self, txn: TxnId, held: &mut Vec<Record>, woken: &mut Vec<TxnId>) {
+        for r in held.drain(..) {
+            let mut shard = self.shard(r).lock();
+            let Some(e) = shard.get_mut(&r) else { continue };
+            e.owners.retain(|&(t, _)| t != txn);
+            e.waiters.retain(|w| w.txn != txn);
+            // An exclusive lock has a single owner, so it ends with that owner.
+            if e.owners.is_empty() {
+                e.exclusive = false;
+            }
+            e.grant_waiters(woken);
+            if e.owners.is_empty() && e.waiters.is_empty() {
+                shard.remove(&r);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn age(birth: u64, id: u64) -> Age {
+        Age {
+            birth_us: birth,
+            id: TxnId(id),
+        }
+    }
+
+    #[test]
+    fn shared_locks_share_and_exclusive_conflicts_abort_under_no_wait() {
+        let t = LockTable::new(Policy::NoWait);
+        let (mut h1, mut h2, mut h3) = (vec![], vec![], vec![]);
+        let r = (0, 7);
+        assert_eq!(t.lock(TxnId(1), age(1, 1), r, false, &mut h1), Gate::Go);
+        assert_eq!(t.lock(TxnId(2), age(2, 2), r, false, &mut h2), Gate::Go);
+        assert_eq!(
+            t.lock(TxnId(3), age(3, 3), r, true, &mut h3),
+            Gate::Abort(CcAbortCause::Conflict)
+        );
+        // An upgrade with another reader present conflicts too.
+        assert_eq!(
+            t.lock(TxnId(1), age(1, 1), r, true, &mut h1),
+            Gate::Abort(CcAbortCause::Conflict)
+        );
+        let mut woken = vec![];
+        t.release(TxnId(2), &mut h2, &mut woken);
+        assert_eq!(t.lock(TxnId(1), age(1, 1), r, true, &mut h1), Gate::Go);
+        assert_eq!(h1, vec![r]);
+        t.release(TxnId(1), &mut h1, &mut woken);
+        assert_eq!(t.lock(TxnId(3), age(3, 3), r, true, &mut h3), Gate::Go);
+        assert!(woken.is_empty());
+    }
+
+    #[test]
+    fn wait_die_lets_the_older_wait_and_the_younger_die() {
+        let t = LockTable::new(Policy::WaitDie);
+        let r = (0, 1);
+        let (mut young, mut old, mut older) = (vec![], vec![], vec![]);
+        assert_eq!(t.lock(TxnId(5), age(50, 5), r, true, &mut young), Gate::Go);
+        // Older than the holder: waits.
+        assert_eq!(t.lock(TxnId(2), age(20, 2), r, true, &mut old), Gate::Wait);
+        assert_eq!(t.lock(TxnId(2), age(20, 2), r, true, &mut old), Gate::Wait);
+        // Younger than the waiter: dies, even though it is older than the holder.
+        assert_eq!(
+            t.lock(TxnId(3), age(30, 3), r, false, &mut vec![]),
+            Gate::Abort(CcAbortCause::WaitDie)
+        );
+        // Older than everyone: waits too, behind the first waiter.
+        assert_eq!(
+            t.lock(TxnId(1), age(10, 1), r, false, &mut older),
+            Gate::Wait
+        );
+        let mut woken = vec![];
+        t.release(TxnId(5), &mut young, &mut woken);
+        assert_eq!(woken, vec![TxnId(2)]);
+        assert_eq!(t.lock(TxnId(2), age(20, 2), r, true, &mut old), Gate::Go);
+        woken.clear();
+        t.release(TxnId(2), &mut old, &mut woken);
+        assert_eq!(woken, vec![TxnId(1)]);
+        assert_eq!(t.lock(TxnId(1), age(10, 1), r, false, &mut older), Gate::Go);
+    }
+
+    #[test]
+    fn release_grants_every_compatible_reader_at_the_front() {
+        let t = LockTable::new(Policy::WaitDie);
+        let r = (2, 9);
+        let mut w = vec![];
+        assert_eq!(t.lock(TxnId(9), age(90, 9), r, true, &mut w), Gate::Go);
+        let (mut a, mut b) = (vec![], vec![]);
+        assert_eq!(t.lock(TxnId(4), age(40, 4), r, false, &mut a), Gate::Wait);
+        assert_eq!(t.lock(TxnId(3), age(30, 3), r, false, &mut b), Gate::Wait);
+        let mut woken = vec![];
+        t.release(TxnId(9), &mut w, &mut woken);
+        assert_eq!(woken, vec![TxnId(4), TxnId(3)]);
+    }
+}
