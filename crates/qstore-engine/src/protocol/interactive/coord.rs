@@ -165,14 +165,20 @@ impl<C: Cc> Node<C> {
             return;
         }
         let actions = f(self, &mut t);
-        if t.phase == Phase::Committing && t.outstanding == 0 {
-            self.answer(&mut t);
-            drop(t);
-            self.coords.shard(txn).lock().remove(&txn);
-        } else {
-            drop(t);
+        let finished = t.phase == Phase::Committing && t.outstanding == 0;
+        if finished {
+            t.phase = Phase::Answered;
         }
+        drop(t);
+        if finished {
+            self.coords.shard(txn).lock().remove(&txn);
+        }
+        // The client hears of an abort only once it is on its way to every participant (and
+        // done here), so nothing it did outlives its answer unannounced.
         self.act(txn, actions);
+        if finished {
+            self.answer(&mut shared.lock());
+        }
     }
 
     fn act(&self, txn: TxnId, actions: Vec<Action>) {
@@ -390,7 +396,6 @@ impl<C: Cc> Node<C> {
 
     /// Answers the client of a finished transaction and records its end.
     fn answer(&self, t: &mut CoordTxn) {
-        t.phase = Phase::Answered;
         let history = self.ctx.history.as_deref();
         let (req, empty) = (&t.req, TxnTrace::default());
         let outcome = match t.failure.take() {
@@ -423,7 +428,7 @@ impl<C: Cc> Node<C> {
             for (_, shared) in s.lock().drain() {
                 let t = shared.lock();
                 if t.phase == Phase::Answered {
-                    continue;
+                    continue; // its answer is on the way
                 }
                 reply(
                     &t.req,
@@ -432,6 +437,11 @@ impl<C: Cc> Node<C> {
             }
         }
         self.drop_parts();
+    }
+
+    /// Whether no transaction has state here: nothing coordinated, nothing held.
+    pub(super) fn quiescent(&self) -> bool {
+        self.coords.all().all(|s| s.lock().is_empty()) && self.parts_idle()
     }
 }
 

@@ -46,7 +46,7 @@ use rustc_hash::FxHashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// What a participant's concurrency control says about an access (or a reservation).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -92,6 +92,9 @@ pub(crate) trait Cc: Send + Sync + 'static {
 
 /// Idle workers wake this often to notice shutdown.
 const IDLE_WAIT: Duration = Duration::from_millis(20);
+
+/// How long shutdown waits for transactions in flight to finish everywhere.
+const QUIESCE_TIMEOUT: Duration = Duration::from_secs(2);
 
 /// Starts an interactive protocol whose concurrency control, per node, `make_cc` builds.
 pub(crate) fn start<C: Cc>(
@@ -173,6 +176,15 @@ impl<C: Cc> Engine for Interactive<C> {
 
     fn shutdown(&self) {
         let local = || self.nodes.iter().flatten();
+        // Let transactions already answered finish their work (aborts on their way to
+        // participants roll back there), or the data would keep their writes.
+        let deadline = Instant::now() + QUIESCE_TIMEOUT;
+        while !local().all(|n| n.quiescent()) && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        if !local().all(|n| n.quiescent()) {
+            tracing::warn!("stopping with transactions still in flight");
+        }
         for n in local() {
             n.stop.store(true, Ordering::Release);
             n.admission.write().take();

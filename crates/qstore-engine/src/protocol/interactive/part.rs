@@ -306,6 +306,10 @@ impl<C: Cc> Node<C> {
         self.wake_all(woken);
     }
 
+    pub(super) fn parts_idle(&self) -> bool {
+        self.parts.all().all(|s| s.lock().txns.is_empty())
+    }
+
     /// Participant state left when the node stops (transactions never finished).
     pub(super) fn drop_parts(&self) {
         for s in self.parts.all() {
