@@ -232,13 +232,11 @@ impl Conn {
         state.pending.insert(req.id.0, req.reply);
         drop(state);
         let call = (*req.call).clone();
-        let _ = self
-            .requests
-            .send(ClientRequest::Submit {
-                id: req.id.0,
-                call,
-                birth_us: req.birth_us,
-            });
+        let _ = self.requests.send(ClientRequest::Submit {
+            id: req.id.0,
+            call,
+            birth_us: req.birth_us,
+        });
     }
 
     /// Sends a control request and waits for its answer.

@@ -14,16 +14,30 @@ pub struct Scenario {
 }
 
 /// Suites `qstore bench` knows.
-pub const SUITES: &[(&str, &str)] = &[(
-    "qstore",
-    "YCSB (16 ops, 50% writes, uniform): qstore vs serial on 1 node x 2 workers (2 planners, or \
-     1), and on 2 nodes x 1 worker at 0%, 50% and 100% multi-partition transactions",
-)];
+pub const SUITES: &[(&str, &str)] = &[
+    (
+        "qstore",
+        "YCSB (16 ops, 50% writes, uniform): qstore vs serial on 1 node x 2 workers (2 planners, \
+         or 1), and on 2 nodes x 1 worker at 0%, 50% and 100% multi-partition transactions",
+    ),
+    (
+        "baselines",
+        "YCSB (16 ops, 50% writes) on 2 nodes x 1 worker at theta 0 and 0.9, 0% and 50% \
+         multi-partition transactions, 0 and 200 us injected network delay: qstore, calvin, \
+         hstore, no_wait, wait_die and serial (ratios are to qstore in the same setting)",
+    ),
+];
+
+/// The protocols the baselines suite compares, qstore first (the others' baseline).
+const BASELINE_PROTOCOLS: [&str; 6] = [
+    "qstore", "calvin", "hstore", "no_wait", "wait_die", "serial",
+];
 
 /// The scenarios of suite `name`, built on `base` (which supplies duration, seed, load...).
 pub fn scenarios(name: &str, base: &RunConfig) -> Result<Vec<Scenario>, String> {
     match name {
         "qstore" => Ok(qstore_suite(base)),
+        "baselines" => Ok(baselines_suite(base)),
         _ => Err(format!(
             "unknown suite {name:?}; choose one of: {}",
             SUITES
@@ -48,6 +62,28 @@ fn ycsb(base: &RunConfig, protocol: &str, nodes: u32, workers: u32, mp: f64) -> 
     y.multi_partition_fraction = mp;
     y.partitions_per_mp_txn = 2;
     c
+}
+
+fn baselines_suite(base: &RunConfig) -> Vec<Scenario> {
+    let mut s = Vec::new();
+    for delay_us in [0, 200] {
+        for theta in [0.0, 0.9] {
+            for mp in [0.0, 0.5] {
+                let setting = format!("θ{theta} mp{} d{delay_us}", (mp * 100.0) as u32);
+                for protocol in BASELINE_PROTOCOLS {
+                    let mut cfg = ycsb(base, protocol, 2, 1, mp);
+                    cfg.workload.ycsb.theta = theta;
+                    cfg.net.delay_us = delay_us;
+                    s.push(Scenario {
+                        name: format!("{protocol} {setting}"),
+                        cfg,
+                        baseline: (protocol != "qstore").then(|| format!("qstore {setting}")),
+                    });
+                }
+            }
+        }
+    }
+    s
 }
 
 fn qstore_suite(base: &RunConfig) -> Vec<Scenario> {
@@ -158,5 +194,18 @@ mod tests {
             }
         }
         assert!(scenarios("nope", &RunConfig::default()).is_err());
+    }
+
+    #[test]
+    fn baselines_suite_covers_every_setting_for_every_protocol() {
+        let s = scenarios("baselines", &RunConfig::default()).unwrap();
+        assert_eq!(s.len(), 8 * BASELINE_PROTOCOLS.len());
+        for sc in &s {
+            sc.cfg.validate().unwrap();
+            assert!(qstore_engine::protocol::info(&sc.cfg.protocol.name).is_some());
+            if let Some(b) = &sc.baseline {
+                assert!(s.iter().any(|x| &x.name == b), "{b}");
+            }
+        }
     }
 }

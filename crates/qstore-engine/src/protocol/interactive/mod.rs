@@ -30,7 +30,7 @@ mod part;
 pub(crate) use msg::Age;
 
 use self::coord::CoordTxn;
-use self::msg::{Body, IMsg};
+use self::msg::{Body, GroupEnd, IMsg};
 use self::part::PartShard;
 use crate::cluster::EngineCtx;
 use crate::net::NodeNet;
@@ -38,7 +38,7 @@ use crate::protocol::{admit, reply, AdmissionQueue, Engine, TxnRequest};
 use crate::runtime::spawn_worker;
 use crossbeam_channel::{bounded, unbounded, Receiver, Select, Sender};
 use parking_lot::{Mutex, RwLock};
-use qstore_core::txn::{CcAbortCause, TxnOutcome};
+use qstore_core::txn::{Access, CcAbortCause, TxnOutcome};
 use qstore_core::{Key, NodeId, PartitionId, QError, TableId, TxnId};
 use qstore_net::{Envelope, NetCounters, Transport};
 use qstore_storage::PartitionStore;
@@ -257,7 +257,19 @@ impl<C: Cc> Node<C> {
                 age,
                 accesses,
                 inputs,
-            } => self.on_exec(from, txn, age, part::Group::Remote(accesses), inputs),
+            } => match self.misplaced(&accesses) {
+                None => self.on_exec(from, txn, age, part::Group::Remote(accesses), inputs),
+                Some(why) => {
+                    tracing::warn!("node {from} sent transaction {txn:?} an access {why}");
+                    let end = GroupEnd::LogicAbort(format!("invalid access: {why}"));
+                    let body = Body::Executed {
+                        outputs: Vec::new(),
+                        end,
+                        wrote: false,
+                    };
+                    self.send(from, txn, body);
+                }
+            },
             Body::Prepare => self.on_prepare(from, txn),
             Body::Commit => self.on_commit(txn),
             Body::Abort => self.on_abort(txn),
@@ -270,6 +282,21 @@ impl<C: Cc> Node<C> {
             Body::Vote(v) => self.on_vote(from, txn, v),
             Body::CommitAck => self.on_commit_ack(from, txn),
         }
+    }
+
+    /// Why an access a peer sent cannot run here, if it cannot: its table does not exist, or
+    /// its record lives on another node.
+    fn misplaced(&self, accesses: &[(u16, Access)]) -> Option<String> {
+        let tables = self.ctx.catalog.tables.len();
+        accesses.iter().find_map(|(_, a)| {
+            if a.table as usize >= tables {
+                Some(format!("to table {}, which does not exist", a.table))
+            } else if self.node_of(a.table, a.key) != self.id {
+                Some(format!("to key {}, which is not on this node", a.key))
+            } else {
+                None
+            }
+        })
     }
 
     /// Sends `body` about `txn` to node `to`; to this node it is handled at once.
