@@ -12,8 +12,8 @@ use crossbeam_channel::{unbounded, Receiver, Sender};
 use qstore_core::config::Partitioning;
 use qstore_core::partition::PartitionMap;
 use qstore_core::txn::{
-    Access, AccessKind, Catalog, Inputs, LogicAbort, ProcCall, Procedure, Program, RowRef, StepId,
-    TxnOutcome, TxnResponse, Value,
+    Access, AccessKind, Catalog, ProcCall, Procedure, Program, StepId, TxnOutcome, TxnResponse,
+    Value,
 };
 use qstore_core::{NodeId, PartitionId, RunConfig, TxnId};
 use qstore_engine::{Cluster, StoppedCluster, TxnRequest};
@@ -23,33 +23,10 @@ use std::time::Duration;
 
 mod common;
 
-use common::{counter, counter_catalog, load_counters, read, KEYS};
+use common::{add, counter, counter_catalog, int, load_counters, read, take, KEYS};
 
 const NODES: u32 = 3;
 const PROTOCOLS: [&str; 3] = ["no_wait", "wait_die", "hstore"];
-
-/// Adds the argument, or the first input when the argument is Null.
-fn add(row: RowRef<'_>, arg: &Value, inputs: Inputs<'_>) -> Result<Value, LogicAbort> {
-    let RowRef::Write(bytes) = row else {
-        unreachable!("add is a read-modify-write")
-    };
-    let n = arg.as_int().or(inputs.get(0).as_int()).unwrap_or(0) + counter(bytes);
-    bytes[..8].copy_from_slice(&n.to_le_bytes());
-    Ok(Value::Int(n))
-}
-
-/// Subtracts the argument unless that would go below zero (an integrity check).
-fn take(row: RowRef<'_>, arg: &Value, _: Inputs<'_>) -> Result<Value, LogicAbort> {
-    let RowRef::Write(bytes) = row else {
-        unreachable!("take is a read-modify-write")
-    };
-    let n = counter(bytes) - arg.as_int().unwrap_or(0);
-    if n < 0 {
-        return Err(LogicAbort("insufficient funds"));
-    }
-    bytes[..8].copy_from_slice(&n.to_le_bytes());
-    Ok(Value::Int(n))
-}
 
 fn access(key: i64, kind: AccessKind, step: StepId, arg: Value, deps: Vec<u16>) -> Access {
     Access {
@@ -61,12 +38,6 @@ fn access(key: i64, kind: AccessKind, step: StepId, arg: Value, deps: Vec<u16>) 
         deps,
         may_abort: false,
     }
-}
-
-fn int(args: &[Value], i: usize) -> Result<i64, String> {
-    args.get(i)
-        .and_then(Value::as_int)
-        .ok_or_else(|| format!("argument {i} must be an integer"))
 }
 
 /// `pay(src, dst, amount)`: credits dst, then debits src if it has enough.

@@ -144,6 +144,27 @@ pub(crate) fn reply(req: &TxnRequest, outcome: TxnOutcome) {
     });
 }
 
+/// The node of `nodes` (indexed by node id; `None` where another process hosts it) that
+/// `home` names, or `req` answered `Rejected` with the reason it has none here.
+pub(crate) fn home_node<'a, N>(
+    nodes: &'a [Option<N>],
+    home: NodeId,
+    req: &TxnRequest,
+) -> Option<&'a N> {
+    match nodes.get(home.index()) {
+        Some(Some(node)) => Some(node),
+        Some(None) => {
+            let why = format!("node {home} is not hosted by this process");
+            reply(req, TxnOutcome::Rejected(why));
+            None
+        }
+        None => {
+            reply(req, TxnOutcome::Rejected(format!("no node {home}")));
+            None
+        }
+    }
+}
+
 /// Puts a request on a node's bounded admission queue without blocking: a full queue answers
 /// a concurrency-control abort of cause `Overload` (the client backs off and retries), and a
 /// closed one (`None`, or no receiver) answers `Rejected`.

@@ -34,3 +34,38 @@ pub fn load_counters(p: PartitionId, l: &mut dyn RowLoader) -> Result<(), QError
         row.copy_from_slice(&(k as i64).to_le_bytes())
     })
 }
+
+// Not every test binary that includes this module uses every helper below.
+
+/// Step: adds the argument, or the first input when the argument is Null.
+#[allow(dead_code)]
+pub fn add(row: RowRef<'_>, arg: &Value, inputs: Inputs<'_>) -> Result<Value, LogicAbort> {
+    let RowRef::Write(bytes) = row else {
+        unreachable!("add is a read-modify-write")
+    };
+    let n = arg.as_int().or(inputs.get(0).as_int()).unwrap_or(0) + counter(bytes);
+    bytes[..8].copy_from_slice(&n.to_le_bytes());
+    Ok(Value::Int(n))
+}
+
+/// Step: subtracts the argument unless that would go below zero (an integrity check).
+#[allow(dead_code)]
+pub fn take(row: RowRef<'_>, arg: &Value, _: Inputs<'_>) -> Result<Value, LogicAbort> {
+    let RowRef::Write(bytes) = row else {
+        unreachable!("take is a read-modify-write")
+    };
+    let n = counter(bytes) - arg.as_int().unwrap_or(0);
+    if n < 0 {
+        return Err(LogicAbort("insufficient funds"));
+    }
+    bytes[..8].copy_from_slice(&n.to_le_bytes());
+    Ok(Value::Int(n))
+}
+
+/// Procedure argument `i` as an integer.
+#[allow(dead_code)]
+pub fn int(args: &[Value], i: usize) -> Result<i64, String> {
+    args.get(i)
+        .and_then(Value::as_int)
+        .ok_or_else(|| format!("argument {i} must be an integer"))
+}

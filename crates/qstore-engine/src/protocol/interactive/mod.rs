@@ -34,11 +34,11 @@ use self::msg::{Body, GroupEnd, IMsg};
 use self::part::PartShard;
 use crate::cluster::EngineCtx;
 use crate::net::NodeNet;
-use crate::protocol::{admit, reply, AdmissionQueue, Engine, TxnRequest};
+use crate::protocol::{admit, home_node, AdmissionQueue, Engine, TxnRequest};
 use crate::runtime::spawn_worker;
 use crossbeam_channel::{bounded, unbounded, Receiver, Select, Sender};
 use parking_lot::{Mutex, RwLock};
-use qstore_core::txn::{Access, CcAbortCause, TxnOutcome};
+use qstore_core::txn::{Access, CcAbortCause};
 use qstore_core::{Key, NodeId, PartitionId, QError, TableId, TxnId};
 use qstore_net::{Envelope, NetCounters, Transport};
 use qstore_storage::PartitionStore;
@@ -155,18 +155,9 @@ struct Interactive<C: Cc> {
 
 impl<C: Cc> Engine for Interactive<C> {
     fn submit(&self, home: NodeId, req: TxnRequest) {
-        match self.nodes.get(home.index()) {
-            Some(Some(node)) => admit(
-                node.admission.read().as_ref(),
-                home,
-                req,
-                node.ctx.history.as_deref(),
-            ),
-            Some(None) => reply(
-                &req,
-                TxnOutcome::Rejected(format!("node {home} is not hosted by this process")),
-            ),
-            None => reply(&req, TxnOutcome::Rejected(format!("no node {home}"))),
+        if let Some(node) = home_node(&self.nodes, home, &req) {
+            let history = node.ctx.history.as_deref();
+            admit(node.admission.read().as_ref(), home, req, history);
         }
     }
 

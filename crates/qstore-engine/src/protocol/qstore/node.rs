@@ -8,7 +8,7 @@ use super::spec::Speculation;
 use crate::cluster::EngineCtx;
 use crate::exec::{run_access, TxnScratch, UndoLog};
 use crate::net::NodeNet;
-use crate::protocol::{admit, reply, AdmissionQueue, Engine, TxnRequest};
+use crate::protocol::{admit, home_node, reply, AdmissionQueue, Engine, TxnRequest};
 use crate::runtime::spawn_worker;
 use crossbeam_channel::{bounded, Receiver, RecvTimeoutError};
 use parking_lot::{Condvar, Mutex, RwLock};
@@ -92,13 +92,8 @@ impl QStore {
 
 impl Engine for QStore {
     fn submit(&self, home: NodeId, req: TxnRequest) {
-        match self.nodes.get(home.index()) {
-            Some(Some(node)) => node.submit(req),
-            Some(None) => reply(
-                &req,
-                TxnOutcome::Rejected(format!("node {home} is not hosted by this process")),
-            ),
-            None => reply(&req, TxnOutcome::Rejected(format!("no node {home}"))),
+        if let Some(node) = home_node(&self.nodes, home, &req) {
+            node.submit(req);
         }
     }
 
