@@ -72,8 +72,16 @@ impl LockManager {
         }
     }
 
+    /// VLL: entries of the transaction queue (what a contention analysis walks).
+    pub fn queued(&self) -> usize {
+        match self {
+            LockManager::Table(_) => 0,
+            LockManager::Vll(v) => v.queue.len(),
+        }
+    }
+
     /// VLL: selective contention analysis (see [`Vll::sca`]); a lock table always knows
-    /// exactly which transactions may run, so it has nothing to find.
+    /// exactly which transactions may run, so it has nothing to find (and no queue).
     pub fn find_runnable<'a>(
         &mut self,
         locks_of: impl Fn(u32) -> &'a [LockReq],

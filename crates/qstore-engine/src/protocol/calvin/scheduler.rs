@@ -34,9 +34,16 @@ pub(super) struct Scheduler<'a> {
     epochs: BTreeMap<u64, EpochParts>,
     next_epoch: u64,
     ready: Vec<u32>,
-    /// VLL: whether anything happened since the last contention analysis.
+    /// VLL: whether anything happened since the last contention analysis, and how many
+    /// transactions finished since.
     changed: bool,
+    released: usize,
 }
+
+/// Completions between two contention analyses while executors are busy: a quarter of the
+/// transaction queue (each analysis walks it, so its cost per completion stays constant), at
+/// least this many.
+const SCA_EVERY: usize = 64;
 
 impl<'a> Scheduler<'a> {
     pub fn new(node: &'a CalvinNode) -> Self {
@@ -49,6 +56,7 @@ impl<'a> Scheduler<'a> {
             next_epoch: 0,
             ready: Vec::new(),
             changed: false,
+            released: 0,
         }
     }
 
@@ -66,10 +74,14 @@ impl<'a> Scheduler<'a> {
             while let Ok(slot) = done.try_recv() {
                 self.release(slot);
             }
-            if self.changed && self.locks.blocked() > 0 && self.node.ready.is_empty() {
-                // The executors have nothing to do: look for blocked transactions that
-                // could run anyway (VLL's selective contention analysis).
+            // VLL: look for blocked transactions that could run anyway (selective contention
+            // analysis) when the executors run dry, and regularly while they are busy: a
+            // blocked transaction otherwise waits until every earlier one finished here.
+            let due = self.node.ready.is_empty()
+                || self.released >= SCA_EVERY.max(self.locks.queued() / 4);
+            if self.changed && due && self.locks.blocked() > 0 {
                 self.changed = false;
+                self.released = 0;
                 let slots = &self.slots;
                 self.locks
                     .find_runnable(|s| slots[s as usize].locks.as_slice(), &mut self.ready);
@@ -160,6 +172,7 @@ impl<'a> Scheduler<'a> {
         self.locks.release(slot, &s.locks, &mut self.ready);
         self.free.push(slot);
         self.changed = true;
+        self.released += 1;
         self.dispatch_ready();
     }
 
