@@ -17,6 +17,7 @@
 use qstore_core::config::CalvinLocks;
 use qstore_core::{Key, TableId};
 use rustc_hash::{FxHashMap, FxHashSet};
+use std::collections::hash_map::Entry;
 use std::collections::VecDeque;
 
 pub type LockKey = (TableId, Key);
@@ -27,10 +28,6 @@ pub struct LockReq {
     pub key: LockKey,
     pub exclusive: bool,
 }
-
-/// Empty request queues kept for reuse, so that locking an uncontended record allocates
-/// nothing in the steady state.
-const SPARE_QUEUES: usize = 4096;
 
 /// The lock manager a node's scheduler uses.
 pub enum LockManager {
@@ -102,46 +99,84 @@ fn slot<T: Default + Clone>(v: &mut Vec<T>, txn: u32) -> &mut T {
     &mut v[i]
 }
 
-/// The requests of one record, oldest first; the first `granted` hold the lock.
+/// End of a request list.
+const NIL: u32 = u32::MAX;
+
+/// One lock request, a link of its record's queue.
+struct Req {
+    txn: u32,
+    exclusive: bool,
+    next: u32,
+}
+
+/// The requests of one record, oldest first, as a list through [`LockTable::reqs`]; the first
+/// `granted` hold the lock, `waiting` is the first that does not (or `NIL`).
+#[derive(Clone, Copy)]
 struct Queue {
-    reqs: VecDeque<(u32, bool)>,
-    granted: usize,
+    head: u32,
+    tail: u32,
+    waiting: u32,
+    granted: u32,
 }
 
-impl Queue {
-    /// Whether the granted prefix is one exclusive holder.
-    fn held_exclusively(&self) -> bool {
-        self.granted > 0 && self.reqs[0].1
-    }
-}
-
-/// A hash table of per-record request queues.
+/// A hash table of per-record request queues. Requests live in one slab of list nodes that
+/// freed nodes go back to, so locking allocates nothing in the steady state and each request
+/// or release costs one hash lookup.
 #[derive(Default)]
 pub struct LockTable {
     records: FxHashMap<LockKey, Queue>,
+    reqs: Vec<Req>,
+    free: Vec<u32>,
     /// Per transaction: requests not granted yet.
     waiting: Vec<u32>,
     blocked: usize,
-    spare: Vec<VecDeque<(u32, bool)>>,
 }
 
 impl LockTable {
+    fn node(&mut self, txn: u32, exclusive: bool) -> u32 {
+        let r = Req {
+            txn,
+            exclusive,
+            next: NIL,
+        };
+        match self.free.pop() {
+            Some(n) => {
+                self.reqs[n as usize] = r;
+                n
+            }
+            None => {
+                self.reqs.push(r);
+                self.reqs.len() as u32 - 1
+            }
+        }
+    }
+
     pub fn request(&mut self, txn: u32, locks: &[LockReq]) -> bool {
         let mut waits = 0;
         for l in locks {
-            let spare = &mut self.spare;
-            let q = self.records.entry(l.key).or_insert_with(|| Queue {
-                reqs: spare.pop().unwrap_or_default(),
+            let n = self.node(txn, l.exclusive);
+            let q = self.records.entry(l.key).or_insert(Queue {
+                head: NIL,
+                tail: NIL,
+                waiting: NIL,
                 granted: 0,
             });
             // Granted only if every earlier request is granted and compatible with it.
-            let grant = q.granted == q.reqs.len()
-                && (q.reqs.is_empty() || (!l.exclusive && !q.held_exclusively()));
-            q.reqs.push_back((txn, l.exclusive));
+            let grant = q.waiting == NIL
+                && (q.head == NIL || (!l.exclusive && !self.reqs[q.head as usize].exclusive));
+            if q.tail == NIL {
+                q.head = n;
+            } else {
+                self.reqs[q.tail as usize].next = n;
+            }
+            q.tail = n;
             if grant {
                 q.granted += 1;
             } else {
                 waits += 1;
+                if q.waiting == NIL {
+                    q.waiting = n;
+                }
             }
         }
         *slot(&mut self.waiting, txn) = waits;
@@ -154,39 +189,50 @@ impl LockTable {
     pub fn release(&mut self, txn: u32, locks: &[LockReq], ready: &mut Vec<u32>) {
         debug_assert_eq!(self.waiting.get(txn as usize).copied().unwrap_or(0), 0);
         for l in locks {
-            let Some(q) = self.records.get_mut(&l.key) else {
+            let Entry::Occupied(mut e) = self.records.entry(l.key) else {
                 debug_assert!(false, "release of a lock never requested");
                 continue;
             };
-            match q.reqs.iter().take(q.granted).position(|r| r.0 == txn) {
-                Some(at) => {
-                    q.reqs.remove(at);
-                    q.granted -= 1;
-                }
-                None => {
-                    debug_assert!(false, "release of a lock not held");
-                    continue;
-                }
+            let q = e.get_mut();
+            // Find the transaction among the holders and unlink it.
+            let (mut prev, mut at) = (NIL, q.head);
+            while at != q.waiting && self.reqs[at as usize].txn != txn {
+                prev = at;
+                at = self.reqs[at as usize].next;
             }
+            if at == q.waiting {
+                debug_assert!(false, "release of a lock not held");
+                continue;
+            }
+            let next = self.reqs[at as usize].next;
+            if prev == NIL {
+                q.head = next;
+            } else {
+                self.reqs[prev as usize].next = next;
+            }
+            if q.tail == at {
+                q.tail = prev;
+            }
+            self.free.push(at);
+            q.granted -= 1;
             // Grant the compatible prefix behind the holders that remain.
-            while q.granted < q.reqs.len() {
-                let (next, exclusive) = q.reqs[q.granted];
-                if q.granted > 0 && (exclusive || q.held_exclusively()) {
+            while q.waiting != NIL {
+                let w = &self.reqs[q.waiting as usize];
+                if q.granted > 0 && (w.exclusive || self.reqs[q.head as usize].exclusive) {
                     break;
                 }
+                let (t, next) = (w.txn, w.next);
                 q.granted += 1;
-                let w = &mut self.waiting[next as usize];
-                *w -= 1;
-                if *w == 0 {
+                q.waiting = next;
+                let left = &mut self.waiting[t as usize];
+                *left -= 1;
+                if *left == 0 {
                     self.blocked -= 1;
-                    ready.push(next);
+                    ready.push(t);
                 }
             }
-            if q.reqs.is_empty() {
-                let q = self.records.remove(&l.key).expect("present");
-                if self.spare.len() < SPARE_QUEUES {
-                    self.spare.push(q.reqs);
-                }
+            if q.head == NIL {
+                e.remove();
             }
         }
     }
@@ -257,17 +303,18 @@ impl Vll {
 
     pub fn release(&mut self, txn: u32, locks: &[LockReq], ready: &mut Vec<u32>) {
         for l in locks {
-            let Some(c) = self.counts.get_mut(&l.key) else {
+            let Entry::Occupied(mut e) = self.counts.entry(l.key) else {
                 debug_assert!(false, "release of a lock never requested");
                 continue;
             };
+            let c = e.get_mut();
             if l.exclusive {
                 c.exclusive -= 1;
             } else {
                 c.shared -= 1;
             }
             if c.exclusive == 0 && c.shared == 0 {
-                self.counts.remove(&l.key);
+                e.remove();
             }
         }
         let t = &mut self.txns[txn as usize];
@@ -474,6 +521,79 @@ mod tests {
             m.release(0, &[s(1)], &mut ready);
             assert!(ready.is_empty());
             assert_eq!(m.blocked(), 0);
+        }
+    }
+
+    /// Whether `txn` (index into `active`, oldest first) may run: on each of its records every
+    /// earlier request is compatible with its own (reads after reads only).
+    fn model_runnable(active: &[(u32, Vec<LockReq>)], i: usize) -> bool {
+        active[i].1.iter().all(|l| {
+            active[..i].iter().all(|(_, earlier)| {
+                earlier
+                    .iter()
+                    .all(|e| e.key != l.key || (!e.exclusive && !l.exclusive))
+            })
+        })
+    }
+
+    #[test]
+    fn random_schedules_start_exactly_what_the_model_allows() {
+        for kind in BOTH {
+            for seed in 1..=40u64 {
+                let mut rng = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15);
+                let mut next = |n: u64| {
+                    rng ^= rng << 13;
+                    rng ^= rng >> 7;
+                    rng ^= rng << 17;
+                    rng % n
+                };
+                let mut m = LockManager::new(kind);
+                let mut active: Vec<(u32, Vec<LockReq>)> = Vec::new();
+                let mut started: Vec<u32> = Vec::new();
+                let mut free: Vec<u32> = Vec::new();
+                let mut slots = 0u32;
+                let mut locks_of: Vec<Vec<LockReq>> = Vec::new();
+                for step in 0..400 {
+                    let mut ready = Vec::new();
+                    if active.len() < 3 || (next(2) == 0 && active.len() < 12) {
+                        let txn = free.pop().unwrap_or_else(|| {
+                            slots += 1;
+                            locks_of.push(Vec::new());
+                            slots - 1
+                        });
+                        let mut locks: Vec<LockReq> = Vec::new();
+                        for _ in 0..1 + next(3) {
+                            let key = (0, next(5));
+                            if locks.iter().all(|l| l.key != key) {
+                                locks.push(LockReq {
+                                    key,
+                                    exclusive: next(2) == 0,
+                                });
+                            }
+                        }
+                        if m.request(txn, &locks) {
+                            ready.push(txn);
+                        }
+                        locks_of[txn as usize] = locks.clone();
+                        active.push((txn, locks));
+                    } else if let Some(&t) = started.get(next(started.len().max(1) as u64) as usize)
+                    {
+                        m.release(t, &locks_of[t as usize], &mut ready);
+                        started.retain(|&s| s != t);
+                        active.retain(|(a, _)| *a != t);
+                        free.push(t);
+                    }
+                    m.find_runnable(|t| locks_of[t as usize].as_slice(), &mut ready);
+                    started.extend(ready);
+                    for (i, (t, _)) in active.iter().enumerate() {
+                        assert_eq!(
+                            started.contains(t),
+                            model_runnable(&active, i),
+                            "{kind:?} seed {seed} step {step}: transaction {t}"
+                        );
+                    }
+                }
+            }
         }
     }
 }
