@@ -4,7 +4,8 @@
 //!
 //! Node `n` hosts partition `n`. Per node:
 //! - the **sequencer** ([`sequencer`]) takes the node's client requests and cuts epochs; each
-//!   epoch it sends every node the transactions that touch it. The global order is (epoch,
+//!   epoch it sends every node the transactions that touch it (its own node's scheduler gets
+//!   them directly). The global order is (epoch,
 //!   sequencer node, place in the batch); a transaction's home is the node that sequenced it;
 //! - the **scheduler** ([`scheduler`]) requests, once it holds an epoch from every
 //!   sequencer, the locks of each transaction on this node's records in the global order,
@@ -81,6 +82,7 @@ pub fn start(ctx: Arc<EngineCtx>) -> Result<Box<dyn Engine>, QError> {
             done,
             prepared,
             epoch_closed,
+            epochs_from: (0..ctx.nodes()).map(|_| AtomicU64::new(0)).collect(),
             epochs_complete: AtomicU64::new(0),
             epochs_seen: AtomicU64::new(0),
             stop: AtomicBool::new(false),

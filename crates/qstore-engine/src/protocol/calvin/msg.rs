@@ -58,8 +58,9 @@ pub struct Ack {
 #[derive(Debug, Serialize, Deserialize)]
 pub enum CMsg {
     /// The sender's epoch batch for the receiver: its transactions of `epoch` that touch the
-    /// receiver, possibly none. Every sequencer sends one to every node for every epoch, so a
-    /// node knows when it holds the whole epoch.
+    /// receiver, possibly none. Every sequencer sends one to every other node for every epoch
+    /// (its own node's scheduler gets its batch directly), so a node knows when it holds the
+    /// whole epoch.
     Batch { epoch: u64, txns: Vec<BatchTxn> },
     /// What an executor produced for the receiver since its last message: read copies for
     /// transactions the receiver executes, acknowledgements of transactions it is home to.

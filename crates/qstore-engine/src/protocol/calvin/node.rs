@@ -64,6 +64,8 @@ pub(super) struct CalvinNode {
     pub prepared: Sender<Prepared>,
     /// Tells the sequencer that another sequencer closed an epoch.
     pub epoch_closed: Sender<()>,
+    /// Per sequencer, the next epoch expected from it (links are FIFO).
+    pub epochs_from: Vec<AtomicU64>,
     /// Epochs every sequencer's batch has arrived here for (0..complete).
     pub epochs_complete: AtomicU64,
     /// One past the highest epoch some sequencer's batch has arrived here for.
@@ -116,12 +118,34 @@ impl CalvinNode {
         }
     }
 
-    /// The network thread: hands epoch batches to the scheduler, reads to the transactions
-    /// waiting for them, acknowledgements to the home transactions.
+    /// Notes that sequencer `from`'s batch of `epoch` has arrived here (its own sequencer's
+    /// included), for the sequencer's epoch decisions.
+    pub fn note_epoch(&self, from: u32, epoch: u64) {
+        let Some(next) = self.epochs_from.get(from as usize) else {
+            return;
+        };
+        let expected = next.fetch_max(epoch + 1, Ordering::SeqCst);
+        if epoch != expected {
+            tracing::error!(
+                "node {}: epoch {epoch} from node {from} arrived, expected {expected}",
+                self.id
+            );
+        }
+        // Entries only grow, so a minimum taken while another thread updates one is never
+        // above the true one; fetch_max keeps the largest seen.
+        let all = self.epochs_from.iter().map(|e| e.load(Ordering::SeqCst));
+        let (complete, seen) = all.fold((u64::MAX, 0), |(lo, hi), e| (lo.min(e), hi.max(e)));
+        self.epochs_complete.fetch_max(complete, Ordering::SeqCst);
+        self.epochs_seen.fetch_max(seen, Ordering::SeqCst);
+        if from != self.id.0 {
+            let _ = self.epoch_closed.try_send(());
+        }
+    }
+
+    /// The network thread: hands other sequencers' epoch batches to the scheduler, reads to
+    /// the transactions waiting for them, acknowledgements to the home transactions.
     pub fn serve_network(&self, inbox: Receiver<Envelope<CMsg>>) {
-        let nodes = self.ctx.nodes() as usize;
-        // Per sequencer, the next epoch expected from it (links are FIFO).
-        let mut next_epoch = vec![0u64; nodes];
+        let nodes = self.ctx.nodes();
         while !self.stop.load(Ordering::Acquire) {
             let env = match inbox.recv_timeout(POLL) {
                 Ok(env) => env,
@@ -131,26 +155,13 @@ impl CalvinNode {
             let from = env.from.0;
             match env.msg {
                 CMsg::Batch { epoch, txns } => {
-                    let Some(next) = next_epoch.get_mut(from as usize) else {
-                        tracing::error!("node {}: epoch batch from unknown node {from}", self.id);
+                    if from >= nodes || from == self.id.0 {
+                        tracing::error!("node {}: epoch batch from node {from}", self.id);
                         continue;
-                    };
-                    if epoch != *next {
-                        tracing::error!(
-                            "node {}: epoch {epoch} from node {from} arrived, expected {next}",
-                            self.id
-                        );
-                    }
-                    *next = (*next).max(epoch + 1);
-                    let complete = next_epoch.iter().copied().min().unwrap_or(0);
-                    let seen = next_epoch.iter().copied().max().unwrap_or(0);
-                    self.epochs_complete.store(complete, Ordering::Release);
-                    self.epochs_seen.store(seen, Ordering::Release);
-                    if from != self.id.0 {
-                        let _ = self.epoch_closed.try_send(());
                     }
                     let prepared = self.prepare(epoch, from, txns);
                     let _ = self.prepared.send(prepared);
+                    self.note_epoch(from, epoch);
                 }
                 CMsg::Exec { reads, acks } => {
                     for r in reads {

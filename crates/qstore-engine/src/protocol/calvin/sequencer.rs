@@ -1,7 +1,7 @@
 //! The sequencer: one thread per node. It takes the node's client requests, builds each
-//! program, and cuts epochs; at the end of each epoch it sends every node (itself included)
-//! the epoch's transactions that touch that node, possibly none, so that every node knows
-//! when it holds a whole epoch.
+//! program, and cuts epochs; at the end of each epoch it sends every other node the epoch's
+//! transactions that touch that node, possibly none, so that every node knows when it holds a
+//! whole epoch, and hands those touching its own node to its scheduler, already analysed.
 //!
 //! Epochs end every `epoch_us` (time-based, as in Calvin). A node can schedule epoch `e` only
 //! once every sequencer has ended it, so sequencers must not drift apart: the timers of
@@ -12,9 +12,10 @@
 //! transactions, but only when this node already holds the whole previous epoch (the others
 //! then follow at once).
 
+use super::msg::Pos;
 use super::msg::{BatchTxn, CMsg};
-use super::node::{CalvinNode, HomeTxn, POLL};
-use super::txn::roles;
+use super::node::{CalvinNode, HomeTxn, Prepared, POLL};
+use super::txn::{roles, Txn};
 use crate::protocol::{reply, TxnRequest};
 use crossbeam_channel::{never, select, Receiver};
 use qstore_core::txn::TxnOutcome;
@@ -26,8 +27,11 @@ use std::time::{Duration, Instant};
 const DRAIN: usize = 256;
 
 struct Epoch {
-    /// Per destination node, its transactions.
+    /// Per other node, its transactions.
     batches: Vec<Vec<BatchTxn>>,
+    /// Those touching this node, analysed: they go to its scheduler directly.
+    #[allow(clippy::vec_box)] // see `Prepared::txns`
+    local: Vec<Box<Txn>>,
     home: Vec<(u32, HomeTxn)>,
 }
 
@@ -45,6 +49,7 @@ pub(super) fn run(node: &CalvinNode, epoch_closed: Receiver<()>) {
     let mut queue = node.queue.clone();
     let mut current = Epoch {
         batches: (0..nodes).map(|_| Vec::new()).collect(),
+        local: Vec::new(),
         home: Vec::new(),
     };
     let mut epoch = 0u64;
@@ -54,16 +59,16 @@ pub(super) fn run(node: &CalvinNode, epoch_closed: Receiver<()>) {
         let behind = |e| node.epochs_seen.load(Ordering::Acquire) > e;
         if behind(epoch) {
             for (_, req) in queue.try_iter().take(DRAIN) {
-                add(node, &mut current, req);
+                add(node, &mut current, epoch, req);
             }
         } else {
             let wait = deadline.saturating_duration_since(Instant::now()).min(POLL);
             select! {
                 recv(queue) -> req => match req {
                     Ok((_, req)) => {
-                        add(node, &mut current, req);
+                        add(node, &mut current, epoch, req);
                         for (_, req) in queue.try_iter().take(DRAIN - 1) {
-                            add(node, &mut current, req);
+                            add(node, &mut current, epoch, req);
                         }
                     }
                     // Shutting down: no new requests, but epochs go on so that every node
@@ -86,34 +91,45 @@ pub(super) fn run(node: &CalvinNode, epoch_closed: Receiver<()>) {
     }
 }
 
-/// Sequences one request into the open epoch.
-fn add(node: &CalvinNode, epoch: &mut Epoch, req: TxnRequest) {
+/// Sequences one request into the open epoch `e`.
+fn add(node: &CalvinNode, current: &mut Epoch, e: u64, req: TxnRequest) {
     let ctx = &*node.ctx;
     let program = match ctx.catalog.program(&req.call) {
         Ok(p) => p,
         Err(e) => return reply(&req, TxnOutcome::Rejected(e.to_string())),
     };
-    let roles = roles(&program, &ctx.pmap, node.id.0);
-    let idx = epoch.home.len() as u32;
-    for &p in &roles.participants {
-        epoch.batches[p as usize].push(BatchTxn {
+    let me = node.id.0;
+    let roles = roles(&program, &ctx.pmap, me);
+    let idx = current.home.len() as u32;
+    for &p in roles.participants.iter().filter(|&&p| p != me) {
+        current.batches[p as usize].push(BatchTxn {
             idx,
             id: req.id,
             call: (*req.call).clone(),
         });
     }
+    let pending = roles.executing.len() as u32;
+    if roles.participants.contains(&me) {
+        let pos = Pos {
+            epoch: e,
+            node: me,
+            idx,
+        };
+        let txn = Txn::with_roles(pos, req.id, program, roles, &ctx.pmap, &node.row_sizes);
+        current.local.push(Box::new(txn));
+    }
     let t = HomeTxn {
         req,
-        pending: roles.executing.len() as u32,
+        pending,
         outputs: Vec::new(),
         abort: None,
         commits: 0,
     };
-    epoch.home.push((idx, t));
+    current.home.push((idx, t));
 }
 
-/// Ends epoch `e`: its transactions await their acknowledgements here, and every node gets
-/// its batch.
+/// Ends epoch `e`: its transactions await their acknowledgements here, every other node gets
+/// its batch, and this node's scheduler its own.
 fn close(node: &CalvinNode, current: &mut Epoch, e: u64) {
     if !current.home.is_empty() {
         let mut home = node.home.lock();
@@ -121,9 +137,19 @@ fn close(node: &CalvinNode, current: &mut Epoch, e: u64) {
             home.insert((e, idx), t);
         }
     }
+    let me = node.id.0;
     for (d, batch) in current.batches.iter_mut().enumerate() {
-        let txns = std::mem::take(batch);
-        node.net
-            .send(node.id, NodeId(d as u32), CMsg::Batch { epoch: e, txns });
+        if d as u32 != me {
+            let txns = std::mem::take(batch);
+            node.net
+                .send(node.id, NodeId(d as u32), CMsg::Batch { epoch: e, txns });
+        }
     }
+    let local = Prepared {
+        epoch: e,
+        sequencer: me,
+        txns: std::mem::take(&mut current.local),
+    };
+    let _ = node.prepared.send(local);
+    node.note_epoch(me, e);
 }

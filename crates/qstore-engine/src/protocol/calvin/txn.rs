@@ -107,6 +107,18 @@ impl Txn {
         row_sizes: &[usize],
     ) -> Self {
         let roles = roles(&program, pmap, pos.node);
+        Self::with_roles(pos, id, program, roles, pmap, row_sizes)
+    }
+
+    /// [`Txn::new`] for a program whose roles are known.
+    pub fn with_roles(
+        pos: Pos,
+        id: TxnId,
+        program: Program,
+        roles: Roles,
+        pmap: &PartitionMap,
+        row_sizes: &[usize],
+    ) -> Self {
         let n = program.accesses.len();
         let mut records: Vec<Rec> = Vec::with_capacity(n);
         let mut access_rec = Vec::with_capacity(n);
