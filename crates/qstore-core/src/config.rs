@@ -133,6 +133,7 @@ pub struct ProtocolConfig {
     /// Capacity of each node's client admission queue; a full queue refuses new transactions.
     pub admission_queue: u32,
     pub qstore: QStoreConfig,
+    pub calvin: CalvinConfig,
 }
 
 impl Default for ProtocolConfig {
@@ -141,6 +142,7 @@ impl Default for ProtocolConfig {
             name: "serial".into(),
             admission_queue: 65_536,
             qstore: QStoreConfig::default(),
+            calvin: CalvinConfig::default(),
         }
     }
 }
@@ -247,6 +249,55 @@ impl QStoreConfig {
         } else {
             self.planners
         }
+    }
+}
+
+/// Which lock manager Calvin's scheduler uses.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum CalvinLocks {
+    /// A hash table of per-record FIFO queues of shared and exclusive requests.
+    LockTable,
+    /// Very lightweight locking: per-record request counters and one queue of transactions,
+    /// with selective contention analysis.
+    Vll,
+}
+
+/// Knobs of the Calvin protocol.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct CalvinConfig {
+    /// A sequencer closes its epoch after this many microseconds (time-based demarcation).
+    pub epoch_us: u64,
+    /// Also close an epoch once it holds this many transactions (0 = time-based only).
+    pub epoch_txns: u32,
+    pub locks: CalvinLocks,
+}
+
+impl Default for CalvinConfig {
+    fn default() -> Self {
+        CalvinConfig {
+            epoch_us: 5_000,
+            epoch_txns: 0,
+            locks: CalvinLocks::LockTable,
+        }
+    }
+}
+
+impl CalvinConfig {
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        check(
+            (10..=10_000_000).contains(&self.epoch_us),
+            "protocol.calvin.epoch_us",
+            self.epoch_us,
+            "must be between 10 and 10000000 microseconds",
+        )?;
+        check(
+            self.epoch_txns <= 1_000_000,
+            "protocol.calvin.epoch_txns",
+            self.epoch_txns,
+            "must be at most 1000000 (0 = time-based epochs only)",
+        )
     }
 }
 
@@ -504,6 +555,7 @@ impl RunConfig {
             "must be at least 1",
         )?;
         self.protocol.qstore.validate()?;
+        self.protocol.calvin.validate()?;
         let q = &self.protocol.qstore;
         check(
             q.dedicated_planners || q.planners <= c.workers,
@@ -885,6 +937,32 @@ mod tests {
             c.client.txns = 0;
         });
         assert_eq!(e.setting, "client.duration_s");
+    }
+
+    #[test]
+    fn calvin_settings_parse_validate_and_round_trip() {
+        let c = RunConfig::from_toml(
+            "[protocol]\nname = \"calvin\"\n[protocol.calvin]\nlocks = \"vll\"\nepoch_txns = 100\n",
+        )
+        .unwrap();
+        assert_eq!(c.protocol.calvin.locks, CalvinLocks::Vll);
+        assert_eq!(c.protocol.calvin.epoch_txns, 100);
+        assert_eq!(c.protocol.calvin.epoch_us, 5_000);
+        c.validate().unwrap();
+        assert_eq!(RunConfig::from_toml(&c.to_toml()).unwrap(), c);
+        assert!(RunConfig::default()
+            .to_toml()
+            .contains("locks = \"lock-table\""));
+        let err = RunConfig::from_toml("[protocol.calvin]\nlocks = \"2pl\"\n").unwrap_err();
+        assert!(err.contains("lock-table"), "{err}");
+        assert_eq!(
+            invalid(|c| c.protocol.calvin.epoch_us = 0).setting,
+            "protocol.calvin.epoch_us"
+        );
+        assert_eq!(
+            invalid(|c| c.protocol.calvin.epoch_txns = 2_000_000).setting,
+            "protocol.calvin.epoch_txns"
+        );
     }
 
     #[test]

@@ -2,7 +2,7 @@
 
 use clap::{Args, Parser, Subcommand};
 use qstore_bench::{Progress, RunOptions};
-use qstore_core::config::{Isolation, Partitioning, QStoreMode};
+use qstore_core::config::{CalvinLocks, Isolation, Partitioning, QStoreMode};
 use qstore_core::{QError, RunConfig};
 use std::io::{IsTerminal, Write};
 use std::path::PathBuf;
@@ -154,7 +154,7 @@ struct RunArgs {
     config: Option<PathBuf>,
 
     // --- system under test ---
-    /// Concurrency-control protocol: serial or qstore (see `qstore protocols`).
+    /// Concurrency-control protocol: serial, qstore or calvin (see `qstore protocols`).
     #[arg(long, help_heading = "Cluster")]
     protocol: Option<String>,
     /// Nodes in the cluster; each hosts one partition.
@@ -198,6 +198,15 @@ struct RunArgs {
     /// Q-Store: planners get threads of their own that do not execute (split roles).
     #[arg(long, help_heading = "Q-Store")]
     dedicated_planners: bool,
+    /// Calvin: lock manager of the schedulers: lock-table (default) or vll.
+    #[arg(long, value_parser = parse_calvin_locks, help_heading = "Calvin")]
+    calvin_locks: Option<CalvinLocks>,
+    /// Calvin: a sequencer closes its epoch after this many microseconds.
+    #[arg(long, help_heading = "Calvin")]
+    calvin_epoch_us: Option<u64>,
+    /// Calvin: also close an epoch once it holds this many transactions (0 = time only).
+    #[arg(long, help_heading = "Calvin")]
+    calvin_epoch_txns: Option<u32>,
     /// Injected one-way network delay per message, in microseconds.
     #[arg(long, help_heading = "Cluster")]
     delay_us: Option<u64>,
@@ -341,6 +350,16 @@ fn parse_qstore_mode(s: &str) -> Result<QStoreMode, String> {
     }
 }
 
+fn parse_calvin_locks(s: &str) -> Result<CalvinLocks, String> {
+    match s {
+        "lock-table" => Ok(CalvinLocks::LockTable),
+        "vll" => Ok(CalvinLocks::Vll),
+        _ => Err(format!(
+            "{s:?} is not a Calvin lock manager; use lock-table or vll"
+        )),
+    }
+}
+
 fn parse_partitioning(s: &str) -> Result<Partitioning, String> {
     match s {
         "range" => Ok(Partitioning::Range),
@@ -379,6 +398,10 @@ impl RunArgs {
         set(&mut q.pipeline_depth, self.pipeline_depth);
         set(&mut q.planners, self.planners);
         q.dedicated_planners |= self.dedicated_planners;
+        let k = &mut c.protocol.calvin;
+        set(&mut k.locks, self.calvin_locks);
+        set(&mut k.epoch_us, self.calvin_epoch_us);
+        set(&mut k.epoch_txns, self.calvin_epoch_txns);
         set(&mut c.net.delay_us, self.delay_us);
         set(&mut c.net.jitter_us, self.jitter_us);
         set(&mut c.workload.name, self.workload.clone());

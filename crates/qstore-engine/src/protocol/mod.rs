@@ -1,5 +1,6 @@
 //! Concurrency-control protocols, one folder each. A protocol is chosen at run time by name.
 
+pub mod calvin;
 pub mod hstore;
 pub(crate) mod interactive;
 pub mod qstore;
@@ -88,6 +89,12 @@ pub const PROTOCOLS: &[ProtocolInfo] = &[
         deterministic: true,
         summary: "Q-Store: planned batches of prioritised execution queues, no two-phase commit",
         start: qstore::start,
+    },
+    ProtocolInfo {
+        name: "calvin",
+        deterministic: true,
+        summary: "Calvin: sequenced epochs, deterministic locking (lock table or VLL), no two-phase commit",
+        start: calvin::start,
     },
     ProtocolInfo {
         name: "hstore",

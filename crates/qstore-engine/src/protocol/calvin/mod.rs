@@ -1,0 +1,181 @@
+//! Calvin: deterministic distributed transactions by sequencing and deterministic locking
+//! (Thomson et al., SIGMOD 2012), as described in Ren, Thomson and Abadi's evaluation of
+//! deterministic databases (VLDB 2014) and Qadah and Sadoghi (EDBT 2020, section 2.1).
+//!
+//! Node `n` hosts partition `n`. Per node:
+//! - the **sequencer** ([`sequencer`]) takes the node's client requests and cuts epochs; each
+//!   epoch it sends every node the transactions that touch it (its own node's scheduler gets
+//!   them directly). The global order is (epoch,
+//!   sequencer node, place in the batch); a transaction's home is the node that sequenced it;
+//! - the **scheduler** ([`scheduler`]) requests, once it holds an epoch from every
+//!   sequencer, the locks of each transaction on this node's records in the global order,
+//!   with a lock table or VLL ([`locks`]); transactions granted everything go to
+//! - the **executors** ([`worker`]), which run the execution phases: read/write-set analysis
+//!   ([`txn`]), local reads, sending them to the active participants (the nodes the program
+//!   writes on), collecting remote reads, and running the whole program at each active
+//!   participant, which all reach the same outputs and the same logic-abort decision;
+//! - a **network thread** ([`node`]) routes the inbox: epoch batches to the scheduler, reads
+//!   to the transactions waiting for them, acknowledgements to their home, which answers the
+//!   client once every executing participant has reported. No two-phase commit: no node can
+//!   refuse a transaction another one commits.
+//!
+//! Thread roles: of a node's `workers`, one is the sequencer, one the scheduler and the rest
+//! execute; with fewer than three workers the node still runs one executor (so one or two
+//! workers give three threads), besides the network thread every protocol has.
+
+mod locks;
+mod msg;
+mod node;
+mod scheduler;
+mod sequencer;
+mod txn;
+mod worker;
+
+use crate::cluster::EngineCtx;
+use crate::net::NodeNet;
+use crate::protocol::{reply, Engine, TxnRequest};
+use crate::runtime::spawn_worker;
+use crossbeam_channel::{bounded, unbounded};
+use msg::CMsg;
+use node::CalvinNode;
+use parking_lot::{Mutex, RwLock};
+use qstore_core::txn::TxnOutcome;
+use qstore_core::{NodeId, QError};
+use qstore_net::{NetCounters, Transport};
+use rustc_hash::FxHashMap;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+/// How long shutdown lets transactions already sequenced finish.
+const QUIESCE_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// Executor threads of a node with `workers` workers (one sequencer and one scheduler
+/// besides; at least one executor).
+pub fn executors(workers: u32) -> u32 {
+    workers.saturating_sub(2).max(1)
+}
+
+pub fn start(ctx: Arc<EngineCtx>) -> Result<Box<dyn Engine>, QError> {
+    let NodeNet { transport, inboxes } = crate::net::open::<CMsg>(&ctx)?;
+    let mut nodes: Vec<Option<Arc<CalvinNode>>> = (0..ctx.nodes()).map(|_| None).collect();
+    let mut threads = Vec::new();
+    let pin = ctx.cfg.cluster.pin_threads;
+    let workers = ctx.cfg.cluster.workers as usize;
+    let row_sizes: Vec<usize> = ctx.catalog.tables.iter().map(|t| t.row_size).collect();
+    for (local, (id, inbox)) in inboxes.into_iter().enumerate() {
+        let (admission, queue) = bounded(ctx.cfg.protocol.admission_queue as usize);
+        let (ready, ready_rx) = unbounded();
+        let (done, done_rx) = unbounded();
+        let (prepared, prepared_rx) = unbounded();
+        let (epoch_closed, epoch_closed_rx) = bounded(1);
+        let node = Arc::new(CalvinNode {
+            id,
+            ctx: ctx.clone(),
+            net: transport.clone(),
+            admission: RwLock::new(Some(admission)),
+            queue,
+            home: Mutex::new(FxHashMap::default()),
+            waiting: Mutex::new(FxHashMap::default()),
+            ready,
+            done,
+            prepared,
+            epoch_closed,
+            epochs_from: (0..ctx.nodes()).map(|_| AtomicU64::new(0)).collect(),
+            epochs_complete: AtomicU64::new(0),
+            epochs_seen: AtomicU64::new(0),
+            stop: AtomicBool::new(false),
+            row_sizes: row_sizes.clone(),
+        });
+        nodes[id.index()] = Some(node.clone());
+        let n = node.clone();
+        threads.push(spawn_worker(
+            format!("c{}-net", id.0),
+            false,
+            0,
+            move || n.serve_network(inbox),
+        ));
+        let core = |i: usize| local * workers.max(3) + i;
+        let n = node.clone();
+        threads.push(spawn_worker(
+            format!("c{}-seq", id.0),
+            pin,
+            core(0),
+            move || sequencer::run(&n, epoch_closed_rx),
+        ));
+        let n = node.clone();
+        threads.push(spawn_worker(
+            format!("c{}-sched", id.0),
+            pin,
+            core(1),
+            move || scheduler::Scheduler::new(&n).run(prepared_rx, done_rx),
+        ));
+        for x in 0..executors(workers as u32) as usize {
+            let (n, rx) = (node.clone(), ready_rx.clone());
+            threads.push(spawn_worker(
+                format!("c{}-x{x}", id.0),
+                pin,
+                core(2 + x),
+                move || worker::Executor::new(&n).run(rx),
+            ));
+        }
+    }
+    Ok(Box::new(Calvin {
+        nodes,
+        net: transport,
+        threads: Mutex::new(threads),
+    }))
+}
+
+struct Calvin {
+    /// By node id; `None` for nodes other processes host.
+    nodes: Vec<Option<Arc<CalvinNode>>>,
+    net: Arc<dyn Transport<CMsg>>,
+    threads: Mutex<Vec<JoinHandle<()>>>,
+}
+
+impl Calvin {
+    fn local(&self) -> impl Iterator<Item = &Arc<CalvinNode>> {
+        self.nodes.iter().flatten()
+    }
+}
+
+impl Engine for Calvin {
+    fn submit(&self, home: NodeId, req: TxnRequest) {
+        match self.nodes.get(home.index()) {
+            Some(Some(node)) => node.submit(req),
+            Some(None) => reply(
+                &req,
+                TxnOutcome::Rejected(format!("node {home} is not hosted by this process")),
+            ),
+            None => reply(&req, TxnOutcome::Rejected(format!("no node {home}"))),
+        }
+    }
+
+    fn net_counters(&self) -> Option<&NetCounters> {
+        Some(self.net.counters())
+    }
+
+    fn shutdown(&self) {
+        // New requests are refused; those already admitted are sequenced, and epochs go on
+        // while the transactions in flight finish (every node needs every sequencer's
+        // epochs), for a while.
+        for n in self.local() {
+            n.admission.write().take();
+        }
+        let deadline = Instant::now() + QUIESCE_TIMEOUT;
+        while !self.local().all(|n| n.quiescent()) && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        for n in self.local() {
+            n.stop.store(true, Ordering::Release);
+        }
+        for h in self.threads.lock().drain(..) {
+            let _ = h.join();
+        }
+        for n in self.local() {
+            n.reject_leftovers();
+        }
+    }
+}

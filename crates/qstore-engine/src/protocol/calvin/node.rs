@@ -1,0 +1,320 @@
+//! A Calvin node: what its threads share, the network thread that routes the inbox, and the
+//! home side of a transaction (collecting acknowledgements, answering the client).
+
+use super::msg::{Ack, BatchTxn, CMsg, Pos, Reads, Verdict};
+use super::txn::Txn;
+use super::worker::Work;
+use crate::cluster::EngineCtx;
+use crate::protocol::{admit, reply, AdmissionQueue, TxnRequest};
+use crossbeam_channel::{Receiver, RecvTimeoutError, Sender};
+use parking_lot::{Mutex, RwLock};
+use qstore_core::txn::{TxnOutcome, Value};
+use qstore_core::{NodeId, PartitionId};
+use qstore_net::{Envelope, Transport};
+use qstore_storage::PartitionStore;
+use rustc_hash::FxHashMap;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+/// How long a blocked thread waits before it looks at the stop flag again.
+pub(super) const POLL: Duration = Duration::from_millis(20);
+
+/// A transaction this node sequenced, until every executing participant acknowledged it.
+pub(super) struct HomeTxn {
+    pub req: TxnRequest,
+    pub pending: u32,
+    pub outputs: Vec<Value>,
+    pub abort: Option<String>,
+    pub commits: u32,
+}
+
+/// An executing participant's transaction that waits for remote reads, or reads that came
+/// before their transaction got here.
+pub(super) enum Waiting {
+    Early(Vec<(u32, Reads)>),
+    Parked(Box<Txn>),
+}
+
+/// An epoch batch of one sequencer, analysed, for the scheduler.
+pub(super) struct Prepared {
+    pub epoch: u64,
+    pub sequencer: u32,
+    /// Boxed here, on the network thread, once: each then moves on its own through the
+    /// scheduler and the executors' queue, which keeps allocation off the scheduler thread.
+    #[allow(clippy::vec_box)]
+    pub txns: Vec<Box<Txn>>,
+}
+
+pub(super) struct CalvinNode {
+    pub id: NodeId,
+    pub ctx: Arc<EngineCtx>,
+    pub net: Arc<dyn Transport<CMsg>>,
+    /// `None` once shutting down.
+    pub admission: RwLock<Option<AdmissionQueue>>,
+    /// The other end of the admission queue: the sequencer's input.
+    pub queue: Receiver<(NodeId, TxnRequest)>,
+    /// Transactions sequenced here, by (epoch, index), until answered.
+    pub home: Mutex<FxHashMap<(u64, u32), HomeTxn>>,
+    pub waiting: Mutex<FxHashMap<Pos, Waiting>>,
+    /// Transactions whose locks are granted, and parked ones whose reads are all in.
+    pub ready: Sender<Work>,
+    /// Executors report transactions they are done with here (their scheduler slot).
+    pub done: Sender<u32>,
+    pub prepared: Sender<Prepared>,
+    /// Tells the sequencer that another sequencer closed an epoch.
+    pub epoch_closed: Sender<()>,
+    /// Per sequencer, the next epoch expected from it (links are FIFO).
+    pub epochs_from: Vec<AtomicU64>,
+    /// Epochs every sequencer's batch has arrived here for (0..complete).
+    pub epochs_complete: AtomicU64,
+    /// One past the highest epoch some sequencer's batch has arrived here for.
+    pub epochs_seen: AtomicU64,
+    pub stop: AtomicBool,
+    pub row_sizes: Vec<usize>,
+}
+
+impl CalvinNode {
+    pub fn store(&self) -> &PartitionStore {
+        self.ctx.store(PartitionId(self.id.0))
+    }
+
+    pub fn submit(&self, req: TxnRequest) {
+        let guard = self.admission.read();
+        admit(guard.as_ref(), self.id, req, self.ctx.history.as_deref());
+    }
+
+    /// Builds and analyses a sequencer's batch for the scheduler. Programs are rebuilt from
+    /// their calls; the sequencer already built each once, so a failure here means the nodes
+    /// disagree on the catalog: the transaction cannot run here and its home never hears.
+    fn prepare(&self, epoch: u64, sequencer: u32, txns: Vec<BatchTxn>) -> Prepared {
+        let ctx = &*self.ctx;
+        let txns = txns
+            .into_iter()
+            .filter_map(|t| {
+                let pos = Pos {
+                    epoch,
+                    node: sequencer,
+                    idx: t.idx,
+                };
+                match ctx.catalog.program(&t.call) {
+                    Ok(p) => Some(Box::new(Txn::new(pos, t.id, p, &ctx.pmap, &self.row_sizes))),
+                    Err(e) => {
+                        tracing::error!(
+                            "node {}: cannot build the program of {} sequenced by node {sequencer} \
+                             (do all nodes run the same workload?): {e}",
+                            self.id,
+                            t.id
+                        );
+                        None
+                    }
+                }
+            })
+            .collect();
+        Prepared {
+            epoch,
+            sequencer,
+            txns,
+        }
+    }
+
+    /// Notes that sequencer `from`'s batch of `epoch` has arrived here (its own sequencer's
+    /// included), for the sequencer's epoch decisions.
+    pub fn note_epoch(&self, from: u32, epoch: u64) {
+        let Some(next) = self.epochs_from.get(from as usize) else {
+            return;
+        };
+        let expected = next.fetch_max(epoch + 1, Ordering::SeqCst);
+        if epoch != expected {
+            tracing::error!(
+                "node {}: epoch {epoch} from node {from} arrived, expected {expected}",
+                self.id
+            );
+        }
+        // Entries only grow, so a minimum taken while another thread updates one is never
+        // above the true one; fetch_max keeps the largest seen.
+        let all = self.epochs_from.iter().map(|e| e.load(Ordering::SeqCst));
+        let (complete, seen) = all.fold((u64::MAX, 0), |(lo, hi), e| (lo.min(e), hi.max(e)));
+        self.epochs_complete.fetch_max(complete, Ordering::SeqCst);
+        self.epochs_seen.fetch_max(seen, Ordering::SeqCst);
+        if from != self.id.0 {
+            let _ = self.epoch_closed.try_send(());
+        }
+    }
+
+    /// The network thread: hands other sequencers' epoch batches to the scheduler, reads to
+    /// the transactions waiting for them, acknowledgements to the home transactions.
+    pub fn serve_network(&self, inbox: Receiver<Envelope<CMsg>>) {
+        let nodes = self.ctx.nodes();
+        while !self.stop.load(Ordering::Acquire) {
+            let env = match inbox.recv_timeout(POLL) {
+                Ok(env) => env,
+                Err(RecvTimeoutError::Timeout) => continue,
+                Err(RecvTimeoutError::Disconnected) => return,
+            };
+            let from = env.from.0;
+            match env.msg {
+                CMsg::Batch { epoch, txns } => {
+                    if from >= nodes || from == self.id.0 {
+                        tracing::error!("node {}: epoch batch from node {from}", self.id);
+                        continue;
+                    }
+                    let prepared = self.prepare(epoch, from, txns);
+                    let _ = self.prepared.send(prepared);
+                    self.note_epoch(from, epoch);
+                }
+                CMsg::Exec { reads, acks } => {
+                    for r in reads {
+                        self.on_reads(from, r);
+                    }
+                    for a in acks {
+                        self.on_ack(a);
+                    }
+                }
+            }
+        }
+    }
+
+    /// Reads for a transaction this node executes: completes a parked transaction (which
+    /// goes back to the executors) or waits for it.
+    fn on_reads(&self, from: u32, reads: Reads) {
+        let pos = reads.pos;
+        let mut waiting = self.waiting.lock();
+        let w = waiting
+            .entry(pos)
+            .or_insert_with(|| Waiting::Early(Vec::new()));
+        match w {
+            Waiting::Early(early) => early.push((from, reads)),
+            Waiting::Parked(txn) => {
+                if let Err(e) = txn.accept(from, reads) {
+                    tracing::error!(
+                        "node {}: unusable reads from node {from} for {pos:?}: {e:?}",
+                        self.id
+                    );
+                    return;
+                }
+                if txn.missing == 0 {
+                    let Some(Waiting::Parked(txn)) = waiting.remove(&pos) else {
+                        unreachable!("parked above")
+                    };
+                    drop(waiting);
+                    let _ = self.ready.send(Work::Resume(txn));
+                }
+            }
+        }
+    }
+
+    /// An executing participant waits for the reads still missing: returns the transaction
+    /// if they are all here (early arrivals included), else parks it.
+    pub fn park(&self, mut txn: Box<Txn>) -> Option<Box<Txn>> {
+        let mut waiting = self.waiting.lock();
+        if let Some(Waiting::Early(early)) = waiting.remove(&txn.pos) {
+            for (from, reads) in early {
+                if let Err(e) = txn.accept(from, reads) {
+                    tracing::error!(
+                        "node {}: unusable reads from node {from} for {:?}: {e:?}",
+                        self.id,
+                        txn.pos
+                    );
+                }
+            }
+        }
+        if txn.missing == 0 {
+            return Some(txn);
+        }
+        waiting.insert(txn.pos, Waiting::Parked(txn));
+        None
+    }
+
+    /// An executing participant's verdict on a transaction this node is home to. The last
+    /// one answers the client.
+    pub fn on_ack(&self, ack: Ack) {
+        let key = (ack.epoch, ack.idx);
+        let mut home = self.home.lock();
+        let Some(t) = home.get_mut(&key) else {
+            tracing::error!(
+                "node {}: acknowledgement for unknown transaction {key:?}",
+                self.id
+            );
+            return;
+        };
+        match ack.verdict {
+            Verdict::Commit(outputs) => {
+                t.commits += 1;
+                if let Some(o) = outputs {
+                    t.outputs = o;
+                }
+            }
+            Verdict::LogicAbort(why) => {
+                t.abort.get_or_insert(why);
+            }
+        }
+        t.pending -= 1;
+        if t.pending > 0 {
+            return;
+        }
+        let t = home.remove(&key).expect("present");
+        drop(home);
+        let pos = Pos {
+            epoch: ack.epoch,
+            node: self.id.0,
+            idx: ack.idx,
+        };
+        self.answer(pos, t);
+    }
+
+    /// Records a decided transaction and answers its client.
+    fn answer(&self, pos: Pos, t: HomeTxn) {
+        let order = pos.order();
+        let h = self.ctx.history.as_deref();
+        let (id, call, none) = (t.req.id, &t.req.call, Default::default());
+        match t.abort {
+            Some(why) => {
+                if t.commits > 0 {
+                    // Executing participants ran the same program on the same data: they
+                    // cannot disagree unless storage differs (a full table on an insert).
+                    tracing::error!(
+                        "node {}: participants disagree on {id} ({pos:?}): {} committed, one \
+                         aborted ({why})",
+                        self.id,
+                        t.commits
+                    );
+                }
+                if let Some(h) = h {
+                    h.logic_abort(self.id, id, call, &why, &none, order);
+                }
+                reply(&t.req, TxnOutcome::LogicAbort(why));
+            }
+            None => {
+                if let Some(h) = h {
+                    h.commit(self.id, id, call, &none, order);
+                }
+                reply(&t.req, TxnOutcome::Committed(t.outputs));
+            }
+        }
+    }
+
+    /// Whether everything this node sequenced has been answered and nothing waits to be.
+    pub fn quiescent(&self) -> bool {
+        self.queue.is_empty() && self.home.lock().is_empty()
+    }
+
+    /// Answers requests still queued or unanswered at shutdown.
+    pub fn reject_leftovers(&self) {
+        let rejected = || TxnOutcome::Rejected("cluster is shutting down".into());
+        for (_, req) in self.queue.try_iter() {
+            reply(&req, rejected());
+        }
+        let home = std::mem::take(&mut *self.home.lock());
+        if !home.is_empty() {
+            tracing::warn!(
+                "node {} stopped with {} sequenced transactions unanswered",
+                self.id,
+                home.len()
+            );
+        }
+        for (_, t) in home {
+            reply(&t.req, rejected());
+        }
+    }
+}

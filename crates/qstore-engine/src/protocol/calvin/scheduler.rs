@@ -1,0 +1,192 @@
+//! The scheduler: one thread per node that owns its lock manager. Once it holds epoch `e`
+//! from every sequencer, it requests the locks of each transaction on this node's records, in
+//! the global order (sequencer by sequencer, each batch in order), all of a transaction's
+//! locks at once; transactions granted everything go to the executors, which report back
+//! when they are done so their locks are released.
+
+use super::locks::{LockManager, LockReq};
+use super::node::{CalvinNode, Prepared, POLL};
+use super::txn::Txn;
+use super::worker::Work;
+use crossbeam_channel::{select, Receiver};
+use std::collections::BTreeMap;
+use std::sync::atomic::Ordering;
+
+/// A transaction's locks here, and the transaction until they are granted.
+#[derive(Default)]
+struct Slot {
+    locks: Vec<LockReq>,
+    txn: Option<Box<Txn>>,
+}
+
+/// An epoch being assembled: each sequencer's batch, once it arrived.
+struct EpochParts {
+    #[allow(clippy::vec_box)] // see `Prepared::txns`
+    batches: Vec<Option<Vec<Box<Txn>>>>,
+    missing: usize,
+}
+
+pub(super) struct Scheduler<'a> {
+    node: &'a CalvinNode,
+    locks: LockManager,
+    slots: Vec<Slot>,
+    free: Vec<u32>,
+    epochs: BTreeMap<u64, EpochParts>,
+    next_epoch: u64,
+    ready: Vec<u32>,
+    /// VLL: whether anything happened since the last contention analysis, and how many
+    /// transactions finished since.
+    changed: bool,
+    released: usize,
+}
+
+/// Completions between two contention analyses while executors are busy: a quarter of the
+/// transaction queue (each analysis walks it, so its cost per completion stays constant), at
+/// least this many.
+const SCA_EVERY: usize = 64;
+
+impl<'a> Scheduler<'a> {
+    pub fn new(node: &'a CalvinNode) -> Self {
+        Scheduler {
+            locks: LockManager::new(node.ctx.cfg.protocol.calvin.locks),
+            node,
+            slots: Vec::new(),
+            free: Vec::new(),
+            epochs: BTreeMap::new(),
+            next_epoch: 0,
+            ready: Vec::new(),
+            changed: false,
+            released: 0,
+        }
+    }
+
+    pub fn run(mut self, prepared: Receiver<Prepared>, done: Receiver<u32>) {
+        while !self.node.stop.load(Ordering::Acquire) {
+            select! {
+                recv(done) -> d => if let Ok(slot) = d { self.release(slot) },
+                recv(prepared) -> p => match p {
+                    Ok(p) => self.add_batch(p),
+                    Err(_) => return,
+                },
+                default(POLL) => {},
+            }
+            // Completions first: they free locks for what is queued.
+            while let Ok(slot) = done.try_recv() {
+                self.release(slot);
+            }
+            // VLL: look for blocked transactions that could run anyway (selective contention
+            // analysis) when the executors run dry, and regularly while they are busy: a
+            // blocked transaction otherwise waits until every earlier one finished here.
+            let due = self.node.ready.is_empty()
+                || self.released >= SCA_EVERY.max(self.locks.queued() / 4);
+            if self.changed && due && self.locks.blocked() > 0 {
+                self.changed = false;
+                self.released = 0;
+                let slots = &self.slots;
+                self.locks
+                    .find_runnable(|s| slots[s as usize].locks.as_slice(), &mut self.ready);
+                self.dispatch_ready();
+            }
+        }
+    }
+
+    fn add_batch(&mut self, p: Prepared) {
+        if p.epoch < self.next_epoch {
+            tracing::error!(
+                "node {}: epoch {} from node {} arrived after the epoch was scheduled",
+                self.node.id,
+                p.epoch,
+                p.sequencer
+            );
+            return;
+        }
+        let nodes = self.node.ctx.nodes() as usize;
+        let parts = self.epochs.entry(p.epoch).or_insert_with(|| EpochParts {
+            batches: (0..nodes).map(|_| None).collect(),
+            missing: nodes,
+        });
+        match parts.batches.get_mut(p.sequencer as usize) {
+            Some(b @ None) => {
+                *b = Some(p.txns);
+                parts.missing -= 1;
+            }
+            _ => {
+                tracing::error!(
+                    "node {}: unexpected batch of epoch {} from node {}",
+                    self.node.id,
+                    p.epoch,
+                    p.sequencer
+                );
+                return;
+            }
+        }
+        while let Some(parts) = self.epochs.get(&self.next_epoch) {
+            if parts.missing > 0 {
+                break;
+            }
+            let parts = self.epochs.remove(&self.next_epoch).expect("present");
+            self.next_epoch += 1;
+            for batch in parts.batches.into_iter().flatten() {
+                for txn in batch {
+                    self.schedule(txn);
+                }
+            }
+        }
+    }
+
+    /// Requests every lock `txn` needs here, after those of every earlier transaction.
+    fn schedule(&mut self, mut txn: Box<Txn>) {
+        let me = self.node.id.0;
+        let slot = match self.free.pop() {
+            Some(s) => s,
+            None => {
+                self.slots.push(Slot::default());
+                self.slots.len() as u32 - 1
+            }
+        };
+        txn.slot = slot;
+        let s = &mut self.slots[slot as usize];
+        s.locks.clear();
+        s.locks.extend(
+            txn.records
+                .iter()
+                .filter(|r| r.node == me)
+                .map(|r| LockReq {
+                    key: (r.table, r.key),
+                    exclusive: r.write,
+                }),
+        );
+        self.changed = true;
+        if self.locks.request(slot, &s.locks) {
+            let _ = self.node.ready.send(Work::Start(txn));
+        } else {
+            s.txn = Some(txn);
+        }
+    }
+
+    fn release(&mut self, slot: u32) {
+        let Some(s) = self.slots.get(slot as usize) else {
+            tracing::error!("node {}: release of unknown slot {slot}", self.node.id);
+            return;
+        };
+        self.locks.release(slot, &s.locks, &mut self.ready);
+        self.free.push(slot);
+        self.changed = true;
+        self.released += 1;
+        self.dispatch_ready();
+    }
+
+    fn dispatch_ready(&mut self) {
+        for slot in self.ready.drain(..) {
+            match self.slots[slot as usize].txn.take() {
+                Some(txn) => {
+                    let _ = self.node.ready.send(Work::Start(txn));
+                }
+                None => tracing::error!(
+                    "node {}: slot {slot} granted without a waiting transaction",
+                    self.node.id
+                ),
+            }
+        }
+    }
+}
