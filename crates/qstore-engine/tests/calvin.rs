@@ -22,7 +22,7 @@ use std::time::Duration;
 
 mod common;
 
-use common::{counter, counter_catalog, load_counters, read, KEYS};
+use common::{counter, counter_catalog, load_counters, read, take, KEYS};
 
 const NODES: u32 = 3;
 const TXNS: u64 = 3_000;
@@ -42,18 +42,6 @@ fn add(row: RowRef<'_>, arg: &Value, inputs: Inputs<'_>) -> Result<Value, LogicA
     Ok(Value::Int(n))
 }
 
-/// Subtracts the argument unless that would go below zero (an integrity check).
-fn take(row: RowRef<'_>, arg: &Value, _: Inputs<'_>) -> Result<Value, LogicAbort> {
-    let RowRef::Write(bytes) = row else {
-        unreachable!("take is a read-modify-write")
-    };
-    let n = counter(bytes) - arg.as_int().unwrap_or(0);
-    if n < 0 {
-        return Err(LogicAbort("insufficient funds"));
-    }
-    bytes[..8].copy_from_slice(&n.to_le_bytes());
-    Ok(Value::Int(n))
-}
 
 fn access(key: i64, kind: AccessKind, step: StepId, arg: Value, deps: Vec<u16>) -> Access {
     Access {
