@@ -42,7 +42,6 @@ fn add(row: RowRef<'_>, arg: &Value, inputs: Inputs<'_>) -> Result<Value, LogicA
     Ok(Value::Int(n))
 }
 
-
 fn access(key: i64, kind: AccessKind, step: StepId, arg: Value, deps: Vec<u16>) -> Access {
     Access {
         table: 0,
