@@ -105,7 +105,7 @@ struct ClientArgs {
 
 #[derive(Args)]
 struct BenchArgs {
-    /// Suite to run: qstore (see --list).
+    /// Suite to run: qstore or baselines (see --list).
     #[arg(long, default_value = "qstore")]
     suite: String,
     /// List the suites and exit.
