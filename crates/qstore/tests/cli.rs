@@ -231,3 +231,13 @@ fn history_needs_a_list_append_workload_and_writes_jepsen_events() {
     assert!(invokes >= 500 && oks == 500, "{invokes} invokes, {oks} oks");
     assert!(events.iter().enumerate().all(|(i, e)| e["index"] == i));
 }
+
+#[test]
+fn run_help_names_every_protocol() {
+    let names = String::from_utf8(qstore(&["protocols", "--names"]).stdout).unwrap();
+    let help = String::from_utf8(qstore(&["run", "--help"]).stdout).unwrap();
+    let help = help.replace(char::is_whitespace, " ");
+    for name in names.lines() {
+        assert!(help.contains(name), "`run --help` does not name {name}");
+    }
+}
