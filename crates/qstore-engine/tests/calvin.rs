@@ -11,7 +11,7 @@ use crossbeam_channel::unbounded;
 use qstore_core::config::{CalvinLocks, Partitioning};
 use qstore_core::partition::PartitionMap;
 use qstore_core::txn::{
-    Access, AccessKind, Catalog, Inputs, LogicAbort, ProcCall, Procedure, Program, RowRef, StepId,
+    AccessKind, Catalog, Inputs, LogicAbort, ProcCall, Procedure, Program, RowRef, StepId,
     TxnOutcome, TxnResponse, Value,
 };
 use qstore_core::{NodeId, PartitionId, RunConfig, TxnId};
@@ -22,7 +22,7 @@ use std::time::Duration;
 
 mod common;
 
-use common::{counter, counter_catalog, load_counters, read, take, KEYS};
+use common::{access, counter, counter_catalog, load_counters, read, take, KEYS};
 
 const NODES: u32 = 3;
 const TXNS: u64 = 3_000;
@@ -40,18 +40,6 @@ fn add(row: RowRef<'_>, arg: &Value, inputs: Inputs<'_>) -> Result<Value, LogicA
     let n = counter(bytes) + delta;
     bytes[..8].copy_from_slice(&n.to_le_bytes());
     Ok(Value::Int(n))
-}
-
-fn access(key: i64, kind: AccessKind, step: StepId, arg: Value, deps: Vec<u16>) -> Access {
-    Access {
-        table: 0,
-        key: key as u64,
-        kind,
-        step,
-        arg,
-        deps,
-        may_abort: false,
-    }
 }
 
 fn ints(args: &[Value]) -> Result<Vec<i64>, String> {

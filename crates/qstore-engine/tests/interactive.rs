@@ -12,8 +12,7 @@ use crossbeam_channel::{unbounded, Receiver, Sender};
 use qstore_core::config::Partitioning;
 use qstore_core::partition::PartitionMap;
 use qstore_core::txn::{
-    Access, AccessKind, Catalog, ProcCall, Procedure, Program, StepId, TxnOutcome, TxnResponse,
-    Value,
+    AccessKind, Catalog, ProcCall, Procedure, Program, StepId, TxnOutcome, TxnResponse, Value,
 };
 use qstore_core::{NodeId, PartitionId, RunConfig, TxnId};
 use qstore_engine::{Cluster, StoppedCluster, TxnRequest};
@@ -23,22 +22,10 @@ use std::time::Duration;
 
 mod common;
 
-use common::{add, counter, counter_catalog, int, load_counters, read, take, KEYS};
+use common::{access, add, counter, counter_catalog, int, load_counters, read, take, KEYS};
 
 const NODES: u32 = 3;
 const PROTOCOLS: [&str; 3] = ["no_wait", "wait_die", "hstore"];
-
-fn access(key: i64, kind: AccessKind, step: StepId, arg: Value, deps: Vec<u16>) -> Access {
-    Access {
-        table: 0,
-        key: key as u64,
-        kind,
-        step,
-        arg,
-        deps,
-        may_abort: false,
-    }
-}
 
 /// `pay(src, dst, amount)`: credits dst, then debits src if it has enough.
 struct Pay {

@@ -1,7 +1,9 @@
 //! What the engine's cluster tests share: one table of 8-byte counters, `KEYS` rows per
 //! partition, where key k starts at k.
 
-use qstore_core::txn::{Catalog, Inputs, LogicAbort, RowLoader, RowRef, TableSchema, Value};
+use qstore_core::txn::{
+    Access, AccessKind, Catalog, Inputs, LogicAbort, RowLoader, RowRef, StepId, TableSchema, Value,
+};
 use qstore_core::{PartitionId, QError};
 
 pub const KEYS: u64 = 64;
@@ -68,4 +70,18 @@ pub fn int(args: &[Value], i: usize) -> Result<i64, String> {
     args.get(i)
         .and_then(Value::as_int)
         .ok_or_else(|| format!("argument {i} must be an integer"))
+}
+
+/// An access to key `key` of the counter table that cannot abort.
+#[allow(dead_code)]
+pub fn access(key: i64, kind: AccessKind, step: StepId, arg: Value, deps: Vec<u16>) -> Access {
+    Access {
+        table: 0,
+        key: key as u64,
+        kind,
+        step,
+        arg,
+        deps,
+        may_abort: false,
+    }
 }
