@@ -54,8 +54,15 @@ struct ParkedGroup {
     at: usize,
     /// Outputs by program index: the inputs, then this group's outputs so far.
     outs: Vec<Value>,
-    /// This group's outputs so far, in group order (the answer to the coordinator).
-    results: Vec<Value>,
+}
+
+impl ParkedGroup {
+    /// The outputs of the accesses that ran, in group order (the answer to the coordinator).
+    fn into_results(mut self) -> Vec<Value> {
+        (0..self.at)
+            .map(|i| std::mem::take(&mut self.outs[self.group.get(i).0 as usize]))
+            .collect()
+    }
 }
 
 enum Waiting {
@@ -201,13 +208,7 @@ impl<C: Cc> Node<C> {
                 *slot = v;
             }
         }
-        let results = Vec::with_capacity(group.len());
-        let g = ParkedGroup {
-            group,
-            at: 0,
-            outs,
-            results,
-        };
+        let g = ParkedGroup { group, at: 0, outs };
         self.run_group(txn, t, g);
     }
 
@@ -243,10 +244,7 @@ impl<C: Cc> Node<C> {
             // SAFETY: the concurrency control granted this access (exclusively if it writes),
             // and the transaction keeps that grant until it commits or aborts.
             match unsafe { run_access(store, steps, txn, a, &g.outs, undo, trace) } {
-                Ok(v) => {
-                    g.outs[idx as usize] = v.clone();
-                    g.results.push(v);
-                }
+                Ok(v) => g.outs[idx as usize] = v,
                 Err(abort) => {
                     end = GroupEnd::LogicAbort(abort.0.to_string());
                     break;
@@ -256,7 +254,7 @@ impl<C: Cc> Node<C> {
         }
         let (coord, wrote) = (t.coord, t.wrote);
         self.put_part(txn, t);
-        self.send(coord, txn, executed(g.results, end, wrote));
+        self.send(coord, txn, executed(g.into_results(), end, wrote));
     }
 
     /// Phase one: a participant that wrote nothing is done and says so.
