@@ -206,10 +206,24 @@ impl<'a> Driver<'a> {
             }
         }
         let mut drain_deadline = None;
+        let stall_limit = Duration::from_secs_f64(self.cfg.drain_timeout_s);
+        let mut last_answer = Instant::now();
         loop {
             let now = Instant::now();
             self.open_loop_arrivals(now);
             self.resubmit_due(now);
+            if !self.pending.is_empty() && now.duration_since(last_answer) >= stall_limit {
+                // Transactions wait and nothing has been answered for the whole drain timeout:
+                // the cluster is stuck. End the run (they count as unfinished) rather than
+                // wait forever, as a run bounded by `txns` alone otherwise would.
+                tracing::error!(
+                    "no answer for {:.0} s with {} transactions outstanding; ending the run",
+                    stall_limit.as_secs_f64(),
+                    self.pending.len()
+                );
+                self.control.stop.store(true, Ordering::Relaxed);
+                drain_deadline = Some(now);
+            }
             if self.control.stop.load(Ordering::Relaxed) {
                 let deadline = *drain_deadline
                     .get_or_insert_with(|| now + Duration::from_secs_f64(self.cfg.drain_timeout_s));
@@ -223,6 +237,7 @@ impl<'a> Driver<'a> {
             }
             match self.reply_rx.recv_timeout(self.next_wait(now)) {
                 Ok(resp) => {
+                    last_answer = Instant::now();
                     self.on_response(resp);
                     // Take whatever else has arrived before looking at timers again.
                     while let Ok(resp) = self.reply_rx.try_recv() {

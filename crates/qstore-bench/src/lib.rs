@@ -311,3 +311,36 @@ fn wait_with_progress(
         std::thread::sleep(wake.saturating_duration_since(now));
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A cluster that takes every request and never answers.
+    struct Silent(parking_lot::Mutex<Vec<TxnRequest>>);
+
+    impl Target for Silent {
+        fn submit(&self, _: NodeId, req: TxnRequest) {
+            self.0.lock().push(req);
+        }
+        fn traffic(&self) -> Vec<(u64, u64)> {
+            Vec::new()
+        }
+    }
+
+    #[test]
+    fn a_cluster_that_stops_answering_ends_the_run_with_unfinished_transactions() {
+        let mut cfg = RunConfig::default();
+        cfg.cluster.nodes = 1;
+        cfg.workload.ycsb.records_per_partition = 100;
+        cfg.client.clients = 1;
+        cfg.client.inflight = 3;
+        cfg.client.txns = 10;
+        cfg.client.drain_timeout_s = 0.2;
+        let workload = qstore_workload::build(&cfg).unwrap();
+        let target = Silent(Default::default());
+        let driven = drive(&cfg, &target, workload.as_ref(), &mut None, None);
+        assert_eq!(driven.stats.unfinished, 3);
+        assert_eq!(target.0.lock().len(), 3);
+    }
+}
