@@ -210,28 +210,28 @@ impl Procedure for YcsbTxn {
                 args.len()
             ));
         }
-        let accesses = args
-            .chunks_exact(2)
-            .map(|pair| {
-                let (Some(key), Some(op)) = (pair[0].as_int(), pair[1].as_int()) else {
-                    return Err("keys and ops must be integers".to_string());
-                };
-                let (kind, step, arg) = match op {
-                    OP_READ => (AccessKind::Read, self.steps.read, Value::Null),
-                    OP_RMW => (AccessKind::ReadModifyWrite, self.steps.rmw, Value::Int(1)),
-                    other => return Err(format!("op must be 0 (read) or 1 (rmw), got {other}")),
-                };
-                Ok(Access {
-                    table: USERTABLE,
-                    key: key as u64,
-                    kind,
-                    step,
-                    arg,
-                    deps: Vec::new(),
-                    may_abort: false,
-                })
-            })
-            .collect::<Result<Vec<_>, _>>()?;
+        // Sized up front: collecting a fallible iterator would grow the vector step by step,
+        // and programs are built once per transaction on the hot path.
+        let mut accesses = Vec::with_capacity(args.len() / 2);
+        for pair in args.chunks_exact(2) {
+            let (Some(key), Some(op)) = (pair[0].as_int(), pair[1].as_int()) else {
+                return Err("keys and ops must be integers".to_string());
+            };
+            let (kind, step, arg) = match op {
+                OP_READ => (AccessKind::Read, self.steps.read, Value::Null),
+                OP_RMW => (AccessKind::ReadModifyWrite, self.steps.rmw, Value::Int(1)),
+                other => return Err(format!("op must be 0 (read) or 1 (rmw), got {other}")),
+            };
+            accesses.push(Access {
+                table: USERTABLE,
+                key: key as u64,
+                kind,
+                step,
+                arg,
+                deps: Vec::new(),
+                may_abort: false,
+            });
+        }
         Ok(Program { accesses })
     }
 }

@@ -209,11 +209,13 @@ struct QNode {
     batch_size: usize,
     batch_timeout: Duration,
     depth: u64,
-    mode: QStoreMode,
     read_committed: bool,
     /// Speculative mode with transactions that may abort: track undecided writes, so aborts
     /// can cascade.
     speculate: bool,
+    /// Conservative mode with transactions that may abort: their undecided writes hold their
+    /// records, so fragments check for held records before running.
+    holds_writes: bool,
     /// Held by the executor running a writer queue of each sub-partition, and all at once by
     /// a rollback of speculative writes (which may touch any of them).
     sub_locks: Vec<Mutex<()>>,
@@ -271,9 +273,9 @@ impl QNode {
             batch_size: q.batch_size as usize,
             batch_timeout: Duration::from_micros(q.batch_timeout_us),
             depth: q.pipeline_depth as u64,
-            mode: q.mode,
             read_committed,
             speculate: q.mode == QStoreMode::Speculative && ctx.catalog.may_abort(),
+            holds_writes: q.mode == QStoreMode::Conservative && ctx.catalog.may_abort(),
             sub_locks: (0..subs).map(|_| Mutex::new(())).collect(),
             ctx,
         }
@@ -495,8 +497,7 @@ impl QNode {
         if needs_values {
             s.outputs.resize(frag.n_accesses as usize, Value::Null);
         }
-        let conservative = self.mode == QStoreMode::Conservative;
-        match self.ready(pos, frag, &mut s.outputs, conservative) {
+        match self.ready(pos, frag, &mut s.outputs, self.holds_writes) {
             Ready::Wait(seen) => return Some(seen),
             Ready::Skip => return None,
             Ready::Run => {}
@@ -566,6 +567,11 @@ impl QNode {
     /// abort, every value it needs here (copied into `values`), and none of its records held
     /// by an undecided transaction (conservative execution).
     fn ready(&self, pos: TxnPos, frag: &Frag, values: &mut [Value], check_held: bool) -> Ready {
+        // The common case needs nothing the lock guards: a transaction that cannot abort,
+        // whose fragment needs no outside value, on records no undecided writer can hold.
+        if frag.fate.is_none() && frag.needs.is_empty() && !check_held {
+            return Ready::Run;
+        }
         let state = self.state.lock();
         if frag.fate.is_some() && state.fates.get(&pos).is_some_and(|f| f.aborted.is_some()) {
             return Ready::Skip;
