@@ -130,6 +130,8 @@ struct Planner {
     next_batch: AtomicU64,
     /// When the batch being filled was opened.
     opened: Mutex<Instant>,
+    /// Its execution queues and planning scratch, reused from batch to batch.
+    plan: Mutex<BatchPlan>,
 }
 
 /// A transaction this node planned, waiting for its outputs.
@@ -231,21 +233,23 @@ impl QNode {
             q.eqs_per_planner
         };
         let planners_per_node = q.planners_per_node(workers);
+        let read_committed = q.isolation == Isolation::ReadCommitted;
         let per_planner_queue =
             (ctx.cfg.protocol.admission_queue / planners_per_node).max(1) as usize;
         let (senders, planners): (Vec<_>, Vec<_>) = (0..planners_per_node)
             .map(|_| {
                 let (tx, rx) = bounded(per_planner_queue);
+                let queues = if read_committed { 2 * subs } else { subs };
                 let planner = Planner {
                     queue: rx,
                     next_batch: AtomicU64::new(0),
                     opened: Mutex::new(Instant::now()),
+                    plan: Mutex::new(BatchPlan::new(ctx.nodes() as usize, queues)),
                 };
                 (tx, planner)
             })
             .unzip();
         let ranks = planners_per_node * ctx.nodes();
-        let read_committed = q.isolation == Isolation::ReadCommitted;
         QNode {
             id,
             net,
@@ -361,7 +365,7 @@ impl QNode {
             return false;
         }
         *p.opened.lock() = Instant::now();
-        self.plan(batch, self.rank(w), &p.queue);
+        self.plan(batch, self.rank(w), p);
         // Published after the plan is installed here, so `retire` never counts this batch as
         // done before its slot exists.
         p.next_batch.store(batch + 1, Ordering::Release);
@@ -369,13 +373,13 @@ impl QNode {
     }
 
     /// Takes up to a batch of transactions and sends every node its execution queues.
-    fn plan(&self, batch: u64, rank: u32, queue: &Receiver<(NodeId, TxnRequest)>) {
+    fn plan(&self, batch: u64, rank: u32, planner: &Planner) {
         let ctx = &*self.ctx;
         let nodes = ctx.nodes() as usize;
-        let mut plan = BatchPlan::new(nodes);
-        let mut txns = Vec::new();
+        let mut plan = planner.plan.lock();
+        let mut txns = Vec::with_capacity(planner.queue.len().min(self.batch_size));
         let mut involved = vec![false; nodes];
-        for (_, req) in queue.try_iter().take(self.batch_size) {
+        for (_, req) in planner.queue.try_iter().take(self.batch_size) {
             let program = match ctx.catalog.program(&req.call) {
                 Ok(p) => p,
                 Err(e) => {
@@ -390,7 +394,7 @@ impl QNode {
                 subs: self.subs,
                 read_only_from: self.read_committed.then_some(self.subs),
             };
-            for n in plan.place(seq, req.id, self.id, program, &ctx.pmap, shape) {
+            for &n in plan.place(seq, req.id, self.id, program, &ctx.pmap, shape) {
                 involved[n.index()] = true;
             }
             txns.push(HomeTxn {

@@ -8,7 +8,6 @@ use super::msg::{Eq, FateInfo, Frag, Route};
 use qstore_core::partition::PartitionMap;
 use qstore_core::txn::Program;
 use qstore_core::{NodeId, TableId, TxnId};
-use rustc_hash::FxHashMap;
 
 /// The sub-partition (execution queue index) of a record.
 #[inline]
@@ -26,26 +25,48 @@ pub struct QueueShape {
     pub read_only_from: Option<u32>,
 }
 
-/// A planner's execution queues of one batch, per destination node.
+/// A planner's execution queues, per destination node, for the batch being planned. One
+/// lives as long as its planner: queues and scratch space keep their capacity from batch to
+/// batch, so planning a transaction allocates only its fragments.
 pub struct BatchPlan {
-    /// Per node, per sub-partition: the fragments (only non-empty queues are sent).
-    pub queues: Vec<FxHashMap<u32, Vec<Frag>>>,
+    /// Per node, per queue index (sub-partition, then read-only queues): the fragments.
+    queues: Vec<Vec<Vec<Frag>>>,
+    /// Scratch for `place`: where each access runs, and which fragment holds it.
+    at: Vec<(NodeId, u32)>,
+    frag_of: Vec<usize>,
+    frags: Vec<((NodeId, u32), Frag)>,
+    sizes: Vec<usize>,
+    nodes: Vec<NodeId>,
 }
 
 impl BatchPlan {
-    pub fn new(nodes: usize) -> Self {
+    /// An empty plan for `nodes` nodes of `queues` execution queues each.
+    pub fn new(nodes: usize, queues: u32) -> Self {
         BatchPlan {
-            queues: (0..nodes).map(|_| FxHashMap::default()).collect(),
+            queues: (0..nodes)
+                .map(|_| (0..queues).map(|_| Vec::new()).collect())
+                .collect(),
+            at: Vec::new(),
+            frag_of: Vec::new(),
+            frags: Vec::new(),
+            sizes: Vec::new(),
+            nodes: Vec::new(),
         }
     }
 
-    /// The execution queues for `node`, in sub-partition order.
+    /// Takes the execution queues for `node`, in sub-partition order (only non-empty ones).
+    /// Each queue left behind is pre-sized like the one taken: batches are alike.
     pub fn take_eqs(&mut self, node: NodeId) -> Vec<Eq> {
-        let mut eqs: Vec<Eq> = self.queues[node.index()]
-            .drain()
-            .map(|(sub, frags)| Eq { sub, frags })
-            .collect();
-        eqs.sort_unstable_by_key(|e| e.sub);
+        let mut eqs = Vec::new();
+        for (sub, queue) in self.queues[node.index()].iter_mut().enumerate() {
+            if !queue.is_empty() {
+                let frags = std::mem::replace(queue, Vec::with_capacity(queue.len()));
+                eqs.push(Eq {
+                    sub: sub as u32,
+                    frags,
+                });
+            }
+        }
         eqs
     }
 
@@ -60,7 +81,7 @@ impl BatchPlan {
         program: Program,
         pmap: &PartitionMap,
         shape: QueueShape,
-    ) -> Vec<NodeId> {
+    ) -> &[NodeId] {
         let QueueShape {
             subs,
             read_only_from,
@@ -69,50 +90,46 @@ impl BatchPlan {
         let read_only = program.accesses.iter().all(|a| !a.kind.is_write());
         let offset = read_only_from.filter(|_| read_only).unwrap_or(0);
         let abortables = program.accesses.iter().filter(|a| a.may_abort).count() as u16;
-        // Where each access runs: (node, sub-partition).
-        let homes: Vec<(NodeId, u32)> = program
-            .accesses
-            .iter()
-            .map(|a| {
-                let node = NodeId(pmap.partition_of(a.table, a.key).0);
-                (node, offset + sub_of(a.table, a.key, subs))
-            })
-            .collect();
-        let mut frags: Vec<((NodeId, u32), Frag)> = Vec::new();
-        for (i, a) in program.accesses.into_iter().enumerate() {
-            let at = homes[i];
-            let f = match frags.iter().position(|(h, _)| *h == at) {
+        // Where each access runs, (node, queue), and so which fragment holds it: one
+        // fragment per destination, in the order destinations first appear.
+        let (at, frag_of, frags) = (&mut self.at, &mut self.frag_of, &mut self.frags);
+        let (sizes, nodes) = (&mut self.sizes, &mut self.nodes);
+        at.clear();
+        frag_of.clear();
+        sizes.clear();
+        nodes.clear();
+        at.extend(program.accesses.iter().map(|a| {
+            let node = NodeId(pmap.partition_of(a.table, a.key).0);
+            (node, offset + sub_of(a.table, a.key, subs))
+        }));
+        for &dest in at.iter() {
+            let f = match frags.iter().position(|(d, _)| *d == dest) {
                 Some(f) => f,
                 None => {
-                    let frag = Frag {
-                        seq,
-                        id,
-                        accesses: Vec::new(),
-                        needs: Vec::new(),
-                        routes: Vec::new(),
-                        n_accesses: n as u16,
-                        fate: None,
-                    };
-                    frags.push((at, frag));
+                    frags.push((dest, Frag::empty(seq, id, n as u16)));
+                    sizes.push(0);
                     frags.len() - 1
                 }
             };
+            sizes[f] += 1;
+            frag_of.push(f);
+        }
+        for ((_, frag), &size) in frags.iter_mut().zip(sizes.iter()) {
+            frag.accesses.reserve_exact(size);
+        }
+        for (i, a) in program.accesses.into_iter().enumerate() {
+            let f = frag_of[i];
             for &d in &a.deps {
-                let from = homes[d as usize];
-                if from == at {
+                let producer = frag_of[d as usize];
+                if producer == f {
                     continue; // same fragment: runs earlier, in program order
                 }
                 frags[f].1.needs.push(d);
-                let producer = frags
-                    .iter()
-                    .position(|(h, _)| *h == from)
-                    .expect("deps point back");
-                route(&mut frags[producer].1, d, at.0, from.0);
+                route(&mut frags[producer].1, d, at[i].0, at[d as usize].0);
             }
             frags[f].1.accesses.push((i as u16, a));
         }
-        let mut nodes: Vec<NodeId> = Vec::new();
-        for &((node, _), _) in &frags {
+        for &((node, _), _) in frags.iter() {
             if !nodes.contains(&node) {
                 nodes.push(node);
             }
@@ -124,11 +141,27 @@ impl BatchPlan {
             }
             FateInfo { abortables, notify }
         });
-        for ((node, sub), mut frag) in frags {
+        for ((node, queue), mut frag) in frags.drain(..) {
             frag.fate = fate.clone();
-            self.queues[node.index()].entry(sub).or_default().push(frag);
+            self.queues[node.index()][queue as usize].push(frag);
         }
         nodes
+    }
+}
+
+impl Frag {
+    /// A fragment of transaction `id` (`seq` in its batch, `n_accesses` in its program) with
+    /// no accesses yet.
+    fn empty(seq: u32, id: TxnId, n_accesses: u16) -> Self {
+        Frag {
+            seq,
+            id,
+            accesses: Vec::new(),
+            needs: Vec::new(),
+            routes: Vec::new(),
+            n_accesses,
+            fate: None,
+        }
     }
 }
 
@@ -186,12 +219,12 @@ mod tests {
         let program = Program {
             accesses: vec![access(5, vec![]), access(150, vec![0]), access(5, vec![1])],
         };
-        let mut plan = BatchPlan::new(2);
+        let mut plan = BatchPlan::new(2, 8);
         let shape = QueueShape {
             subs: 4,
             read_only_from: Some(4),
         };
-        let nodes = plan.place(0, TxnId(9), NodeId(0), program, &pmap(), shape);
+        let nodes = plan.place(0, TxnId(9), NodeId(0), program, &pmap(), shape).to_vec();
         assert_eq!(nodes, vec![NodeId(0), NodeId(1)]);
         let eqs0 = plan.take_eqs(NodeId(0));
         let eqs1 = plan.take_eqs(NodeId(1));
