@@ -246,11 +246,14 @@ pub unsafe fn run_program_alone<'a>(
 ) -> Result<(), LogicAbort> {
     let keep_undo = program.may_abort();
     s.begin();
-    // Start every cache miss of the transaction at once, so they overlap.
+    // Start every cache miss of the transaction at once, so they overlap: first the index
+    // entries, then (their lookups no longer waiting one after another) the rows.
+    let table = |a: &Access| store(pmap.partition_of(a.table, a.key)).table(a.table);
     for a in &program.accesses {
-        store(pmap.partition_of(a.table, a.key))
-            .table(a.table)
-            .prefetch(a.key);
+        table(a).prefetch_index(a.key);
+    }
+    for a in &program.accesses {
+        table(a).prefetch(a.key);
     }
     for a in &program.accesses {
         let part = store(pmap.partition_of(a.table, a.key));

@@ -9,7 +9,7 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 
 /// Asks the CPU to bring the cache line at `ptr` closer; a no-op where unsupported.
 #[inline(always)]
-fn prefetch_read(ptr: *const u8) {
+pub(crate) fn prefetch_read(ptr: *const u8) {
     #[cfg(target_arch = "x86_64")]
     // SAFETY: prefetching never faults and reads nothing observable, even for bad addresses.
     unsafe {
@@ -152,19 +152,36 @@ impl Table {
         self.index.get(key)
     }
 
-    /// Hints the CPU to start fetching the row of `key` (index entry and row bytes) into the
-    /// cache. Executors call it for a whole transaction before running it, so the cache misses
-    /// of its accesses overlap instead of happening one after another. No effect on contents.
+    /// Hints the CPU to start fetching the index entry of `key`, without waiting for it. Called
+    /// a step before [`Table::prefetch`], whose lookup then finds the entry in the cache and
+    /// does not stall on it.
+    #[inline]
+    pub fn prefetch_index(&self, key: u64) {
+        self.index.prefetch(key);
+    }
+
+    /// Hints the CPU to start fetching the row of `key` (index entry, row bytes and version)
+    /// into the cache. Executors call it for a whole transaction before running it, so the
+    /// cache misses of its accesses overlap instead of happening one after another. No effect
+    /// on contents.
     #[inline]
     pub fn prefetch(&self, key: u64) {
         if let Some(rid) = self.lookup(key) {
-            let offset = rid as usize * self.schema.row_size;
-            // Every cache line of the row (up to four), not just the first.
-            for line in (0..self.schema.row_size.min(256)).step_by(64) {
-                // SAFETY: offset + line < capacity * row_size: inside the buffer; nothing is
-                // read.
-                prefetch_read(unsafe { self.data.as_ptr().add(offset + line) });
+            let size = self.schema.row_size;
+            let offset = rid as usize * size;
+            // Every cache line the row spans (up to four): rows are not line-aligned, so a
+            // 100-byte row may touch three.
+            let first = offset & !63;
+            let end = (offset + size).min(first + 256);
+            for line in (first..end).step_by(64) {
+                // The first line may begin before the row: start at the row itself there.
+                let at = line.max(offset);
+                // SAFETY: offset <= at < offset + size <= capacity * row_size: inside the
+                // buffer; nothing is read.
+                prefetch_read(unsafe { self.data.as_ptr().add(at) });
             }
+            // Every access reads the version too; it lives in an array of its own.
+            prefetch_read(self.versions[rid as usize].as_ptr() as *const u8);
         }
     }
 

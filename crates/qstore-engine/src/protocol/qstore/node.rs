@@ -441,18 +441,35 @@ impl QNode {
         let _owner =
             (self.speculate && c.sub < self.subs).then(|| self.sub_locks[c.sub as usize].lock());
         let mut outputs = Vec::new();
+        // Cache misses are started ahead, in two steps so that neither waits: index entries
+        // of fragments 2 * PREFETCH_AHEAD ahead, rows (found through those entries, now
+        // cached) of fragments PREFETCH_AHEAD ahead.
         let table = |a: &qstore_core::txn::Access| self.store().table(a.table);
-        for f in c.eq.frags.iter().skip(c.cursor).take(PREFETCH_AHEAD) {
+        let index_ahead = |f: &Frag| {
             f.accesses
                 .iter()
-                .for_each(|(_, a)| table(a).prefetch(a.key));
-        }
+                .for_each(|(_, a)| table(a).prefetch_index(a.key))
+        };
+        let rows_ahead = |f: &Frag| {
+            f.accesses
+                .iter()
+                .for_each(|(_, a)| table(a).prefetch(a.key))
+        };
+        let frags = &c.eq.frags;
+        frags[c.cursor..]
+            .iter()
+            .take(2 * PREFETCH_AHEAD)
+            .for_each(index_ahead);
+        frags[c.cursor..]
+            .iter()
+            .take(PREFETCH_AHEAD)
+            .for_each(rows_ahead);
         while c.cursor < c.eq.frags.len() {
-            // Start the cache misses of a fragment a few ahead, so they overlap this one.
+            if let Some(f) = c.eq.frags.get(c.cursor + 2 * PREFETCH_AHEAD) {
+                index_ahead(f);
+            }
             if let Some(f) = c.eq.frags.get(c.cursor + PREFETCH_AHEAD) {
-                f.accesses
-                    .iter()
-                    .for_each(|(_, a)| table(a).prefetch(a.key));
+                rows_ahead(f);
             }
             let pos = TxnPos {
                 batch: c.batch,

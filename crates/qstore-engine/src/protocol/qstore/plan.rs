@@ -224,7 +224,9 @@ mod tests {
             subs: 4,
             read_only_from: Some(4),
         };
-        let nodes = plan.place(0, TxnId(9), NodeId(0), program, &pmap(), shape).to_vec();
+        let nodes = plan
+            .place(0, TxnId(9), NodeId(0), program, &pmap(), shape)
+            .to_vec();
         assert_eq!(nodes, vec![NodeId(0), NodeId(1)]);
         let eqs0 = plan.take_eqs(NodeId(0));
         let eqs1 = plan.take_eqs(NodeId(1));
