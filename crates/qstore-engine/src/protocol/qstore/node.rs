@@ -369,6 +369,13 @@ impl QNode {
         // Published after the plan is installed here, so `retire` never counts this batch as
         // done before its slot exists.
         p.next_batch.store(batch + 1, Ordering::Release);
+        // The batch's queues may all have run before that store, and the `retire` their end
+        // called then could not count the batch as planned. Nothing else may come to retire
+        // it (with one batch in flight, every planner waits for it): retire now.
+        let mut state = self.state.lock();
+        self.retire(&mut state);
+        drop(state);
+        self.wake.notify_all();
         true
     }
 
@@ -779,6 +786,9 @@ impl QNode {
             }
         }
         state.batches.event();
+        // An undecided transaction keeps its batch from retiring; this decision may be the
+        // last thing that batch waited for here, and no other event need follow it.
+        self.retire(&mut state);
         drop(state);
         self.wake.notify_all();
     }
@@ -1089,12 +1099,29 @@ impl QNode {
     fn reject_leftovers(&self) {
         {
             let state = self.state.lock();
-            if !state.home.is_empty() {
-                let undecided = state.fates.values().filter(|f| !f.decided).count();
+            let queued: usize = self.planners.iter().map(|p| p.queue.len()).sum();
+            if !state.home.is_empty() || queued > 0 {
+                let undecided: Vec<_> = state
+                    .fates
+                    .iter()
+                    .filter(|(_, f)| !f.decided)
+                    .map(|(p, f)| (p.batch, p.rank, p.seq, f.passed, f.needed))
+                    .collect();
+                let planned: Vec<u64> = self
+                    .planners
+                    .iter()
+                    .map(|p| p.next_batch.load(Ordering::Acquire))
+                    .collect();
                 tracing::warn!(
-                    "node {} stopped with {} planned batches unanswered; retired {}, {}; {} held records, {} undecided fates; {}",
-                    self.id, state.home.len(), state.retired, state.batches.describe_oldest(),
-                    state.dirty.len(), undecided, state.spec.describe()
+                    "node {} stopped with {} planned batches unanswered and {queued} requests \
+                     unplanned; planners at batches {planned:?}, retired {}, {}; {} held \
+                     records, undecided fates (batch, rank, seq, passed, needed) {undecided:?}; {}",
+                    self.id,
+                    state.home.len(),
+                    state.retired,
+                    state.batches.describe_oldest(),
+                    state.dirty.len(),
+                    state.spec.describe()
                 );
             }
         }
