@@ -63,16 +63,25 @@ impl<'a> Executor<'a> {
 
     pub fn run(mut self, ready: Receiver<Work>) {
         while !self.node.stop.load(Ordering::Acquire) {
-            let work = match ready.recv_timeout(POLL) {
+            // Gathered messages go out before this executor waits for work. (Deciding after a
+            // transaction, from whether `ready` looked empty, could keep them forever: the
+            // other executors share `ready` and may take what was queued.)
+            let work = match ready.try_recv() {
                 Ok(w) => w,
-                Err(RecvTimeoutError::Timeout) => continue,
-                Err(RecvTimeoutError::Disconnected) => break,
+                Err(_) => {
+                    self.flush();
+                    match ready.recv_timeout(POLL) {
+                        Ok(w) => w,
+                        Err(RecvTimeoutError::Timeout) => continue,
+                        Err(RecvTimeoutError::Disconnected) => break,
+                    }
+                }
             };
             match work {
                 Work::Start(txn) => self.start(txn),
                 Work::Resume(mut txn) => self.execute(&mut txn),
             }
-            if self.pending >= OUTBOX_LIMIT || ready.is_empty() {
+            if self.pending >= OUTBOX_LIMIT {
                 self.flush();
             }
         }
