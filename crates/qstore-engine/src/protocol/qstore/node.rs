@@ -11,7 +11,7 @@ use crate::net::NodeNet;
 use crate::protocol::{admit, home_node, reply, AdmissionQueue, Engine, TxnRequest};
 use crate::runtime::spawn_worker;
 use crossbeam_channel::{bounded, Receiver, RecvTimeoutError};
-use parking_lot::{Condvar, Mutex, RwLock};
+use parking_lot::{Condvar, Mutex, MutexGuard, RwLock};
 use qstore_core::config::{Isolation, QStoreMode};
 use qstore_core::txn::{CcAbortCause, RowRef, TxnOutcome, Value};
 use qstore_core::{NodeId, PartitionId, QError, TableId};
@@ -372,10 +372,7 @@ impl QNode {
         // The batch's queues may all have run before that store, and the `retire` their end
         // called then could not count the batch as planned. Nothing else may come to retire
         // it (with one batch in flight, every planner waits for it): retire now.
-        let mut state = self.state.lock();
-        self.retire(&mut state);
-        drop(state);
-        self.wake.notify_all();
+        self.settle(self.state.lock());
         true
     }
 
@@ -438,9 +435,7 @@ impl QNode {
         let mut state = self.state.lock();
         state.batches.install(batch, rank, eqs);
         state.batches.event();
-        self.retire(&mut state);
-        drop(state);
-        self.wake.notify_all();
+        self.settle(state);
     }
 
     /// Runs a claimed queue from its cursor until it ends or stalls.
@@ -505,9 +500,7 @@ impl QNode {
         if let Some(outputs) = finished.ack {
             self.acknowledge(&mut state, c.batch, c.rank, outputs);
         }
-        self.retire(&mut state);
-        drop(state);
-        self.wake.notify_all();
+        self.settle(state);
     }
 
     /// Runs one fragment if it can run now. Returns `Some(event count seen)` if it must wait.
@@ -786,11 +779,8 @@ impl QNode {
             }
         }
         state.batches.event();
-        // An undecided transaction keeps its batch from retiring; this decision may be the
-        // last thing that batch waited for here, and no other event need follow it.
-        self.retire(&mut state);
-        drop(state);
-        self.wake.notify_all();
+        // An undecided transaction keeps its batch from retiring: this may complete it.
+        self.settle(state);
     }
 
     /// Hands the output of access `idx` on: to the nodes and fragments the plan routes it to,
@@ -1011,12 +1001,19 @@ impl QNode {
             self.send_ack(&mut state, b, r, outputs);
         }
         state.batches.event();
+        self.settle(state);
+    }
+
+    /// Advances the ring past batches that have run and been answered here.
+    /// Ends a change to the node state: retires what it completed, releases the lock and
+    /// wakes the workers. Every event that can complete a batch goes through here, so none
+    /// leaves a finished batch unretired (with one batch in flight, nothing else would).
+    fn settle(&self, mut state: MutexGuard<'_, NodeState>) {
         self.retire(&mut state);
         drop(state);
         self.wake.notify_all();
     }
 
-    /// Advances the ring past batches that have run and been answered here.
     fn retire(&self, state: &mut NodeState) {
         // With nothing in flight, every batch this node's planners have planned is done; later
         // ones cannot be (they need these planners' plans).
@@ -1066,9 +1063,7 @@ impl QNode {
                 } => {
                     let mut state = self.state.lock();
                     self.on_ack(&mut state, batch, rank, outputs, notes);
-                    self.retire(&mut state);
-                    drop(state);
-                    self.wake.notify_all();
+                    self.settle(state);
                 }
                 QMsg::Dep { pos, idx, value } => {
                     self.state.lock().store_value(pos, u16::MAX, idx, value);
