@@ -96,6 +96,24 @@ impl Batches {
         })
     }
 
+    /// Why planner `rank`'s queues, received from the network, cannot be installed, if
+    /// they cannot: an unknown rank or queue, or fragments pointing outside their queue.
+    pub fn check_plan(&self, rank: u32, eqs: &[Eq]) -> Result<(), String> {
+        if rank >= self.ranks {
+            return Err(format!(
+                "planner rank {rank} (the cluster has {})",
+                self.ranks
+            ));
+        }
+        if let Some(eq) = eqs.iter().find(|eq| eq.sub >= self.subs) {
+            return Err(format!("queue {} (nodes have {})", eq.sub, self.subs));
+        }
+        if eqs.iter().any(|eq| !eq.is_well_formed()) {
+            return Err("a fragment's accesses lie outside its queue".to_string());
+        }
+        Ok(())
+    }
+
     /// Installs planner `rank`'s queues for `batch`. Returns true if the rank had none here
     /// (nothing to acknowledge).
     pub fn install(&mut self, batch: u64, rank: u32, eqs: Vec<Eq>) -> bool {
@@ -180,7 +198,7 @@ impl Batches {
 
     /// Keeps outputs of fragments that ran before a queue stalled, for the acknowledgement.
     pub fn add_outputs(&mut self, batch: u64, rank: u32, outputs: Vec<Output>) {
-        self.slot(batch).outputs[rank as usize].extend(outputs);
+        gather(&mut self.slot(batch).outputs[rank as usize], outputs);
     }
 
     /// Records that a claimed queue ran to its end, with the outputs it produced.
@@ -192,7 +210,7 @@ impl Batches {
         q.next_rank = rank + 1;
         q.cursor = 0;
         let r = rank as usize;
-        slot.outputs[r].extend(outputs);
+        gather(&mut slot.outputs[r], outputs);
         slot.unfinished[r] -= 1;
         let ack = (slot.unfinished[r] == 0).then(|| std::mem::take(&mut slot.outputs[r]));
         Finished { ack }
@@ -253,6 +271,15 @@ impl Batches {
     }
 }
 
+/// Adds a queue's outputs to those gathered for an acknowledgement. Their order does not
+/// matter (each names its transaction and access), so the smaller list is copied.
+fn gather(into: &mut Vec<Output>, mut outputs: Vec<Output>) {
+    if outputs.len() > into.len() {
+        std::mem::swap(into, &mut outputs);
+    }
+    into.extend(outputs);
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -264,13 +291,15 @@ mod tests {
                 .map(|seq| super::super::msg::Frag {
                     seq,
                     id: qstore_core::TxnId(seq as u64 + 1),
-                    accesses: vec![],
+                    start: 0,
+                    len: 0,
                     needs: vec![],
                     routes: vec![],
                     n_accesses: 0,
                     fate: None,
                 })
                 .collect(),
+            ops: vec![],
         }
     }
 
@@ -294,6 +323,20 @@ mod tests {
         assert!(b.finish(0, 1, 0, vec![]).ack.is_some());
         assert_eq!(b.retire_done(1), 1);
         assert!(b.is_empty());
+    }
+
+    #[test]
+    fn malformed_plans_are_refused() {
+        let b = Batches::new(2, 2);
+        assert!(b.check_plan(1, &[eq(1, 0)]).is_ok());
+        assert!(b.check_plan(2, &[]).unwrap_err().contains("rank 2"));
+        assert!(b
+            .check_plan(0, &[eq(2, 0)])
+            .unwrap_err()
+            .contains("queue 2"));
+        let mut outside = eq(0, 1);
+        outside.frags[0].len = 1; // but the queue has no accesses
+        assert!(b.check_plan(0, &[outside]).unwrap_err().contains("outside"));
     }
 
     #[test]

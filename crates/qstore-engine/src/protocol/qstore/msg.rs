@@ -24,13 +24,15 @@ impl TxnPos {
 /// The accesses of one transaction that fall into one execution queue, in program order.
 /// (The paper's fragments group accesses by record; grouping all of a transaction's accesses
 /// of one queue keeps data dependencies inside a queue in program order, so a queue never
-/// waits on itself.)
+/// waits on itself.) The accesses themselves live in the queue's `ops`, fragment after
+/// fragment: see [`Eq`].
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct Frag {
     pub seq: u32,
     pub id: TxnId,
-    /// (index in the program, access).
-    pub accesses: Vec<(u16, Access)>,
+    /// Where its accesses start in the queue's `ops`, and how many there are.
+    pub start: u32,
+    pub len: u16,
     /// Outputs of accesses outside this fragment that its accesses need.
     pub needs: Vec<u16>,
     /// Where this fragment's outputs must go besides the home node: (access index, whether a
@@ -40,6 +42,20 @@ pub struct Frag {
     pub n_accesses: u16,
     /// Set when the transaction may abort: how its fate is decided.
     pub fate: Option<FateInfo>,
+}
+
+/// A fragment together with its accesses (index in the program, access).
+#[derive(Clone, Copy)]
+pub struct FragRef<'a> {
+    pub head: &'a Frag,
+    pub accesses: &'a [(u16, Access)],
+}
+
+impl std::ops::Deref for FragRef<'_> {
+    type Target = Frag;
+    fn deref(&self) -> &Frag {
+        self.head
+    }
 }
 
 /// How the fate of a transaction that may abort is decided: each of its `abortables`
@@ -59,11 +75,34 @@ pub struct Route {
 }
 
 /// One execution queue: the fragments one planner placed into one sub-partition of one
-/// node in one batch, in planning order.
-#[derive(Clone, Debug, Serialize, Deserialize)]
+/// node in one batch, in planning order. Their accesses are stored flat, in one vector per
+/// queue rather than one per fragment: planning allocates per queue, not per transaction, and
+/// an executor reads them front to back.
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
 pub struct Eq {
     pub sub: u32,
     pub frags: Vec<Frag>,
+    pub ops: Vec<(u16, Access)>,
+}
+
+impl Eq {
+    /// Fragment `i` with its accesses.
+    pub fn frag(&self, i: usize) -> Option<FragRef<'_>> {
+        let head = self.frags.get(i)?;
+        let start = head.start as usize;
+        Some(FragRef {
+            head,
+            accesses: &self.ops[start..start + head.len as usize],
+        })
+    }
+
+    /// Whether every fragment's accesses lie inside `ops` (a queue from the network is
+    /// checked before it is installed).
+    pub fn is_well_formed(&self) -> bool {
+        self.frags
+            .iter()
+            .all(|f| f.start as usize + f.len as usize <= self.ops.len())
+    }
 }
 
 /// An access output reported to the home node.

@@ -2,7 +2,7 @@
 //! the batches its planners made.
 
 use super::batch::{Batches, Claim};
-use super::msg::{Eq, FateInfo, FateNote, Frag, Output, QMsg, TxnPos};
+use super::msg::{Eq, FateInfo, FateNote, FragRef, Output, QMsg, TxnPos};
 use super::plan::{BatchPlan, QueueShape};
 use super::spec::Speculation;
 use crate::cluster::EngineCtx;
@@ -442,43 +442,44 @@ impl QNode {
     fn execute(&self, mut c: Claim, scratch: &mut TxnScratch) {
         let _owner =
             (self.speculate && c.sub < self.subs).then(|| self.sub_locks[c.sub as usize].lock());
-        let mut outputs = Vec::new();
+        // One output per access still to run (fewer if some are skipped).
+        let done = c.eq.frags.get(c.cursor).map_or(0, |f| f.start as usize);
+        let mut outputs = Vec::with_capacity(c.eq.ops.len().saturating_sub(done));
         // Cache misses are started ahead, in two steps so that neither waits: index entries
         // of fragments 2 * PREFETCH_AHEAD ahead, rows (found through those entries, now
         // cached) of fragments PREFETCH_AHEAD ahead.
         let table = |a: &qstore_core::txn::Access| self.store().table(a.table);
-        let index_ahead = |f: &Frag| {
+        let index_ahead = |f: FragRef<'_>| {
             f.accesses
                 .iter()
                 .for_each(|(_, a)| table(a).prefetch_index(a.key))
         };
-        let rows_ahead = |f: &Frag| {
+        let rows_ahead = |f: FragRef<'_>| {
             f.accesses
                 .iter()
                 .for_each(|(_, a)| table(a).prefetch(a.key))
         };
-        let frags = &c.eq.frags;
-        frags[c.cursor..]
-            .iter()
+        let eq = &c.eq;
+        (c.cursor..)
+            .map_while(|i| eq.frag(i))
             .take(2 * PREFETCH_AHEAD)
             .for_each(index_ahead);
-        frags[c.cursor..]
-            .iter()
+        (c.cursor..)
+            .map_while(|i| eq.frag(i))
             .take(PREFETCH_AHEAD)
             .for_each(rows_ahead);
-        while c.cursor < c.eq.frags.len() {
-            if let Some(f) = c.eq.frags.get(c.cursor + 2 * PREFETCH_AHEAD) {
+        while let Some(frag) = c.eq.frag(c.cursor) {
+            if let Some(f) = c.eq.frag(c.cursor + 2 * PREFETCH_AHEAD) {
                 index_ahead(f);
             }
-            if let Some(f) = c.eq.frags.get(c.cursor + PREFETCH_AHEAD) {
+            if let Some(f) = c.eq.frag(c.cursor + PREFETCH_AHEAD) {
                 rows_ahead(f);
             }
             let pos = TxnPos {
                 batch: c.batch,
                 rank: c.rank,
-                seq: c.eq.frags[c.cursor].seq,
+                seq: frag.seq,
             };
-            let frag = &c.eq.frags[c.cursor];
             // Queues numbered from `subs` are read-only queues (read-committed isolation).
             let ran = if c.sub >= self.subs {
                 self.read_committed_fragment(pos, frag, scratch, &mut outputs)
@@ -507,7 +508,7 @@ impl QNode {
     fn run_fragment(
         &self,
         pos: TxnPos,
-        frag: &Frag,
+        frag: FragRef<'_>,
         s: &mut TxnScratch,
         outputs: &mut Vec<Output>,
     ) -> Option<u64> {
@@ -533,7 +534,7 @@ impl QNode {
         let ctx = &*self.ctx;
         let trace = ctx.history.is_some();
         let mut votes: Vec<Option<String>> = Vec::new();
-        for (idx, a) in &frag.accesses {
+        for (idx, a) in frag.accesses {
             let t = trace.then_some(&mut s.trace);
             let undo = (frag.fate.is_some() || self.speculate).then_some(&mut s.undo);
             // SAFETY: this queue owns its sub-partition's records until it finishes: every
@@ -587,7 +588,13 @@ impl QNode {
     /// Decides under the node lock whether `frag` can run: its transaction not known to
     /// abort, every value it needs here (copied into `values`), and none of its records held
     /// by an undecided transaction (conservative execution).
-    fn ready(&self, pos: TxnPos, frag: &Frag, values: &mut [Value], check_held: bool) -> Ready {
+    fn ready(
+        &self,
+        pos: TxnPos,
+        frag: FragRef<'_>,
+        values: &mut [Value],
+        check_held: bool,
+    ) -> Ready {
         // The common case needs nothing the lock guards: a transaction that cannot abort,
         // whose fragment needs no outside value, on records no undecided writer can hold.
         if frag.fate.is_none() && frag.needs.is_empty() && !check_held {
@@ -625,7 +632,7 @@ impl QNode {
 
     /// Read-committed: before a fragment first writes a record in this batch, keeps the
     /// record's contents as they were (the committed copy readers of this batch see).
-    fn keep_images(&self, batch: u64, frag: &Frag) {
+    fn keep_images(&self, batch: u64, frag: FragRef<'_>) {
         let table = |a: &qstore_core::txn::Access| self.store().table(a.table);
         let mut state = self.state.lock();
         for (_, a) in frag.accesses.iter().filter(|(_, a)| a.kind.is_write()) {
@@ -648,7 +655,7 @@ impl QNode {
     fn read_committed_fragment(
         &self,
         pos: TxnPos,
-        frag: &Frag,
+        frag: FragRef<'_>,
         s: &mut TxnScratch,
         outputs: &mut Vec<Output>,
     ) -> Option<u64> {
@@ -662,7 +669,7 @@ impl QNode {
         // handed on after it is released: routing a value locally takes the lock again.
         let mut produced = Vec::with_capacity(frag.accesses.len());
         let state = self.state.lock();
-        for (idx, a) in &frag.accesses {
+        for (idx, a) in frag.accesses {
             let t = self.store().table(a.table);
             let copy = state
                 .images
@@ -701,7 +708,7 @@ impl QNode {
     /// Keeps the before-images of a fragment of a transaction that may abort, and holds its
     /// written records until the transaction is decided (rolling back at once if it already
     /// was decided to abort while the fragment ran).
-    fn hold_writes(&self, pos: TxnPos, frag: &Frag, mut undo: UndoLog) {
+    fn hold_writes(&self, pos: TxnPos, frag: FragRef<'_>, mut undo: UndoLog) {
         let mut state = self.state.lock();
         let needed = frag.fate.as_ref().map_or(0, |f| f.abortables);
         let fate = state
@@ -789,7 +796,7 @@ impl QNode {
     fn publish(
         &self,
         pos: TxnPos,
-        frag: &Frag,
+        frag: FragRef<'_>,
         idx: u16,
         value: Value,
         values: Option<&mut [Value]>,
@@ -807,7 +814,7 @@ impl QNode {
     }
 
     /// Sends the output of access `idx` where the plan says it is needed.
-    fn route(&self, pos: TxnPos, frag: &Frag, idx: u16, value: &Value) {
+    fn route(&self, pos: TxnPos, frag: FragRef<'_>, idx: u16, value: &Value) {
         for r in frag.routes.iter().filter(|r| r.idx == idx) {
             if r.local {
                 let mut state = self.state.lock();
@@ -1054,7 +1061,17 @@ impl QNode {
                 Err(RecvTimeoutError::Disconnected) => return,
             };
             match env.msg {
-                QMsg::Plan { batch, rank, eqs } => self.install(batch, rank, eqs),
+                QMsg::Plan { batch, rank, eqs } => {
+                    let check = self.state.lock().batches.check_plan(rank, &eqs);
+                    match check {
+                        Ok(()) => self.install(batch, rank, eqs),
+                        Err(why) => tracing::error!(
+                            "node {}: refused a plan from node {}: {why}",
+                            self.id,
+                            env.from
+                        ),
+                    }
+                }
                 QMsg::Ack {
                     batch,
                     rank,

@@ -29,13 +29,12 @@ pub struct QueueShape {
 /// lives as long as its planner: queues and scratch space keep their capacity from batch to
 /// batch, so planning a transaction allocates only its fragments.
 pub struct BatchPlan {
-    /// Per node, per queue index (sub-partition, then read-only queues): the fragments.
-    queues: Vec<Vec<Vec<Frag>>>,
+    /// Per node, per queue index (sub-partition, then read-only queues): the queue.
+    queues: Vec<Vec<Eq>>,
     /// Scratch for `place`: where each access runs, and which fragment holds it.
     at: Vec<(NodeId, u32)>,
     frag_of: Vec<usize>,
     frags: Vec<((NodeId, u32), Frag)>,
-    sizes: Vec<usize>,
     nodes: Vec<NodeId>,
 }
 
@@ -44,12 +43,18 @@ impl BatchPlan {
     pub fn new(nodes: usize, queues: u32) -> Self {
         BatchPlan {
             queues: (0..nodes)
-                .map(|_| (0..queues).map(|_| Vec::new()).collect())
+                .map(|_| {
+                    (0..queues)
+                        .map(|sub| Eq {
+                            sub,
+                            ..Eq::default()
+                        })
+                        .collect()
+                })
                 .collect(),
             at: Vec::new(),
             frag_of: Vec::new(),
             frags: Vec::new(),
-            sizes: Vec::new(),
             nodes: Vec::new(),
         }
     }
@@ -58,13 +63,14 @@ impl BatchPlan {
     /// Each queue left behind is pre-sized like the one taken: batches are alike.
     pub fn take_eqs(&mut self, node: NodeId) -> Vec<Eq> {
         let mut eqs = Vec::new();
-        for (sub, queue) in self.queues[node.index()].iter_mut().enumerate() {
-            if !queue.is_empty() {
-                let frags = std::mem::replace(queue, Vec::with_capacity(queue.len()));
-                eqs.push(Eq {
-                    sub: sub as u32,
-                    frags,
-                });
+        for queue in self.queues[node.index()].iter_mut() {
+            if !queue.frags.is_empty() {
+                let next = Eq {
+                    sub: queue.sub,
+                    frags: Vec::with_capacity(queue.frags.len()),
+                    ops: Vec::with_capacity(queue.ops.len()),
+                };
+                eqs.push(std::mem::replace(queue, next));
             }
         }
         eqs
@@ -93,29 +99,26 @@ impl BatchPlan {
         // Where each access runs, (node, queue), and so which fragment holds it: one
         // fragment per destination, in the order destinations first appear.
         let (at, frag_of, frags) = (&mut self.at, &mut self.frag_of, &mut self.frags);
-        let (sizes, nodes) = (&mut self.sizes, &mut self.nodes);
+        let (queues, nodes) = (&mut self.queues, &mut self.nodes);
         at.clear();
         frag_of.clear();
-        sizes.clear();
         nodes.clear();
         at.extend(program.accesses.iter().map(|a| {
             let node = NodeId(pmap.partition_of(a.table, a.key).0);
             (node, offset + sub_of(a.table, a.key, subs))
         }));
+        // A fragment's accesses are contiguous in its queue's `ops`: no other transaction is
+        // placed meanwhile.
         for &dest in at.iter() {
             let f = match frags.iter().position(|(d, _)| *d == dest) {
                 Some(f) => f,
                 None => {
-                    frags.push((dest, Frag::empty(seq, id, n as u16)));
-                    sizes.push(0);
+                    let start = queue(queues, dest).ops.len() as u32;
+                    frags.push((dest, Frag::empty(seq, id, start, n as u16)));
                     frags.len() - 1
                 }
             };
-            sizes[f] += 1;
             frag_of.push(f);
-        }
-        for ((_, frag), &size) in frags.iter_mut().zip(sizes.iter()) {
-            frag.accesses.reserve_exact(size);
         }
         for (i, a) in program.accesses.into_iter().enumerate() {
             let f = frag_of[i];
@@ -127,7 +130,8 @@ impl BatchPlan {
                 frags[f].1.needs.push(d);
                 route(&mut frags[producer].1, d, at[i].0, at[d as usize].0);
             }
-            frags[f].1.accesses.push((i as u16, a));
+            frags[f].1.len += 1;
+            queue(queues, at[i]).ops.push((i as u16, a));
         }
         for &((node, _), _) in frags.iter() {
             if !nodes.contains(&node) {
@@ -141,9 +145,9 @@ impl BatchPlan {
             }
             FateInfo { abortables, notify }
         });
-        for ((node, queue), mut frag) in frags.drain(..) {
+        for (dest, mut frag) in frags.drain(..) {
             frag.fate = fate.clone();
-            self.queues[node.index()][queue as usize].push(frag);
+            queue(queues, dest).frags.push(frag);
         }
         nodes
     }
@@ -151,18 +155,24 @@ impl BatchPlan {
 
 impl Frag {
     /// A fragment of transaction `id` (`seq` in its batch, `n_accesses` in its program) with
-    /// no accesses yet.
-    fn empty(seq: u32, id: TxnId, n_accesses: u16) -> Self {
+    /// no accesses yet; they will start at `start` in its queue's `ops`.
+    fn empty(seq: u32, id: TxnId, start: u32, n_accesses: u16) -> Self {
         Frag {
             seq,
             id,
-            accesses: Vec::new(),
+            start,
+            len: 0,
             needs: Vec::new(),
             routes: Vec::new(),
             n_accesses,
             fate: None,
         }
     }
+}
+
+/// The queue `at` = (node, queue index) of a plan.
+fn queue(queues: &mut [Vec<Eq>], (node, q): (NodeId, u32)) -> &mut Eq {
+    &mut queues[node.index()][q as usize]
 }
 
 /// Makes the output of access `idx` (in `producer`, running on `from`) reach node `to`.
@@ -231,7 +241,7 @@ mod tests {
         let eqs0 = plan.take_eqs(NodeId(0));
         let eqs1 = plan.take_eqs(NodeId(1));
         assert_eq!((eqs0.len(), eqs1.len()), (1, 1));
-        let f0 = &eqs0[0].frags[0];
+        let f0 = eqs0[0].frag(0).expect("one fragment");
         let idx: Vec<u16> = f0.accesses.iter().map(|(i, _)| *i).collect();
         assert_eq!(idx, vec![0, 2], "both accesses of key 5, in program order");
         assert_eq!(f0.needs, vec![1]);
