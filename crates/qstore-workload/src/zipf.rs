@@ -5,14 +5,19 @@
 //! exponent θ ≥ 0, including θ ≥ 1 where the classic YCSB (Gray et al.) formula breaks down.
 
 use qstore_core::rng::Rng;
-use rand::Rng as _;
 use rand_distr::Distribution;
 
 /// Draws ranks in `[0, n)`; rank 0 is the most popular.
 #[derive(Clone, Debug)]
 pub enum RankChooser {
-    Uniform { n: u64 },
-    Zipf { dist: rand_distr::Zipf<f64>, n: u64 },
+    /// Its bounds are prepared once: drawing from a bare range divides on every sample.
+    Uniform {
+        dist: rand::distr::Uniform<u64>,
+    },
+    Zipf {
+        dist: rand_distr::Zipf<f64>,
+        n: u64,
+    },
 }
 
 impl RankChooser {
@@ -23,7 +28,8 @@ impl RankChooser {
             "validated by config"
         );
         if theta == 0.0 {
-            RankChooser::Uniform { n }
+            let dist = rand::distr::Uniform::new(0, n).expect("n >= 1");
+            RankChooser::Uniform { dist }
         } else {
             let dist = rand_distr::Zipf::new(n as f64, theta).expect("n >= 1 and theta >= 0");
             RankChooser::Zipf { dist, n }
@@ -33,7 +39,7 @@ impl RankChooser {
     #[inline]
     pub fn sample(&self, rng: &mut Rng) -> u64 {
         match self {
-            RankChooser::Uniform { n } => rng.random_range(0..*n),
+            RankChooser::Uniform { dist } => dist.sample(rng),
             // Zipf samples are integers in [1, n] carried as floats.
             RankChooser::Zipf { dist, n } => (dist.sample(rng) as u64).clamp(1, *n) - 1,
         }
