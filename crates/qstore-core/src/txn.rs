@@ -83,6 +83,31 @@ pub struct Access {
     pub may_abort: bool,
 }
 
+/// An access as the storage layer runs it, borrowed from wherever the protocol keeps it (an
+/// [`Access`] of a program, or a protocol's own compact record).
+#[derive(Clone, Copy, Debug)]
+pub struct AccessRef<'a> {
+    pub table: TableId,
+    pub key: Key,
+    pub kind: AccessKind,
+    pub step: StepId,
+    pub arg: &'a Value,
+    pub deps: &'a [u16],
+}
+
+impl Access {
+    pub fn as_ref(&self) -> AccessRef<'_> {
+        AccessRef {
+            table: self.table,
+            key: self.key,
+            kind: self.kind,
+            step: self.step,
+            arg: &self.arg,
+            deps: &self.deps,
+        }
+    }
+}
+
 /// The ordered accesses of one transaction.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct Program {
@@ -210,9 +235,14 @@ impl StepRegistry {
 
     /// Runs access `a` on `row`, with `outputs` holding the outputs of earlier accesses.
     #[inline]
-    pub fn run(&self, a: &Access, row: RowRef<'_>, outputs: &[Value]) -> Result<Value, LogicAbort> {
+    pub fn run(
+        &self,
+        a: AccessRef<'_>,
+        row: RowRef<'_>,
+        outputs: &[Value],
+    ) -> Result<Value, LogicAbort> {
         match self.fns.get(a.step.0 as usize) {
-            Some(f) => f(row, &a.arg, Inputs::new(outputs, &a.deps)),
+            Some(f) => f(row, a.arg, Inputs::new(outputs, a.deps)),
             None => Err(LogicAbort("unknown step function")),
         }
     }
@@ -431,7 +461,7 @@ mod tests {
         };
         let mut row = [0u8; 8];
         let out = reg
-            .run(&a, RowRef::Write(&mut row), &[Value::Int(10)])
+            .run(a.as_ref(), RowRef::Write(&mut row), &[Value::Int(10)])
             .unwrap();
         assert_eq!(out, Value::Int(15));
     }

@@ -5,7 +5,9 @@
 
 use crate::history::TxnTrace;
 use qstore_core::partition::PartitionMap;
-use qstore_core::txn::{Access, AccessKind, LogicAbort, Program, RowRef, StepRegistry, Value};
+use qstore_core::txn::{
+    Access, AccessKind, AccessRef, LogicAbort, Program, RowRef, StepRegistry, Value,
+};
 use qstore_core::{PartitionId, TableId, TxnId};
 use qstore_storage::{PartitionStore, RowVersion};
 
@@ -135,7 +137,7 @@ pub unsafe fn run_access(
     store: &PartitionStore,
     steps: &StepRegistry,
     txn: TxnId,
-    a: &Access,
+    a: AccessRef<'_>,
     outputs: &[Value],
     undo: Option<&mut UndoLog>,
     trace: Option<&mut TxnTrace>,
@@ -207,7 +209,7 @@ unsafe fn run_insert(
     store: &PartitionStore,
     steps: &StepRegistry,
     txn: TxnId,
-    a: &Access,
+    a: AccessRef<'_>,
     outputs: &[Value],
     undo: Option<&mut UndoLog>,
 ) -> Result<Value, LogicAbort> {
@@ -260,7 +262,7 @@ pub unsafe fn run_program_alone<'a>(
         let undo = keep_undo.then_some(&mut s.undo);
         let t = trace.then_some(&mut s.trace);
         // SAFETY: the caller guarantees this thread is alone on these partitions.
-        match unsafe { run_access(part, steps, txn, a, &s.outputs, undo, t) } {
+        match unsafe { run_access(part, steps, txn, a.as_ref(), &s.outputs, undo, t) } {
             Ok(v) => s.outputs.push(v),
             Err(abort) => {
                 // SAFETY: as above.

@@ -676,7 +676,7 @@ mod tests {
                 } else {
                     RowRef::Read(row)
                 };
-                match cat.steps.run(&acc, view, &outputs) {
+                match cat.steps.run(acc.as_ref(), view, &outputs) {
                     Ok(v) => outputs.push(v),
                     Err(_) => {
                         self.rows.extend(undo);

@@ -811,7 +811,7 @@ mod tests {
         } else {
             RowRef::Read(row)
         };
-        reg.run(a, row, outputs)
+        reg.run(a.as_ref(), row, outputs)
     }
 
     fn branch_keys(l: &Layout, b: Branch) -> Vec<Key> {
@@ -1049,7 +1049,7 @@ mod tests {
             Value::Int(amount),
             true,
         );
-        let out = reg.run(&a, RowRef::Write(&mut row), &[]);
+        let out = reg.run(a.as_ref(), RowRef::Write(&mut row), &[]);
         (out, balance(&row))
     }
 

@@ -198,7 +198,7 @@ impl<'a> Executor<'a> {
                 let trace = history.is_some().then_some(&mut s.trace);
                 // SAFETY: the transaction holds this node's locks on its records: exclusive
                 // ones on those it writes, shared ones on those it only reads.
-                unsafe { run_access(store, steps, t.id, a, &s.outputs, undo, trace) }
+                unsafe { run_access(store, steps, t.id, a.as_ref(), &s.outputs, undo, trace) }
             } else {
                 let p = t
                     .roles
@@ -290,17 +290,17 @@ fn run_on_copy(
             }
             row.fill(0);
             *present = true;
-            steps.run(a, RowRef::Write(row), outputs)
+            steps.run(a.as_ref(), RowRef::Write(row), outputs)
         }
         _ if !*present => Err(LogicAbort("key not found")),
-        AccessKind::Read => steps.run(a, RowRef::Read(row), outputs),
+        AccessKind::Read => steps.run(a.as_ref(), RowRef::Read(row), outputs),
         AccessKind::Delete => {
-            let out = steps.run(a, RowRef::Read(row), outputs)?;
+            let out = steps.run(a.as_ref(), RowRef::Read(row), outputs)?;
             *present = false;
             Ok(out)
         }
         AccessKind::Write | AccessKind::ReadModifyWrite => {
-            steps.run(a, RowRef::Write(row), outputs)
+            steps.run(a.as_ref(), RowRef::Write(row), outputs)
         }
     }
 }

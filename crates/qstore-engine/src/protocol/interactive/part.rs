@@ -243,7 +243,7 @@ impl<C: Cc> Node<C> {
             let trace = tracing.then_some(&mut t.trace);
             // SAFETY: the concurrency control granted this access (exclusively if it writes),
             // and the transaction keeps that grant until it commits or aborts.
-            match unsafe { run_access(store, steps, txn, a, &g.outs, undo, trace) } {
+            match unsafe { run_access(store, steps, txn, a.as_ref(), &g.outs, undo, trace) } {
                 Ok(v) => g.outs[idx as usize] = v,
                 Err(abort) => {
                     end = GroupEnd::LogicAbort(abort.0.to_string());

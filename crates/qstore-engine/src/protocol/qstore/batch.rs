@@ -300,6 +300,7 @@ mod tests {
                 })
                 .collect(),
             ops: vec![],
+            extras: vec![],
         }
     }
 

@@ -1,6 +1,7 @@
 //! What Q-Store nodes say to each other.
 
-use qstore_core::txn::{Access, Value};
+use qstore_core::txn::{Access, AccessKind, AccessRef, StepId, Value};
+use qstore_core::TableId;
 use qstore_core::{NodeId, TxnId};
 use serde::{Deserialize, Serialize};
 
@@ -44,11 +45,12 @@ pub struct Frag {
     pub fate: Option<FateInfo>,
 }
 
-/// A fragment together with its accesses (index in the program, access).
+/// A fragment together with its accesses and their side records.
 #[derive(Clone, Copy)]
 pub struct FragRef<'a> {
     pub head: &'a Frag,
-    pub accesses: &'a [(u16, Access)],
+    pub accesses: &'a [Op],
+    extras: &'a [OpExtra],
 }
 
 impl std::ops::Deref for FragRef<'_> {
@@ -56,6 +58,76 @@ impl std::ops::Deref for FragRef<'_> {
     fn deref(&self) -> &Frag {
         self.head
     }
+}
+
+impl<'a> FragRef<'a> {
+    /// Operation `op` of this fragment as storage runs it. An integer argument is unpacked
+    /// into `int_arg`.
+    pub fn access<'b>(&self, op: &'b Op, int_arg: &'b mut Value) -> AccessRef<'b>
+    where
+        'a: 'b,
+    {
+        static NULL: Value = Value::Null;
+        let (arg, deps): (&Value, &[u16]) = match self.extras.get(op.extra as usize) {
+            Some(x) => (&x.arg, &x.deps),
+            None if op.int_arg => {
+                *int_arg = Value::Int(op.arg);
+                (int_arg, &[])
+            }
+            None => (&NULL, &[]),
+        };
+        AccessRef {
+            table: op.table,
+            key: op.key,
+            kind: op.kind,
+            step: op.step,
+            arg,
+            deps,
+        }
+    }
+
+    /// Whether any of its operations reads outputs of earlier accesses.
+    pub fn has_deps(&self) -> bool {
+        let extras = self.extras;
+        self.accesses.iter().any(|op| {
+            extras
+                .get(op.extra as usize)
+                .is_some_and(|x| !x.deps.is_empty())
+        })
+    }
+}
+
+/// A compact operation record: one access of a fragment, as queues carry it. The common
+/// access (a null or integer argument, no data dependencies) fits in 32 bytes, less than half
+/// of a program's [`Access`]; the rest keep their argument and dependencies in the queue's
+/// `extras`. Queues are written by a planner and read by executors on other cores and nodes,
+/// so their size is what planning and execution move around.
+#[derive(Clone, Copy, Debug, Serialize, Deserialize)]
+pub struct Op {
+    pub key: u64,
+    /// The step's argument when `int_arg` is set.
+    pub arg: i64,
+    /// Where its argument and dependencies are in the queue's `extras`, or [`Op::PLAIN`].
+    pub extra: u32,
+    pub table: TableId,
+    /// Its index in the transaction's program.
+    pub idx: u16,
+    pub step: StepId,
+    pub kind: AccessKind,
+    pub int_arg: bool,
+    pub may_abort: bool,
+}
+
+impl Op {
+    /// `extra` of an operation whose argument is null or an integer, with no dependencies.
+    pub const PLAIN: u32 = u32::MAX;
+}
+
+/// The argument and data dependencies of an operation that does not fit [`Op`] alone.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct OpExtra {
+    pub arg: Value,
+    pub deps: Vec<u16>,
 }
 
 /// How the fate of a transaction that may abort is decided: each of its `abortables`
@@ -82,7 +154,8 @@ pub struct Route {
 pub struct Eq {
     pub sub: u32,
     pub frags: Vec<Frag>,
-    pub ops: Vec<(u16, Access)>,
+    pub ops: Vec<Op>,
+    pub extras: Vec<OpExtra>,
 }
 
 impl Eq {
@@ -93,15 +166,48 @@ impl Eq {
         Some(FragRef {
             head,
             accesses: &self.ops[start..start + head.len as usize],
+            extras: &self.extras,
         })
     }
 
-    /// Whether every fragment's accesses lie inside `ops` (a queue from the network is
-    /// checked before it is installed).
+    /// Appends access `idx` of a program (the current fragment's accesses must be appended
+    /// together).
+    pub fn push_op(&mut self, idx: u16, a: Access) {
+        let (arg, int_arg, extra) = match (&a.arg, a.deps.is_empty()) {
+            (Value::Null, true) => (0, false, Op::PLAIN),
+            (&Value::Int(v), true) => (v, true, Op::PLAIN),
+            _ => {
+                self.extras.push(OpExtra {
+                    arg: a.arg,
+                    deps: a.deps,
+                });
+                (0, false, self.extras.len() as u32 - 1)
+            }
+        };
+        self.ops.push(Op {
+            key: a.key,
+            arg,
+            extra,
+            table: a.table,
+            idx,
+            step: a.step,
+            kind: a.kind,
+            int_arg,
+            may_abort: a.may_abort,
+        });
+    }
+
+    /// Whether every fragment's accesses, and every operation's side record, lie inside the
+    /// queue (a queue from the network is checked before it is installed).
     pub fn is_well_formed(&self) -> bool {
+        let extras = self.extras.len();
         self.frags
             .iter()
             .all(|f| f.start as usize + f.len as usize <= self.ops.len())
+            && self
+                .ops
+                .iter()
+                .all(|op| op.extra == Op::PLAIN || (op.extra as usize) < extras)
     }
 }
 
@@ -161,5 +267,79 @@ pub struct FateNote {
 impl FateNote {
     pub fn says_something(&self) -> bool {
         self.cascade || self.abort.is_some() || !self.after.is_empty()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn access(arg: Value, deps: Vec<u16>) -> Access {
+        Access {
+            table: 1,
+            key: 42,
+            kind: AccessKind::ReadModifyWrite,
+            step: StepId(3),
+            arg,
+            deps,
+            may_abort: true,
+        }
+    }
+
+    fn one_frag(accesses: Vec<Access>) -> Eq {
+        let mut eq = Eq::default();
+        let len = accesses.len() as u16;
+        for (i, a) in accesses.into_iter().enumerate() {
+            eq.push_op(i as u16, a);
+        }
+        eq.frags.push(Frag {
+            seq: 0,
+            id: TxnId(1),
+            start: 0,
+            len,
+            needs: vec![],
+            routes: vec![],
+            n_accesses: len,
+            fate: None,
+        });
+        eq
+    }
+
+    #[test]
+    fn compact_operations_give_back_the_accesses_they_were_made_from() {
+        let accesses = vec![
+            access(Value::Null, vec![]),
+            access(Value::Int(-7), vec![]),
+            access(Value::Bytes(b"xyz".to_vec()), vec![]),
+            access(Value::Int(5), vec![0, 1]),
+        ];
+        let eq = one_frag(accesses.clone());
+        assert_eq!(
+            eq.extras.len(),
+            2,
+            "only the bytes and the dependent access"
+        );
+        assert!(eq.is_well_formed());
+        let frag = eq.frag(0).expect("fragment 0");
+        assert!(frag.has_deps());
+        for (op, original) in frag.accesses.iter().zip(&accesses) {
+            let mut int_arg = Value::Null;
+            let a = frag.access(op, &mut int_arg);
+            let want = original.as_ref();
+            assert_eq!(
+                (a.table, a.key, a.kind, a.step),
+                (1, 42, want.kind, want.step)
+            );
+            assert_eq!((a.arg, a.deps), (want.arg, want.deps));
+            assert!(op.may_abort);
+        }
+        assert_eq!(std::mem::size_of::<Op>(), 32);
+    }
+
+    #[test]
+    fn operations_pointing_outside_the_extras_are_malformed() {
+        let mut eq = one_frag(vec![access(Value::Int(1), vec![0])]);
+        eq.ops[0].extra = 5;
+        assert!(!eq.is_well_formed());
     }
 }

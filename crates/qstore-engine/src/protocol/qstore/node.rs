@@ -2,7 +2,7 @@
 //! the batches its planners made.
 
 use super::batch::{Batches, Claim};
-use super::msg::{Eq, FateInfo, FateNote, FragRef, Output, QMsg, TxnPos};
+use super::msg::{Eq, FateInfo, FateNote, FragRef, Op, Output, QMsg, TxnPos};
 use super::plan::{BatchPlan, QueueShape};
 use super::spec::Speculation;
 use crate::cluster::EngineCtx;
@@ -448,17 +448,14 @@ impl QNode {
         // Cache misses are started ahead, in two steps so that neither waits: index entries
         // of fragments 2 * PREFETCH_AHEAD ahead, rows (found through those entries, now
         // cached) of fragments PREFETCH_AHEAD ahead.
-        let table = |a: &qstore_core::txn::Access| self.store().table(a.table);
+        let table = |op: &Op| self.store().table(op.table);
         let index_ahead = |f: FragRef<'_>| {
             f.accesses
                 .iter()
-                .for_each(|(_, a)| table(a).prefetch_index(a.key))
+                .for_each(|op| table(op).prefetch_index(op.key))
         };
-        let rows_ahead = |f: FragRef<'_>| {
-            f.accesses
-                .iter()
-                .for_each(|(_, a)| table(a).prefetch(a.key))
-        };
+        let rows_ahead =
+            |f: FragRef<'_>| f.accesses.iter().for_each(|op| table(op).prefetch(op.key));
         let eq = &c.eq;
         (c.cursor..)
             .map_while(|i| eq.frag(i))
@@ -514,8 +511,7 @@ impl QNode {
     ) -> Option<u64> {
         s.begin();
         // The outputs this fragment's steps may read, indexed by access.
-        let needs_values =
-            !frag.needs.is_empty() || frag.accesses.iter().any(|(_, a)| !a.deps.is_empty());
+        let needs_values = !frag.needs.is_empty() || frag.has_deps();
         if needs_values {
             s.outputs.resize(frag.n_accesses as usize, Value::Null);
         }
@@ -528,13 +524,15 @@ impl QNode {
             self.keep_images(pos.batch, frag);
         }
         if self.speculate {
-            let keys = frag.accesses.iter().map(|(_, a)| (a.table, a.key));
+            let keys = frag.accesses.iter().map(|op| (op.table, op.key));
             self.state.lock().spec.touch(pos, keys);
         }
         let ctx = &*self.ctx;
         let trace = ctx.history.is_some();
         let mut votes: Vec<Option<String>> = Vec::new();
-        for (idx, a) in frag.accesses {
+        for op in frag.accesses {
+            let mut int_arg = Value::Null;
+            let a = frag.access(op, &mut int_arg);
             let t = trace.then_some(&mut s.trace);
             let undo = (frag.fate.is_some() || self.speculate).then_some(&mut s.undo);
             // SAFETY: this queue owns its sub-partition's records until it finishes: every
@@ -551,7 +549,7 @@ impl QNode {
                     t,
                 )
             };
-            if a.may_abort {
+            if op.may_abort {
                 votes.push(result.as_ref().err().map(|e| e.0.to_string()));
             }
             // A failed access that was not declared abortable (a missing key) cannot abort the
@@ -561,18 +559,18 @@ impl QNode {
             // and the home aborts it with everything built on it.
             let value = match result {
                 Ok(v) => v,
-                Err(_) if a.may_abort && !self.speculate => break,
+                Err(_) if op.may_abort && !self.speculate => break,
                 Err(_) => Value::Null,
             };
             let values = needs_values.then_some(&mut s.outputs[..]);
-            self.publish(pos, frag, *idx, value, values, outputs);
+            self.publish(pos, frag, op.idx, value, values, outputs);
         }
         if let Some(h) = &ctx.history {
             h.add_part(frag.id, &s.trace);
         }
         if self.speculate {
-            let writes = frag.accesses.iter().filter(|(_, a)| a.kind.is_write());
-            let keys = writes.map(|(_, a)| (a.table, a.key));
+            let writes = frag.accesses.iter().filter(|op| op.kind.is_write());
+            let keys = writes.map(|op| (op.table, op.key));
             let own_abort = votes.into_iter().flatten().next();
             let undo = std::mem::take(&mut s.undo);
             self.state.lock().spec.ran(pos, undo, keys, own_abort);
@@ -605,7 +603,7 @@ impl QNode {
             return Ready::Skip;
         }
         let held = check_held
-            && frag.accesses.iter().any(|(_, a)| {
+            && frag.accesses.iter().any(|a| {
                 state
                     .dirty
                     .get(&(a.table, a.key))
@@ -633,9 +631,9 @@ impl QNode {
     /// Read-committed: before a fragment first writes a record in this batch, keeps the
     /// record's contents as they were (the committed copy readers of this batch see).
     fn keep_images(&self, batch: u64, frag: FragRef<'_>) {
-        let table = |a: &qstore_core::txn::Access| self.store().table(a.table);
+        let table = |a: &Op| self.store().table(a.table);
         let mut state = self.state.lock();
-        for (_, a) in frag.accesses.iter().filter(|(_, a)| a.kind.is_write()) {
+        for a in frag.accesses.iter().filter(|op| op.kind.is_write()) {
             let images = state.images.entry((a.table, a.key)).or_default();
             if images.last().is_some_and(|(b, _, _)| *b == batch) {
                 continue;
@@ -669,7 +667,9 @@ impl QNode {
         // handed on after it is released: routing a value locally takes the lock again.
         let mut produced = Vec::with_capacity(frag.accesses.len());
         let state = self.state.lock();
-        for (idx, a) in frag.accesses {
+        for op in frag.accesses {
+            let mut int_arg = Value::Null;
+            let a = frag.access(op, &mut int_arg);
             let t = self.store().table(a.table);
             let copy = state
                 .images
@@ -692,8 +692,8 @@ impl QNode {
                 .steps
                 .run(a, RowRef::Read(bytes), &s.outputs)
                 .unwrap_or(Value::Null);
-            s.outputs[*idx as usize] = value.clone();
-            produced.push((*idx, value));
+            s.outputs[op.idx as usize] = value.clone();
+            produced.push((op.idx, value));
         }
         drop(state);
         for (idx, value) in produced {
@@ -726,8 +726,8 @@ impl QNode {
         let written: Vec<(TableId, u64)> = frag
             .accesses
             .iter()
-            .filter(|(_, a)| a.kind.is_write())
-            .map(|(_, a)| (a.table, a.key))
+            .filter(|op| op.kind.is_write())
+            .map(|op| (op.table, op.key))
             .collect();
         fate.undo.push(undo);
         fate.written.extend_from_slice(&written);

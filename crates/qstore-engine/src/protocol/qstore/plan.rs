@@ -69,6 +69,7 @@ impl BatchPlan {
                     sub: queue.sub,
                     frags: Vec::with_capacity(queue.frags.len()),
                     ops: Vec::with_capacity(queue.ops.len()),
+                    extras: Vec::new(),
                 };
                 eqs.push(std::mem::replace(queue, next));
             }
@@ -131,7 +132,7 @@ impl BatchPlan {
                 route(&mut frags[producer].1, d, at[i].0, at[d as usize].0);
             }
             frags[f].1.len += 1;
-            queue(queues, at[i]).ops.push((i as u16, a));
+            queue(queues, at[i]).push_op(i as u16, a);
         }
         for &((node, _), _) in frags.iter() {
             if !nodes.contains(&node) {
@@ -242,7 +243,7 @@ mod tests {
         let eqs1 = plan.take_eqs(NodeId(1));
         assert_eq!((eqs0.len(), eqs1.len()), (1, 1));
         let f0 = eqs0[0].frag(0).expect("one fragment");
-        let idx: Vec<u16> = f0.accesses.iter().map(|(i, _)| *i).collect();
+        let idx: Vec<u16> = f0.accesses.iter().map(|op| op.idx).collect();
         assert_eq!(idx, vec![0, 2], "both accesses of key 5, in program order");
         assert_eq!(f0.needs, vec![1]);
         let f1 = &eqs1[0].frags[0];
