@@ -7,7 +7,7 @@
 //! planner for that batch has arrived (an arrived plan without a queue for a sub-partition
 //! means "nothing here").
 
-use super::msg::{Eq, Output};
+use super::msg::{Eq, Output, Outputs};
 use std::collections::BTreeMap;
 
 /// One sub-partition of one batch.
@@ -31,7 +31,7 @@ pub struct BatchSlot {
     arrived: Vec<bool>,
     /// Per rank: its queues here not yet finished, and the outputs to acknowledge with.
     unfinished: Vec<u32>,
-    outputs: Vec<Vec<Output>>,
+    outputs: Vec<Outputs>,
 }
 
 /// A queue taken by an executor: run it from `cursor`, then hand it back.
@@ -46,7 +46,7 @@ pub struct Claim {
 /// What finishing a queue completed.
 pub struct Finished {
     /// Every queue of this rank in this batch is done here: acknowledge with these outputs.
-    pub ack: Option<Vec<Output>>,
+    pub ack: Option<Outputs>,
 }
 
 /// All batches in flight at a node.
@@ -198,7 +198,7 @@ impl Batches {
 
     /// Keeps outputs of fragments that ran before a queue stalled, for the acknowledgement.
     pub fn add_outputs(&mut self, batch: u64, rank: u32, outputs: Vec<Output>) {
-        gather(&mut self.slot(batch).outputs[rank as usize], outputs);
+        self.slot(batch).outputs[rank as usize].push(outputs);
     }
 
     /// Records that a claimed queue ran to its end, with the outputs it produced.
@@ -210,7 +210,7 @@ impl Batches {
         q.next_rank = rank + 1;
         q.cursor = 0;
         let r = rank as usize;
-        gather(&mut slot.outputs[r], outputs);
+        slot.outputs[r].push(outputs);
         slot.unfinished[r] -= 1;
         let ack = (slot.unfinished[r] == 0).then(|| std::mem::take(&mut slot.outputs[r]));
         Finished { ack }
@@ -269,15 +269,6 @@ impl Batches {
     pub fn is_empty(&self) -> bool {
         self.slots.is_empty()
     }
-}
-
-/// Adds a queue's outputs to those gathered for an acknowledgement. Their order does not
-/// matter (each names its transaction and access), so the smaller list is copied.
-fn gather(into: &mut Vec<Output>, mut outputs: Vec<Output>) {
-    if outputs.len() > into.len() {
-        std::mem::swap(into, &mut outputs);
-    }
-    into.extend(outputs);
 }
 
 #[cfg(test)]

@@ -219,6 +219,10 @@ pub struct Output {
     pub value: Value,
 }
 
+/// The outputs of one planner's queues at one node: a list per queue run, joined without
+/// copying.
+pub type Outputs = Vec<Vec<Output>>;
+
 #[derive(Debug, Serialize, Deserialize)]
 pub enum QMsg {
     /// Planner `rank`'s execution queues for the receiving node in `batch`; an empty list
@@ -230,7 +234,7 @@ pub enum QMsg {
     Ack {
         batch: u64,
         rank: u32,
-        outputs: Vec<Output>,
+        outputs: Outputs,
         notes: Vec<FateNote>,
     },
     /// Speculative mode: the fates of planner `rank`'s transactions in `batch`, decided by

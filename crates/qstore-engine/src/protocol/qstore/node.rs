@@ -2,7 +2,7 @@
 //! the batches its planners made.
 
 use super::batch::{Batches, Claim};
-use super::msg::{Eq, FateInfo, FateNote, FragRef, Op, Output, QMsg, TxnPos};
+use super::msg::{Eq, FateInfo, FateNote, FragRef, Op, Output, Outputs, QMsg, TxnPos};
 use super::plan::{BatchPlan, QueueShape};
 use super::spec::Speculation;
 use crate::cluster::EngineCtx;
@@ -840,7 +840,7 @@ impl QNode {
         state: &mut NodeState,
         batch: u64,
         rank: u32,
-        outputs: Vec<Output>,
+        outputs: Outputs,
         notes: Vec<FateNote>,
     ) {
         let Some(hb) = state.home.get_mut(&(batch, rank)) else {
@@ -850,7 +850,7 @@ impl QNode {
             );
             return;
         };
-        for o in outputs {
+        for o in outputs.into_iter().flatten() {
             if let Some(t) = hb.txns.get_mut(o.seq as usize) {
                 if let Some(slot) = t.outputs.get_mut(o.idx as usize) {
                     *slot = o.value;
@@ -953,7 +953,7 @@ impl QNode {
 
     /// A planner's batch has run here: acknowledge it to its home, unless (speculative mode)
     /// some of its transactions touched writes whose fate is not known yet.
-    fn acknowledge(&self, state: &mut NodeState, batch: u64, rank: u32, outputs: Vec<Output>) {
+    fn acknowledge(&self, state: &mut NodeState, batch: u64, rank: u32, outputs: Outputs) {
         let outputs = if self.speculate {
             match state.spec.ack_or_park((batch, rank), outputs) {
                 Some(outputs) => outputs,
@@ -965,7 +965,7 @@ impl QNode {
         self.send_ack(state, batch, rank, outputs);
     }
 
-    fn send_ack(&self, state: &mut NodeState, batch: u64, rank: u32, outputs: Vec<Output>) {
+    fn send_ack(&self, state: &mut NodeState, batch: u64, rank: u32, outputs: Outputs) {
         let notes = if self.speculate {
             state.spec.notes((batch, rank))
         } else {

@@ -16,7 +16,7 @@
 //! Only the shape of the bookkeeping is here; the node runs it under its lock and holds the
 //! records being rolled back.
 
-use super::msg::{FateNote, Output, TxnPos};
+use super::msg::{FateNote, Outputs, TxnPos};
 use crate::exec::UndoLog;
 use qstore_core::TableId;
 use rustc_hash::{FxHashMap, FxHashSet};
@@ -50,7 +50,7 @@ struct SpecTxn {
 /// What applying the fates of a planner's batch did.
 pub struct Finalized {
     /// Planner batches whose parked acknowledgements may go now.
-    pub released: Vec<(PlannerBatch, Vec<Output>)>,
+    pub released: Vec<(PlannerBatch, Outputs)>,
     /// Records rolled back, each with the oldest batch that had written it: every write of
     /// it since that batch began is undone (later writers touched it, so they were rolled
     /// back too).
@@ -68,7 +68,7 @@ pub struct Speculation {
     /// Per planner batch: how many of its transactions wait for a dependency's fate.
     waiting: FxHashMap<PlannerBatch, u32>,
     /// Acknowledgements held back until those fates are known.
-    parked: FxHashMap<PlannerBatch, Vec<Output>>,
+    parked: FxHashMap<PlannerBatch, Outputs>,
 }
 
 impl Speculation {
@@ -142,7 +142,7 @@ impl Speculation {
 
     /// Acknowledges a planner's batch whose queues all ran here: returns the outputs back if
     /// the acknowledgement may go now, or keeps them until its dependencies are decided.
-    pub fn ack_or_park(&mut self, pb: PlannerBatch, outputs: Vec<Output>) -> Option<Vec<Output>> {
+    pub fn ack_or_park(&mut self, pb: PlannerBatch, outputs: Outputs) -> Option<Outputs> {
         if self.waiting.get(&pb).copied().unwrap_or(0) == 0 {
             return Some(outputs);
         }
@@ -221,7 +221,7 @@ impl Speculation {
         &mut self,
         d: TxnPos,
         aborted: bool,
-        released: &mut Vec<(PlannerBatch, Vec<Output>)>,
+        released: &mut Vec<(PlannerBatch, Outputs)>,
     ) {
         // A dependent decided first (its home saw the same fate) is gone already.
         let Some(t) = self.txns.get_mut(&d) else {
