@@ -11,6 +11,7 @@ use crate::net::NodeNet;
 use crate::protocol::{admit, home_node, reply, AdmissionQueue, Engine, TxnRequest};
 use crate::runtime::spawn_worker;
 use crossbeam_channel::{bounded, Receiver, RecvTimeoutError};
+use crossbeam_utils::CachePadded;
 use parking_lot::{Condvar, Mutex, MutexGuard, RwLock};
 use qstore_core::config::{Isolation, QStoreMode};
 use qstore_core::txn::{CcAbortCause, RowRef, TxnOutcome, Value};
@@ -111,7 +112,7 @@ impl Engine for QStore {
         }
         for n in self.local() {
             n.stop.store(true, Ordering::Release);
-            n.admission.write().take();
+            n.admission.queues.write().take();
             n.wake.notify_all();
         }
         for h in self.threads.lock().drain(..) {
@@ -195,14 +196,22 @@ struct NodeState {
 /// A record's contents before batch `.0` first wrote it: (batch, version, bytes).
 type CommittedCopy = (u64, RowVersion, Box<[u8]>);
 
+/// Where clients' requests enter: the planners' queues, taken round-robin.
+struct Admission {
+    queues: RwLock<Option<Vec<AdmissionQueue>>>,
+    next: AtomicUsize,
+}
+
 struct QNode {
     id: NodeId,
     ctx: Arc<EngineCtx>,
     net: Arc<dyn Transport<QMsg>>,
-    planners: Vec<Planner>,
-    admission: RwLock<Option<Vec<AdmissionQueue>>>,
-    next_planner: AtomicUsize,
-    state: Mutex<NodeState>,
+    /// What different threads write all the time lives on cache lines of its own, so that
+    /// one thread's writes do not evict another's: each planner's (its worker), the admission
+    /// queues' (the clients) and the node state's (everyone, under its lock).
+    planners: Vec<CachePadded<Planner>>,
+    admission: CachePadded<Admission>,
+    state: CachePadded<Mutex<NodeState>>,
     wake: Condvar,
     stop: AtomicBool,
     /// Execution queues (sub-partitions) per node and planners per node.
@@ -246,7 +255,7 @@ impl QNode {
                     opened: Mutex::new(Instant::now()),
                     plan: Mutex::new(BatchPlan::new(ctx.nodes() as usize, queues)),
                 };
-                (tx, planner)
+                (tx, CachePadded::new(planner))
             })
             .unzip();
         let ranks = planners_per_node * ctx.nodes();
@@ -254,9 +263,11 @@ impl QNode {
             id,
             net,
             planners,
-            admission: RwLock::new(Some(senders)),
-            next_planner: AtomicUsize::new(0),
-            state: Mutex::new(NodeState {
+            admission: CachePadded::new(Admission {
+                queues: RwLock::new(Some(senders)),
+                next: AtomicUsize::new(0),
+            }),
+            state: CachePadded::new(Mutex::new(NodeState {
                 batches: Batches::with_read_only(
                     subs,
                     if read_committed { subs } else { 0 },
@@ -269,7 +280,7 @@ impl QNode {
                 dirty: FxHashMap::default(),
                 images: FxHashMap::default(),
                 spec: Speculation::default(),
-            }),
+            })),
             wake: Condvar::new(),
             stop: AtomicBool::new(false),
             subs,
@@ -287,9 +298,9 @@ impl QNode {
 
     /// Client requests go round-robin to the planners' queues.
     fn submit(&self, req: TxnRequest) {
-        let guard = self.admission.read();
+        let guard = self.admission.queues.read();
         let queue = guard.as_ref().map(|qs| {
-            let i = self.next_planner.fetch_add(1, Ordering::Relaxed) % qs.len();
+            let i = self.admission.next.fetch_add(1, Ordering::Relaxed) % qs.len();
             &qs[i]
         });
         admit(queue, self.id, req, self.ctx.history.as_deref());
@@ -330,7 +341,7 @@ impl QNode {
             };
             match claim {
                 Some(c) => self.execute(c, &mut scratch),
-                None => self.idle(planner.map(|(_, p)| p), seen),
+                None => self.idle(planner.map(|(_, p)| &**p), seen),
             }
         }
     }
