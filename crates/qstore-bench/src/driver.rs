@@ -12,7 +12,7 @@ use crate::Target;
 use crossbeam_channel::{unbounded, Receiver, RecvTimeoutError, Sender};
 use parking_lot::Mutex;
 use qstore_core::config::ClientConfig;
-use qstore_core::txn::{TxnOutcome, TxnResponse, Value};
+use qstore_core::txn::{ProcCall, TxnOutcome, TxnResponse, Value};
 use qstore_core::RunConfig;
 use qstore_core::{NodeId, TxnId};
 use qstore_engine::{wall_clock_us, TxnRequest};
@@ -77,7 +77,7 @@ struct Client {
 /// One transaction until its final answer, across attempts.
 struct Pending {
     client: usize,
-    call: Arc<qstore_core::txn::ProcCall>,
+    call: Arc<ProcCall>,
     ops: u32,
     first_submit: Instant,
     /// The first attempt's wall-clock time, carried by every retry (see `TxnRequest`).
@@ -125,6 +125,9 @@ pub struct Driver<'a> {
     clients: Vec<Client>,
     pending: FxHashMap<TxnId, Pending>,
     retries: BinaryHeap<Reverse<Retry>>,
+    /// A call whose transaction has finished, to build the next one in (see
+    /// `TxnGenerator::next_txn_reusing`).
+    spare: Option<(usize, ProcCall)>,
     reply_tx: Sender<TxnResponse>,
     reply_rx: Receiver<TxnResponse>,
     next_id: u64,
@@ -187,6 +190,7 @@ impl<'a> Driver<'a> {
             clients,
             pending: FxHashMap::default(),
             retries: BinaryHeap::new(),
+            spare: None,
             reply_tx,
             reply_rx,
             next_id: 0,
@@ -272,7 +276,11 @@ impl<'a> Driver<'a> {
         if self.control.stop.load(Ordering::Relaxed) || !self.control.take_slot(self.cfg.txns) {
             return false;
         }
-        let TxnCall { call, ops } = self.clients[c].generator.next_txn();
+        let generator = &mut self.clients[c].generator;
+        let TxnCall { call, ops } = match self.spare.take() {
+            Some((owner, old)) if owner == c => generator.next_txn_reusing(old),
+            _ => generator.next_txn(),
+        };
         let elle = self.elle.and_then(|log| {
             let invocation = self.workload.elle_ops(&call, None)?;
             let lane = self.free_lanes.pop().unwrap_or_else(|| {
@@ -373,7 +381,7 @@ impl<'a> Driver<'a> {
                     self.stats.record_commit(p.ops, latency);
                     self.count_commit();
                 }
-                self.finish(p.client);
+                self.finish(p);
             }
             TxnOutcome::CcAbort(cause) => {
                 if measuring {
@@ -391,7 +399,7 @@ impl<'a> Driver<'a> {
                     self.stats.logic_aborts += 1;
                 }
                 self.control.return_slot(self.cfg.txns);
-                self.finish(p.client);
+                self.finish(p);
             }
             TxnOutcome::Rejected(why) => {
                 // A refused request means a misconfigured run or a cluster going away:
@@ -412,8 +420,13 @@ impl<'a> Driver<'a> {
         }
     }
 
-    /// A transaction of client `c` has its final answer; a closed-loop client starts another.
-    fn finish(&mut self, c: usize) {
+    /// Transaction `p` has its final answer; a closed-loop client starts another, in the
+    /// finished call's memory when nobody else holds it any more.
+    fn finish(&mut self, p: Pending) {
+        let c = p.client;
+        if let Ok(call) = Arc::try_unwrap(p.call) {
+            self.spare = Some((c, call));
+        }
         if self.next_arrival.is_none() {
             self.issue_fresh(c, Instant::now());
         }

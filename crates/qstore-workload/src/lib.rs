@@ -27,6 +27,14 @@ pub struct TxnCall {
 /// A per-client stream of transactions. Deterministic for a given seed and client.
 pub trait TxnGenerator: Send {
     fn next_txn(&mut self) -> TxnCall;
+
+    /// The next transaction, built in the memory of `old`, a finished call of this
+    /// generator, where the workload can (the load generator recycles calls so the next one
+    /// is written where the last one was, still in the cache). Same stream as `next_txn`.
+    fn next_txn_reusing(&mut self, old: ProcCall) -> TxnCall {
+        drop(old);
+        self.next_txn()
+    }
 }
 
 /// A workload.

@@ -160,10 +160,19 @@ impl YcsbGenerator {
 
 impl TxnGenerator for YcsbGenerator {
     fn next_txn(&mut self) -> TxnCall {
+        self.next_txn_reusing(ProcCall {
+            proc: self.proc,
+            args: Vec::new(),
+        })
+    }
+
+    fn next_txn_reusing(&mut self, old: ProcCall) -> TxnCall {
         self.choose_partitions();
         self.chosen.clear();
         let ops = self.cfg.ops_per_txn;
-        let mut args = Vec::with_capacity(2 * ops as usize);
+        let mut args = old.args;
+        args.clear();
+        args.reserve_exact(2 * ops as usize);
         for i in 0..ops as usize {
             // Spread accesses evenly over the transaction's partitions.
             let p = self.parts[i % self.parts.len()];
@@ -278,6 +287,20 @@ mod tests {
             .chunks(2)
             .map(|p| p[0].as_int().unwrap() as u64)
             .collect()
+    }
+
+    #[test]
+    fn reusing_a_finished_call_gives_the_same_stream() {
+        let y = Ycsb::new(&config(2, 0.5, 0.0)).unwrap();
+        let mut fresh = y.generator(3, PartitionId(1));
+        let mut reusing = y.generator(3, PartitionId(1));
+        let mut old = reusing.next_txn().call;
+        assert_eq!(fresh.next_txn().call, old);
+        for _ in 0..50 {
+            let next = reusing.next_txn_reusing(old).call;
+            assert_eq!(fresh.next_txn().call, next);
+            old = next;
+        }
     }
 
     #[test]

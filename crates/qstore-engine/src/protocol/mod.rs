@@ -34,6 +34,16 @@ pub struct TxnRequest {
 }
 
 impl TxnRequest {
+    /// Answers the request, letting go of the call first: a client that finds itself its
+    /// only holder builds its next transaction in the same memory.
+    pub fn answer(self, outcome: TxnOutcome) {
+        let TxnRequest {
+            id, call, reply, ..
+        } = self;
+        drop(call);
+        let _ = reply.send(TxnResponse { id, outcome });
+    }
+
     /// A first attempt, born now.
     pub fn new(id: TxnId, call: Arc<ProcCall>, reply: ReplyTo) -> Self {
         TxnRequest {

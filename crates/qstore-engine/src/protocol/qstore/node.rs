@@ -917,19 +917,19 @@ impl QNode {
                     if let Some(h) = h {
                         h.logic_abort(self.id, id, call, &why, &none, order);
                     }
-                    reply(&t.req, TxnOutcome::LogicAbort(why));
+                    t.req.answer(TxnOutcome::LogicAbort(why));
                 }
                 Some(Fate::Cascade) => {
                     if let Some(h) = h {
                         h.cc_abort(self.id, id, CcAbortCause::Cascade, &none);
                     }
-                    reply(&t.req, TxnOutcome::CcAbort(CcAbortCause::Cascade));
+                    t.req.answer(TxnOutcome::CcAbort(CcAbortCause::Cascade));
                 }
                 None => {
                     if let Some(h) = h {
                         h.commit(self.id, id, call, &none, order);
                     }
-                    reply(&t.req, TxnOutcome::Committed(t.outputs));
+                    t.req.answer(TxnOutcome::Committed(t.outputs));
                 }
             }
         }
