@@ -181,6 +181,11 @@ pub struct QStoreConfig {
     /// A planner closes its batch after this many microseconds even if it is not full
     /// (time-based demarcation; also what keeps an idle cluster moving).
     pub batch_timeout_us: u64,
+    /// A worker that finds nothing to execute closes its planner's batch at once, however
+    /// few transactions it holds: batches then grow with the load (full under heavy load,
+    /// small and quick under light load). Off: batches close only when full or timed out,
+    /// the paper's count-based demarcation.
+    pub close_when_idle: bool,
     /// Execution queues each planner fills per node (0 = one per worker thread).
     pub eqs_per_planner: u32,
     /// Batches a node may have in flight at once (the ring of batch slots); 1 is a
@@ -200,6 +205,7 @@ impl Default for QStoreConfig {
             isolation: Isolation::Serializable,
             batch_size: 512,
             batch_timeout_us: 1_000,
+            close_when_idle: true,
             eqs_per_planner: 0,
             pipeline_depth: 4,
             planners: 0,

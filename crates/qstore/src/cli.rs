@@ -187,6 +187,10 @@ struct RunArgs {
     /// Q-Store: close a batch after this many microseconds even if not full.
     #[arg(long, help_heading = "Q-Store")]
     batch_timeout_us: Option<u64>,
+    /// Q-Store: close batches only when full or timed out (the paper's count-based
+    /// demarcation); by default a worker with nothing to execute closes its batch early.
+    #[arg(long, help_heading = "Q-Store")]
+    full_batches: bool,
     /// Q-Store: execution queues per planner and node (0 = one per worker).
     #[arg(long, help_heading = "Q-Store")]
     eqs_per_planner: Option<u32>,
@@ -399,6 +403,7 @@ impl RunArgs {
         set(&mut q.pipeline_depth, self.pipeline_depth);
         set(&mut q.planners, self.planners);
         q.dedicated_planners |= self.dedicated_planners;
+        q.close_when_idle &= !self.full_batches;
         let k = &mut c.protocol.calvin;
         set(&mut k.locks, self.calvin_locks);
         set(&mut k.epoch_us, self.calvin_epoch_us);

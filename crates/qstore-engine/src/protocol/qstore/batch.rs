@@ -114,6 +114,11 @@ impl Batches {
         Ok(())
     }
 
+    /// The newest batch any planner's plan has arrived for, if one is in flight.
+    pub fn newest(&self) -> Option<u64> {
+        self.slots.keys().next_back().copied()
+    }
+
     /// Installs planner `rank`'s queues for `batch`. Returns true if the rank had none here
     /// (nothing to acknowledge).
     pub fn install(&mut self, batch: u64, rank: u32, eqs: Vec<Eq>) -> bool {

@@ -200,6 +200,9 @@ type CommittedCopy = (u64, RowVersion, Box<[u8]>);
 struct Admission {
     queues: RwLock<Option<Vec<AdmissionQueue>>>,
     next: AtomicUsize,
+    /// Planning workers asleep that a new request should wake (when batches close as soon
+    /// as a worker is idle): changed under the node lock, read by every submit.
+    sleepers: AtomicUsize,
 }
 
 struct QNode {
@@ -219,6 +222,7 @@ struct QNode {
     planners_per_node: u32,
     batch_size: usize,
     batch_timeout: Duration,
+    close_when_idle: bool,
     depth: u64,
     read_committed: bool,
     /// Speculative mode with transactions that may abort: track undecided writes, so aborts
@@ -266,6 +270,7 @@ impl QNode {
             admission: CachePadded::new(Admission {
                 queues: RwLock::new(Some(senders)),
                 next: AtomicUsize::new(0),
+                sleepers: AtomicUsize::new(0),
             }),
             state: CachePadded::new(Mutex::new(NodeState {
                 batches: Batches::with_read_only(
@@ -287,6 +292,7 @@ impl QNode {
             planners_per_node,
             batch_size: q.batch_size as usize,
             batch_timeout: Duration::from_micros(q.batch_timeout_us),
+            close_when_idle: q.close_when_idle,
             depth: q.pipeline_depth as u64,
             read_committed,
             speculate: q.mode == QStoreMode::Speculative && ctx.catalog.may_abort(),
@@ -304,6 +310,14 @@ impl QNode {
             &qs[i]
         });
         admit(queue, self.id, req, self.ctx.history.as_deref());
+        drop(guard);
+        // Pairs with the sleeper's count-then-look in `idle`: either it sees this request,
+        // or this sees it asleep and wakes it (under the lock, so the wake is not lost).
+        std::sync::atomic::fence(Ordering::SeqCst);
+        if self.admission.sleepers.load(Ordering::Relaxed) > 0 {
+            let _state = self.state.lock();
+            self.wake.notify_all();
+        }
     }
 
     fn rank(&self, planner: usize) -> u32 {
@@ -325,7 +339,7 @@ impl QNode {
         let planner = plans.map(|p| (p, &self.planners[p]));
         while !self.stop.load(Ordering::Acquire) {
             if let Some((w, p)) = planner {
-                if self.plan_if_due(w, p) {
+                if self.plan_if_due(w, p, false) {
                     continue;
                 }
             }
@@ -341,16 +355,39 @@ impl QNode {
             };
             match claim {
                 Some(c) => self.execute(c, &mut scratch),
-                None => self.idle(planner.map(|(_, p)| &**p), seen),
+                None => {
+                    // Nothing to execute: close the batch now rather than idle until it fills.
+                    let early = self.close_when_idle && executes;
+                    if let Some((w, p)) = planner.filter(|_| early) {
+                        if self.plan_if_due(w, p, true) {
+                            continue;
+                        }
+                    }
+                    self.idle(planner.map(|(_, p)| &**p), seen, early && planner.is_some());
+                }
             }
         }
     }
 
     /// Sleeps unless something happened since the worker last looked (event count `seen`).
-    fn idle(&self, planner: Option<&Planner>, seen: u64) {
+    /// With `wake_on_request`, a request for its planner wakes it too.
+    fn idle(&self, planner: Option<&Planner>, seen: u64, wake_on_request: bool) {
         let mut state = self.state.lock();
         if self.stop.load(Ordering::Acquire) || state.batches.events() != seen {
             return;
+        }
+        // A request wakes the worker only if it could plan now; with the ring full, the retiring
+        // of a batch does.
+        let room = |p: &Planner| p.next_batch.load(Ordering::Acquire) < state.retired + self.depth;
+        let sleeper =
+            (wake_on_request && planner.is_some_and(room)).then_some(&self.admission.sleepers);
+        if let Some(count) = sleeper {
+            count.fetch_add(1, Ordering::SeqCst);
+            std::sync::atomic::fence(Ordering::SeqCst);
+            if planner.is_some_and(|p| !p.queue.is_empty()) {
+                count.fetch_sub(1, Ordering::Relaxed);
+                return;
+            }
         }
         // Sleep until a plan, value, verdict or acknowledgement arrives, or this worker's
         // batch is due. A due batch that the ring holds back waits for a notification too.
@@ -364,16 +401,32 @@ impl QNode {
             until_due.min(IDLE_WAIT)
         };
         self.wake.wait_for(&mut state, wait);
+        if let Some(count) = sleeper {
+            count.fetch_sub(1, Ordering::Relaxed);
+        }
     }
 
     /// Plans the next batch of planner `w` if it is full or its time is up, and the ring has
-    /// room for it. Returns whether it planned.
-    fn plan_if_due(&self, w: usize, p: &Planner) -> bool {
-        let due =
-            p.queue.len() >= self.batch_size || p.opened.lock().elapsed() >= self.batch_timeout;
-        let batch = p.next_batch.load(Ordering::Acquire);
-        if !due || batch >= self.state.lock().retired + self.depth {
+    /// room for it. An `early` (idle) worker also closes it if it holds any transaction, or if
+    /// another planner has closed this batch already (every planner's plan of a batch is
+    /// awaited before the next batch runs). Returns whether it planned.
+    fn plan_if_due(&self, w: usize, p: &Planner, early: bool) -> bool {
+        let queued = p.queue.len();
+        let full_or_late =
+            queued >= self.batch_size || p.opened.lock().elapsed() >= self.batch_timeout;
+        if !full_or_late && !early {
             return false;
+        }
+        let batch = p.next_batch.load(Ordering::Acquire);
+        {
+            let state = self.state.lock();
+            if batch >= state.retired + self.depth {
+                return false;
+            }
+            let awaited = || state.batches.newest().is_some_and(|b| b >= batch);
+            if !(full_or_late || queued > 0 || awaited()) {
+                return false;
+            }
         }
         *p.opened.lock() = Instant::now();
         self.plan(batch, self.rank(w), p);

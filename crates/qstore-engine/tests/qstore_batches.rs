@@ -1,0 +1,116 @@
+//! Q-Store batch demarcation: by default a worker with nothing to execute closes its
+//! planner's batch at once, so a lone transaction does not wait for a batch to fill or time
+//! out, even when it spans nodes whose planners have nothing queued; with `close_when_idle`
+//! off, batches close only when full or timed out.
+
+use crossbeam_channel::{unbounded, Receiver, RecvTimeoutError};
+use qstore_core::config::Partitioning;
+use qstore_core::partition::PartitionMap;
+use qstore_core::txn::{
+    Access, AccessKind, ProcCall, Procedure, Program, StepId, TxnOutcome, TxnResponse, Value,
+};
+use qstore_core::{NodeId, RunConfig, TxnId};
+use qstore_engine::{Cluster, TxnRequest};
+use std::sync::Arc;
+use std::time::Duration;
+
+mod common;
+
+use common::{access, counter_catalog, int, load_counters, read, KEYS};
+
+/// `pair(x, y)`: reads x and y.
+struct Pair {
+    read: StepId,
+}
+
+impl Procedure for Pair {
+    fn name(&self) -> &'static str {
+        "pair"
+    }
+
+    fn may_abort(&self) -> bool {
+        false
+    }
+
+    fn program(&self, args: &[Value]) -> Result<Program, String> {
+        let read = |i| -> Result<Access, String> {
+            Ok(access(
+                int(args, i)?,
+                AccessKind::Read,
+                self.read,
+                Value::Null,
+                vec![],
+            ))
+        };
+        Ok(Program {
+            accesses: vec![read(0)?, read(1)?],
+        })
+    }
+}
+
+/// Batches that never fill (512 transactions) and time out after 2 s; 2 nodes of 2 planners.
+const TIMEOUT: Duration = Duration::from_secs(2);
+
+/// Submits one transaction reading a key on each node; returns the cluster (to stop) and
+/// where its answer comes.
+fn one_transaction(close_when_idle: bool) -> (Cluster, Receiver<TxnResponse>) {
+    let mut cfg = RunConfig::default();
+    cfg.protocol.name = "qstore".into();
+    cfg.protocol.qstore.batch_size = 512;
+    cfg.protocol.qstore.batch_timeout_us = TIMEOUT.as_micros() as u64;
+    cfg.protocol.qstore.close_when_idle = close_when_idle;
+    cfg.cluster.nodes = 2;
+    cfg.cluster.workers = 2;
+    let mut cat = counter_catalog();
+    let read = cat.steps.register("read", read);
+    cat.add_procedure(Arc::new(Pair { read }));
+    let cat = Arc::new(cat);
+    let pmap = PartitionMap::new(2, Partitioning::Range, &cat.tables);
+    let cluster = Cluster::start(cfg, cat.clone(), pmap, &load_counters, false).unwrap();
+    // Let every planner's first (empty, timed-out) batch pass, so the transaction lands in a
+    // batch opened after start.
+    std::thread::sleep(TIMEOUT + Duration::from_millis(200));
+    let (tx, rx) = unbounded();
+    let call = ProcCall {
+        proc: cat.procedure_id("pair").unwrap(),
+        args: vec![Value::Int(1), Value::Int(KEYS as i64 + 2)],
+    };
+    cluster.submit(NodeId(0), TxnRequest::new(TxnId(1), Arc::new(call), tx));
+    (cluster, rx)
+}
+
+fn committed(resp: TxnResponse) -> Vec<Value> {
+    match resp.outcome {
+        TxnOutcome::Committed(out) => out,
+        other => panic!("{other:?}"),
+    }
+}
+
+#[test]
+fn an_idle_node_closes_its_batch_at_once() {
+    let (cluster, rx) = one_transaction(true);
+    // Well before the batch would time out: idle workers on both nodes closed their batches.
+    let resp = rx
+        .recv_timeout(TIMEOUT / 2)
+        .expect("answered before the batch timeout");
+    assert_eq!(
+        committed(resp),
+        vec![Value::Int(1), Value::Int(KEYS as i64 + 2)]
+    );
+    cluster.stop();
+}
+
+#[test]
+fn full_batches_wait_for_the_batch_to_fill_or_time_out() {
+    let (cluster, rx) = one_transaction(false);
+    assert_eq!(
+        rx.recv_timeout(TIMEOUT / 4).err(),
+        Some(RecvTimeoutError::Timeout),
+        "a batch of one transaction stays open until its timeout"
+    );
+    let resp = rx
+        .recv_timeout(3 * TIMEOUT)
+        .expect("answered once the batch times out");
+    assert_eq!(committed(resp).len(), 2);
+    cluster.stop();
+}
