@@ -203,11 +203,11 @@ impl Default for QStoreConfig {
         QStoreConfig {
             mode: QStoreMode::Speculative,
             isolation: Isolation::Serializable,
-            batch_size: 512,
+            batch_size: 128,
             batch_timeout_us: 1_000,
             close_when_idle: true,
             eqs_per_planner: 0,
-            pipeline_depth: 4,
+            pipeline_depth: 2,
             planners: 0,
             dedicated_planners: false,
         }
