@@ -129,24 +129,56 @@ fn qstore_suite(base: &RunConfig) -> Vec<Scenario> {
 pub struct SuiteRow {
     pub scenario: String,
     pub baseline: Option<String>,
-    /// Throughput divided by the baseline's.
+    /// Median, over rounds, of the throughput divided by the baseline's in the same round.
     pub ratio: Option<f64>,
+    /// Throughput in each round.
+    pub rounds_tps: Vec<f64>,
+    /// The run with the median throughput.
     pub report: RunReport,
 }
 
-/// Fills in each row's ratio to its baseline.
-pub fn with_ratios(rows: &mut [SuiteRow]) {
-    let tps: Vec<(String, f64)> = rows
-        .iter()
-        .map(|r| (r.scenario.clone(), r.report.throughput_tps))
-        .collect();
-    for r in rows.iter_mut() {
-        let base = r
-            .baseline
-            .as_ref()
-            .and_then(|b| tps.iter().find(|(n, _)| n == b));
-        r.ratio = base.map(|(_, t)| r.report.throughput_tps / t.max(1e-9));
+/// The rows of a suite run in rounds: `runs[r][i]` is scenario `i`'s run in round `r` (every
+/// round runs every scenario once, in order). Ratios pair each run with its baseline's run
+/// of the same round, minutes apart at most, so that a drift in the machine's speed between
+/// rounds cancels out instead of favouring whichever scenario ran in a fast moment.
+pub fn rows(scenarios: &[Scenario], runs: Vec<Vec<RunReport>>) -> Vec<SuiteRow> {
+    // Per scenario, its runs in round order.
+    let mut per: Vec<Vec<RunReport>> = scenarios.iter().map(|_| Vec::new()).collect();
+    for round in runs {
+        for (i, r) in round.into_iter().enumerate() {
+            per[i].push(r);
+        }
     }
+    let tps: Vec<Vec<f64>> = per
+        .iter()
+        .map(|rs| rs.iter().map(|r| r.throughput_tps).collect())
+        .collect();
+    let index = |name: &String| scenarios.iter().position(|x| &x.name == name);
+    scenarios
+        .iter()
+        .zip(per)
+        .enumerate()
+        .map(|(i, (sc, mut reports))| {
+            let ratio = sc.baseline.as_ref().and_then(index).map(|b| {
+                let pairs = tps[i].iter().zip(&tps[b]).map(|(t, bt)| t / bt.max(1e-9));
+                median(pairs.collect())
+            });
+            reports.sort_by(|a, b| a.throughput_tps.total_cmp(&b.throughput_tps));
+            SuiteRow {
+                scenario: sc.name.clone(),
+                baseline: sc.baseline.clone(),
+                ratio,
+                rounds_tps: tps[i].clone(),
+                report: reports.swap_remove(reports.len() / 2),
+            }
+        })
+        .collect()
+}
+
+/// The middle value (the upper one of an even count).
+fn median(mut xs: Vec<f64>) -> f64 {
+    xs.sort_by(f64::total_cmp);
+    xs[xs.len() / 2]
 }
 
 /// The suite's results as a table.
@@ -194,6 +226,50 @@ mod tests {
             }
         }
         assert!(scenarios("nope", &RunConfig::default()).is_err());
+    }
+
+    /// A report of `tps` transactions per second.
+    fn report(tps: f64) -> RunReport {
+        let mut r = RunReport::new(
+            &RunConfig::default(),
+            &Default::default(),
+            1.0,
+            0.0,
+            Vec::new(),
+            Vec::new(),
+        );
+        r.throughput_tps = tps;
+        r
+    }
+
+    #[test]
+    fn ratios_pair_runs_of_the_same_round() {
+        let s = scenarios("qstore", &RunConfig::default()).unwrap();
+        let (serial, qstore) = (0, 1);
+        assert_eq!(s[qstore].baseline.as_deref(), Some(s[serial].name.as_str()));
+        // The machine runs at full speed in round 0, at half speed in round 1, and so on;
+        // qstore is 1.2x serial in every round but its median run is not 1.2x serial's.
+        let speed = [1.0, 0.5, 0.9];
+        let runs = speed
+            .iter()
+            .enumerate()
+            .map(|(r, v)| {
+                (0..s.len())
+                    .map(|i| match i {
+                        0 => report(100.0 * v),
+                        1 => report(120.0 * v * if r == 2 { 0.5 } else { 1.0 }),
+                        _ => report(1.0),
+                    })
+                    .collect()
+            })
+            .collect();
+        let rows = rows(&s, runs);
+        assert_eq!(rows[qstore].rounds_tps, vec![120.0, 60.0, 54.0]);
+        assert_eq!(rows[qstore].report.throughput_tps, 60.0, "the median run");
+        assert_eq!(rows[serial].report.throughput_tps, 90.0);
+        // Per round: 1.2, 1.2, 0.6; median 1.2 (the ratio of medians would be 0.67).
+        assert!((rows[qstore].ratio.unwrap() - 1.2).abs() < 1e-9);
+        assert_eq!(rows[serial].ratio, None);
     }
 
     #[test]

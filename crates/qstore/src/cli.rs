@@ -111,8 +111,9 @@ struct BenchArgs {
     /// List the suites and exit.
     #[arg(long)]
     list: bool,
-    /// Runs per scenario; the run with the median throughput is reported (this machine is
-    /// noisy: repeat to trust a ratio).
+    /// Rounds: each runs every scenario once. A scenario reports its median run, and its
+    /// ratio is the median over rounds of its throughput over its baseline's in the same
+    /// round (repeat to trust a ratio on a noisy machine).
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=99))]
     repeat: u32,
     #[command(flatten)]
@@ -735,22 +736,24 @@ fn bench(args: BenchArgs) -> i32 {
         Ok(s) => s,
         Err(e) => return usage_error(&e),
     };
-    let mut rows = Vec::new();
-    for (i, sc) in scenarios.iter().enumerate() {
-        let mut runs = Vec::new();
-        for r in 0..args.repeat {
+    // Round-robin: every round runs every scenario once, so runs compared in a ratio are
+    // minutes apart at most.
+    let mut runs = Vec::new();
+    for r in 0..args.repeat {
+        let mut round = Vec::new();
+        for (i, sc) in scenarios.iter().enumerate() {
             eprint!(
-                "[{}/{}] {} (run {}/{}) ... ",
+                "[round {}/{}] [{}/{}] {} ... ",
+                r + 1,
+                args.repeat,
                 i + 1,
                 scenarios.len(),
                 sc.name,
-                r + 1,
-                args.repeat
             );
             match qstore_bench::run(&sc.cfg, RunOptions::default()) {
                 Ok(o) => {
                     eprintln!("{:.0} txn/s", o.report.throughput_tps);
-                    runs.push(o.report);
+                    round.push(o.report);
                 }
                 Err(e) => {
                     eprintln!("\nerror: scenario {}: {e}", sc.name);
@@ -758,16 +761,9 @@ fn bench(args: BenchArgs) -> i32 {
                 }
             }
         }
-        runs.sort_by(|a, b| a.throughput_tps.total_cmp(&b.throughput_tps));
-        let report = runs.swap_remove(runs.len() / 2);
-        rows.push(suite::SuiteRow {
-            scenario: sc.name.clone(),
-            baseline: sc.baseline.clone(),
-            ratio: None,
-            report,
-        });
+        runs.push(round);
     }
-    suite::with_ratios(&mut rows);
+    let rows = suite::rows(&scenarios, runs);
     println!("{}", suite::table(&rows));
     if let Some(path) = &args.run.output {
         let written = std::fs::File::create(path)
