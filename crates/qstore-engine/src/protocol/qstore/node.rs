@@ -124,8 +124,8 @@ impl Engine for QStore {
     }
 }
 
-/// A planner: its client transaction queue and where it is in the batch sequence. Only its
-/// own worker plans with it; other threads read `next_batch`.
+/// A planner: its client transaction queue and where it is in the batch sequence. One thread
+/// at a time plans with it (holding `plan`); others read `next_batch`.
 struct Planner {
     queue: Receiver<(NodeId, TxnRequest)>,
     next_batch: AtomicU64,
@@ -332,16 +332,25 @@ impl QNode {
         self.ctx.store(PartitionId(self.id.0))
     }
 
-    /// A thread of the node: plans planner `plans`'s batches when they are due, executes
-    /// queues otherwise (if `executes`), and sleeps when there is nothing to do.
+    /// A thread of the node: plans batches that are due, executes queues otherwise (if
+    /// `executes`), and sleeps when there is nothing to do. A worker plans for every planner
+    /// of the node, its own (`plans`) first, so a due batch never waits for one busy worker
+    /// (the next batch of every sub-partition waits for it); a dedicated planner plans for
+    /// its own only.
     fn work(&self, t: usize, plans: Option<usize>, executes: bool) {
         let mut scratch = TxnScratch::default();
-        let planner = plans.map(|p| (p, &self.planners[p]));
+        let n = self.planners.len();
+        let planners: Vec<usize> = match plans {
+            Some(own) if executes => (0..n).map(|i| (own + i) % n).collect(),
+            Some(own) => vec![own],
+            None if executes => (0..n).collect(),
+            None => Vec::new(),
+        };
+        // Nothing to execute: close batches now rather than idle until they fill.
+        let early = self.close_when_idle && executes;
         while !self.stop.load(Ordering::Acquire) {
-            if let Some((w, p)) = planner {
-                if self.plan_if_due(w, p, false) {
-                    continue;
-                }
+            if planners.iter().any(|&p| self.plan_if_due(p, false)) {
+                continue;
             }
             let (claim, seen) = {
                 let mut state = self.state.lock();
@@ -355,46 +364,39 @@ impl QNode {
             };
             match claim {
                 Some(c) => self.execute(c, &mut scratch),
-                None => {
-                    // Nothing to execute: close the batch now rather than idle until it fills.
-                    let early = self.close_when_idle && executes;
-                    if let Some((w, p)) = planner.filter(|_| early) {
-                        if self.plan_if_due(w, p, true) {
-                            continue;
-                        }
-                    }
-                    self.idle(planner.map(|(_, p)| &**p), seen, early && planner.is_some());
-                }
+                None if early && planners.iter().any(|&p| self.plan_if_due(p, true)) => {}
+                None => self.idle(&planners, seen, early),
             }
         }
     }
 
     /// Sleeps unless something happened since the worker last looked (event count `seen`).
-    /// With `wake_on_request`, a request for its planner wakes it too.
-    fn idle(&self, planner: Option<&Planner>, seen: u64, wake_on_request: bool) {
+    /// With `wake_on_request`, a request for one of its `planners` wakes it too.
+    fn idle(&self, planners: &[usize], seen: u64, wake_on_request: bool) {
         let mut state = self.state.lock();
         if self.stop.load(Ordering::Acquire) || state.batches.events() != seen {
             return;
         }
+        let planners = || planners.iter().map(|&p| &*self.planners[p]);
         // A request wakes the worker only if it could plan now; with the ring full, the retiring
         // of a batch does.
         let room = |p: &Planner| p.next_batch.load(Ordering::Acquire) < state.retired + self.depth;
-        let sleeper =
-            (wake_on_request && planner.is_some_and(room)).then_some(&self.admission.sleepers);
+        let sleeper = (wake_on_request && planners().any(room)).then_some(&self.admission.sleepers);
         if let Some(count) = sleeper {
             count.fetch_add(1, Ordering::SeqCst);
             std::sync::atomic::fence(Ordering::SeqCst);
-            if planner.is_some_and(|p| !p.queue.is_empty()) {
+            if planners().any(|p| !p.queue.is_empty()) {
                 count.fetch_sub(1, Ordering::Relaxed);
                 return;
             }
         }
-        // Sleep until a plan, value, verdict or acknowledgement arrives, or this worker's
-        // batch is due. A due batch that the ring holds back waits for a notification too.
-        let until_due = planner.map_or(self.batch_timeout, |p| {
-            let opened = *p.opened.lock();
-            (opened + self.batch_timeout).saturating_duration_since(Instant::now())
-        });
+        // Sleep until a plan, value, verdict or acknowledgement arrives, or a batch is due.
+        // A due batch that the ring holds back waits for a notification too.
+        let now = Instant::now();
+        let until_due = planners()
+            .map(|p| (*p.opened.lock() + self.batch_timeout).saturating_duration_since(now))
+            .min()
+            .unwrap_or(self.batch_timeout);
         let wait = if until_due.is_zero() {
             IDLE_WAIT
         } else {
@@ -406,18 +408,24 @@ impl QNode {
         }
     }
 
-    /// Plans the next batch of planner `w` if it is full or its time is up, and the ring has
+    /// Plans the next batch of planner `p` if it is full or its time is up, and the ring has
     /// room for it. An `early` (idle) worker also closes it if it holds any transaction, or if
     /// another planner has closed this batch already (every planner's plan of a batch is
-    /// awaited before the next batch runs). Returns whether it planned.
-    fn plan_if_due(&self, w: usize, p: &Planner, early: bool) -> bool {
-        let queued = p.queue.len();
+    /// awaited before the next batch runs). Returns whether it planned; false as well if
+    /// another thread is planning for `p` right now.
+    fn plan_if_due(&self, p: usize, early: bool) -> bool {
+        let planner = &*self.planners[p];
+        let queued = planner.queue.len();
         let full_or_late =
-            queued >= self.batch_size || p.opened.lock().elapsed() >= self.batch_timeout;
+            queued >= self.batch_size || planner.opened.lock().elapsed() >= self.batch_timeout;
         if !full_or_late && !early {
             return false;
         }
-        let batch = p.next_batch.load(Ordering::Acquire);
+        // Held from reading the batch number to publishing the next one: one plan per batch.
+        let Some(mut plan) = planner.plan.try_lock() else {
+            return false;
+        };
+        let batch = planner.next_batch.load(Ordering::Acquire);
         {
             let state = self.state.lock();
             if batch >= state.retired + self.depth {
@@ -428,11 +436,12 @@ impl QNode {
                 return false;
             }
         }
-        *p.opened.lock() = Instant::now();
-        self.plan(batch, self.rank(w), p);
+        *planner.opened.lock() = Instant::now();
+        self.plan(batch, self.rank(p), planner, &mut plan);
         // Published after the plan is installed here, so `retire` never counts this batch as
         // done before its slot exists.
-        p.next_batch.store(batch + 1, Ordering::Release);
+        planner.next_batch.store(batch + 1, Ordering::Release);
+        drop(plan);
         // The batch's queues may all have run before that store, and the `retire` their end
         // called then could not count the batch as planned. Nothing else may come to retire
         // it (with one batch in flight, every planner waits for it): retire now.
@@ -441,10 +450,9 @@ impl QNode {
     }
 
     /// Takes up to a batch of transactions and sends every node its execution queues.
-    fn plan(&self, batch: u64, rank: u32, planner: &Planner) {
+    fn plan(&self, batch: u64, rank: u32, planner: &Planner, plan: &mut BatchPlan) {
         let ctx = &*self.ctx;
         let nodes = ctx.nodes() as usize;
-        let mut plan = planner.plan.lock();
         let mut txns = Vec::with_capacity(planner.queue.len().min(self.batch_size));
         let mut involved = vec![false; nodes];
         for (_, req) in planner.queue.try_iter().take(self.batch_size) {
