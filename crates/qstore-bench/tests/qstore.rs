@@ -45,9 +45,18 @@ fn verified(cfg: &RunConfig) -> (Verification, qstore_bench::report::RunReport) 
 fn ycsb_is_serializable_and_matches_the_oracle_in_both_modes_and_batch_sizes() {
     for mode in [QStoreMode::Speculative, QStoreMode::Conservative] {
         for batch in [1, 100, 10_000] {
-            let (v, _) = verified(&config("ycsb", mode, batch));
-            assert!(v.passed(), "{mode:?} batch {batch}:\n{v}");
-            assert!(v.oracle.as_ref().unwrap().hashes_match);
+            // Batches that close early on idle workers (the default), and batches of exactly
+            // `batch` transactions unless the timeout comes first.
+            for close_when_idle in [true, false] {
+                let mut cfg = config("ycsb", mode, batch);
+                cfg.protocol.qstore.close_when_idle = close_when_idle;
+                let (v, _) = verified(&cfg);
+                assert!(
+                    v.passed(),
+                    "{mode:?} batch {batch} close when idle {close_when_idle}:\n{v}"
+                );
+                assert!(v.oracle.as_ref().unwrap().hashes_match);
+            }
         }
     }
 }

@@ -98,7 +98,9 @@ fn run(mode: QStoreMode) -> (Vec<TxnOutcome>, [i64; 4]) {
     cfg.protocol.name = "qstore".into();
     cfg.protocol.qstore.mode = mode;
     cfg.protocol.qstore.batch_size = 3;
-    cfg.protocol.qstore.batch_timeout_us = 10_000_000; // all three in one batch
+    // All three in one batch: it closes when full, not when a worker idles before all came.
+    cfg.protocol.qstore.batch_timeout_us = 10_000_000;
+    cfg.protocol.qstore.close_when_idle = false;
     cfg.protocol.qstore.planners = 1;
     cfg.cluster.nodes = 2;
     cfg.cluster.workers = 2;
