@@ -172,14 +172,14 @@ impl Eq {
 
     /// Appends access `idx` of a program (the current fragment's accesses must be appended
     /// together).
-    pub fn push_op(&mut self, idx: u16, a: Access) {
+    pub fn push_op(&mut self, idx: u16, a: &Access) {
         let (arg, int_arg, extra) = match (&a.arg, a.deps.is_empty()) {
             (Value::Null, true) => (0, false, Op::PLAIN),
             (&Value::Int(v), true) => (v, true, Op::PLAIN),
             _ => {
                 self.extras.push(OpExtra {
-                    arg: a.arg,
-                    deps: a.deps,
+                    arg: a.arg.clone(),
+                    deps: a.deps.clone(),
                 });
                 (0, false, self.extras.len() as u32 - 1)
             }
@@ -293,7 +293,7 @@ mod tests {
     fn one_frag(accesses: Vec<Access>) -> Eq {
         let mut eq = Eq::default();
         let len = accesses.len() as u16;
-        for (i, a) in accesses.into_iter().enumerate() {
+        for (i, a) in accesses.iter().enumerate() {
             eq.push_op(i as u16, a);
         }
         eq.frags.push(Frag {

@@ -31,8 +31,7 @@ pub struct QueueShape {
 pub struct BatchPlan {
     /// Per node, per queue index (sub-partition, then read-only queues): the queue.
     queues: Vec<Vec<Eq>>,
-    /// Scratch for `place`: where each access runs, and which fragment holds it.
-    at: Vec<(NodeId, u32)>,
+    /// Scratch for `place`: which fragment holds each access.
     frag_of: Vec<usize>,
     frags: Vec<((NodeId, u32), Frag)>,
     nodes: Vec<NodeId>,
@@ -52,7 +51,6 @@ impl BatchPlan {
                         .collect()
                 })
                 .collect(),
-            at: Vec::new(),
             frag_of: Vec::new(),
             frags: Vec::new(),
             nodes: Vec::new(),
@@ -97,20 +95,16 @@ impl BatchPlan {
         let read_only = program.accesses.iter().all(|a| !a.kind.is_write());
         let offset = read_only_from.filter(|_| read_only).unwrap_or(0);
         let abortables = program.accesses.iter().filter(|a| a.may_abort).count() as u16;
-        // Where each access runs, (node, queue), and so which fragment holds it: one
-        // fragment per destination, in the order destinations first appear.
-        let (at, frag_of, frags) = (&mut self.at, &mut self.frag_of, &mut self.frags);
-        let (queues, nodes) = (&mut self.queues, &mut self.nodes);
-        at.clear();
+        // One pass: each access goes to the fragment of its destination (node, queue), made
+        // when the destination first appears. A fragment's accesses are contiguous in its
+        // queue's `ops`: no other transaction is placed meanwhile. `frag_of` remembers which
+        // fragment each access went to, for the accesses that depend on it (always earlier).
+        let (frag_of, frags, queues) = (&mut self.frag_of, &mut self.frags, &mut self.queues);
         frag_of.clear();
-        nodes.clear();
-        at.extend(program.accesses.iter().map(|a| {
+        self.nodes.clear();
+        for (i, a) in program.accesses.iter().enumerate() {
             let node = NodeId(pmap.partition_of(a.table, a.key).0);
-            (node, offset + sub_of(a.table, a.key, subs))
-        }));
-        // A fragment's accesses are contiguous in its queue's `ops`: no other transaction is
-        // placed meanwhile.
-        for &dest in at.iter() {
+            let dest = (node, offset + sub_of(a.table, a.key, subs));
             let f = match frags.iter().position(|(d, _)| *d == dest) {
                 Some(f) => f,
                 None => {
@@ -119,21 +113,20 @@ impl BatchPlan {
                     frags.len() - 1
                 }
             };
-            frag_of.push(f);
-        }
-        for (i, a) in program.accesses.into_iter().enumerate() {
-            let f = frag_of[i];
             for &d in &a.deps {
                 let producer = frag_of[d as usize];
-                if producer == f {
-                    continue; // same fragment: runs earlier, in program order
+                if producer != f {
+                    // Same fragment: the producer runs earlier, in program order.
+                    frags[f].1.needs.push(d);
+                    let from = frags[producer].0 .0;
+                    route(&mut frags[producer].1, d, node, from);
                 }
-                frags[f].1.needs.push(d);
-                route(&mut frags[producer].1, d, at[i].0, at[d as usize].0);
             }
             frags[f].1.len += 1;
-            queue(queues, at[i]).push_op(i as u16, a);
+            frag_of.push(f);
+            queue(queues, dest).push_op(i as u16, a);
         }
+        let nodes = &mut self.nodes;
         for &((node, _), _) in frags.iter() {
             if !nodes.contains(&node) {
                 nodes.push(node);
