@@ -176,7 +176,8 @@ pub struct QStoreConfig {
     /// the same way in both.
     pub mode: QStoreMode,
     pub isolation: Isolation,
-    /// Transactions a planner puts in one batch (count-based demarcation).
+    /// Most transactions a planner puts in one batch (count-based demarcation; batches close
+    /// earlier when a worker is idle, see `close_when_idle`).
     pub batch_size: u32,
     /// A planner closes its batch after this many microseconds even if it is not full
     /// (time-based demarcation; also what keeps an idle cluster moving).

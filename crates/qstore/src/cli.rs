@@ -182,7 +182,7 @@ struct RunArgs {
     /// Q-Store: isolation level: serializable or read-committed.
     #[arg(long, value_parser = parse_isolation, help_heading = "Q-Store")]
     isolation: Option<Isolation>,
-    /// Q-Store: transactions per planner batch.
+    /// Q-Store: most transactions per planner batch (a full batch closes; see --full-batches).
     #[arg(long, help_heading = "Q-Store")]
     batch_size: Option<u32>,
     /// Q-Store: close a batch after this many microseconds even if not full.
