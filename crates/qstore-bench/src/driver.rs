@@ -135,6 +135,8 @@ pub struct Driver<'a> {
     stats: ClientStats,
     /// Open loop: time of the next arrival, its spacing, and the next client to use.
     next_arrival: Option<(Instant, Duration, usize)>,
+    /// When the driver started, on the monotonic and on the wall clock (see `wall_us`).
+    started: (Instant, u64),
 }
 
 /// What every load-generator thread of a run shares.
@@ -197,6 +199,7 @@ impl<'a> Driver<'a> {
             rng: qstore_core::rng::stream(run.seed, (1 << 32) + index as u64),
             stats: ClientStats::default(),
             next_arrival,
+            started: (Instant::now(), wall_clock_us()),
         }
     }
 
@@ -241,11 +244,13 @@ impl<'a> Driver<'a> {
             }
             match self.reply_rx.recv_timeout(self.next_wait(now)) {
                 Ok(resp) => {
+                    // One clock read per answer serves its latency and the next transaction's
+                    // start: on two cores, clock reads are a visible share of the generator.
                     last_answer = Instant::now();
-                    self.on_response(resp);
+                    self.on_response(resp, last_answer);
                     // Take whatever else has arrived before looking at timers again.
                     while let Ok(resp) = self.reply_rx.try_recv() {
-                        self.on_response(resp);
+                        self.on_response(resp, Instant::now());
                     }
                 }
                 Err(RecvTimeoutError::Timeout) => {}
@@ -295,7 +300,7 @@ impl<'a> Driver<'a> {
             call: Arc::new(call),
             ops,
             first_submit,
-            birth_us: wall_clock_us(),
+            birth_us: self.wall_us(first_submit),
             retries: 0,
             elle,
         };
@@ -364,7 +369,15 @@ impl<'a> Driver<'a> {
         }
     }
 
-    fn on_response(&mut self, resp: TxnResponse) {
+    /// The wall-clock time of `at`, in microseconds since the epoch, without a second clock
+    /// read: the driver's start on both clocks, plus the monotonic time since.
+    fn wall_us(&self, at: Instant) -> u64 {
+        let (start, start_wall_us) = self.started;
+        start_wall_us + at.saturating_duration_since(start).as_micros() as u64
+    }
+
+    /// Handles an answer that arrived at `now`.
+    fn on_response(&mut self, resp: TxnResponse, now: Instant) {
         let Some(mut p) = self.pending.remove(&resp.id) else {
             return; // not ours: ignore rather than trust it
         };
@@ -377,11 +390,11 @@ impl<'a> Driver<'a> {
                 }
                 self.elle_complete(&p, Completion::Ok, Some(&outputs));
                 if measuring {
-                    let latency = p.first_submit.elapsed().as_micros() as u64;
+                    let latency = now.saturating_duration_since(p.first_submit).as_micros() as u64;
                     self.stats.record_commit(p.ops, latency);
                     self.count_commit();
                 }
-                self.finish(p);
+                self.finish(p, now);
             }
             TxnOutcome::CcAbort(cause) => {
                 if measuring {
@@ -390,7 +403,7 @@ impl<'a> Driver<'a> {
                 }
                 let delay = self.backoff.delay_us(p.retries, &mut self.rng);
                 p.retries += 1;
-                let at = Instant::now() + Duration::from_micros(delay);
+                let at = now + Duration::from_micros(delay);
                 self.retries.push(Reverse(Retry { at, pending: p }));
             }
             TxnOutcome::LogicAbort(_) => {
@@ -399,7 +412,7 @@ impl<'a> Driver<'a> {
                     self.stats.logic_aborts += 1;
                 }
                 self.control.return_slot(self.cfg.txns);
-                self.finish(p);
+                self.finish(p, now);
             }
             TxnOutcome::Rejected(why) => {
                 // A refused request means a misconfigured run or a cluster going away:
@@ -421,14 +434,14 @@ impl<'a> Driver<'a> {
     }
 
     /// Transaction `p` has its final answer; a closed-loop client starts another, in the
-    /// finished call's memory when nobody else holds it any more.
-    fn finish(&mut self, p: Pending) {
+    /// finished call's memory when nobody else holds it any more. `now` is the time of the answer.
+    fn finish(&mut self, p: Pending, now: Instant) {
         let c = p.client;
         if let Ok(call) = Arc::try_unwrap(p.call) {
             self.spare = Some((c, call));
         }
         if self.next_arrival.is_none() {
-            self.issue_fresh(c, Instant::now());
+            self.issue_fresh(c, now);
         }
     }
 }

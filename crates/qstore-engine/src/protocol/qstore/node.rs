@@ -191,6 +191,17 @@ struct NodeState {
     images: FxHashMap<(TableId, u64), Vec<CommittedCopy>>,
     /// Speculative mode: undecided writes and who touched them.
     spec: Speculation,
+    /// Batches decided but not answered yet: `settle` answers them after releasing the lock,
+    /// so that sending a batch's answers does not hold up the other workers.
+    decided: Vec<DecidedBatch>,
+}
+
+/// A planner's batch whose transactions' fates are known, in planning order.
+struct DecidedBatch {
+    batch: u64,
+    rank: u32,
+    txns: Vec<HomeTxn>,
+    fates: Vec<Option<Fate>>,
 }
 
 /// A record's contents before batch `.0` first wrote it: (batch, version, bytes).
@@ -285,6 +296,7 @@ impl QNode {
                 dirty: FxHashMap::default(),
                 images: FxHashMap::default(),
                 spec: Speculation::default(),
+                decided: Vec::new(),
             })),
             wake: Condvar::new(),
             stop: AtomicBool::new(false),
@@ -933,20 +945,35 @@ impl QNode {
         hb.acks_pending -= 1;
         if hb.acks_pending == 0 {
             let hb = state.home.remove(&(batch, rank)).expect("present");
-            self.commit(state, batch, rank, hb);
+            let fates = self.commit(state, batch, rank, hb.involved, hb.notes, &hb.txns);
+            state.decided.push(DecidedBatch {
+                batch,
+                rank,
+                txns: hb.txns,
+                fates,
+            });
         }
     }
 
-    /// Answers a planner's batch, in planning order. No node can refuse a transaction (no
+    /// Commits a planner's batch: the fate of each of its transactions, in planning order
+    /// (`answer` then tells the clients). No node can refuse a transaction (no
     /// concurrency-control aborts), so there is no two-phase commit. In speculative mode this
     /// is also where fates are decided; they go to every node the batch involved.
-    fn commit(&self, state: &NodeState, batch: u64, rank: u32, hb: HomeBatch) {
-        let fates = if self.speculate {
-            let fates = speculative_fates(hb.txns.len(), hb.notes);
+    fn commit(
+        &self,
+        state: &NodeState,
+        batch: u64,
+        rank: u32,
+        involved: Vec<NodeId>,
+        notes: Vec<FateNote>,
+        txns: &[HomeTxn],
+    ) -> Vec<Option<Fate>> {
+        if self.speculate {
+            let fates = speculative_fates(txns.len(), notes);
             let aborted: Vec<u32> = (0..fates.len() as u32)
                 .filter(|&s| fates[s as usize].is_some())
                 .collect();
-            for &n in &hb.involved {
+            for &n in &involved {
                 let aborted = aborted.clone();
                 // Also to this node through its inbox: a rollback must wait for the queues
                 // running on the records, which this thread may be one of.
@@ -962,9 +989,19 @@ impl QNode {
             }
             fates
         } else {
-            self.conservative_fates(state, batch, rank, &hb)
-        };
-        for ((seq, t), fate) in hb.txns.into_iter().enumerate().zip(fates) {
+            self.conservative_fates(state, batch, rank, txns)
+        }
+    }
+
+    /// Answers the clients of a decided batch, in planning order.
+    fn answer(&self, d: DecidedBatch) {
+        let DecidedBatch {
+            batch,
+            rank,
+            txns,
+            fates,
+        } = d;
+        for ((seq, t), fate) in txns.into_iter().enumerate().zip(fates) {
             let order = TxnPos {
                 batch,
                 rank,
@@ -1004,7 +1041,7 @@ impl QNode {
         state: &NodeState,
         batch: u64,
         rank: u32,
-        hb: &HomeBatch,
+        txns: &[HomeTxn],
     ) -> Vec<Option<Fate>> {
         let fate = |seq: usize, t: &HomeTxn| {
             let pos = TxnPos {
@@ -1016,11 +1053,7 @@ impl QNode {
             debug_assert!(f.decided, "fate of {pos:?} undecided at commit");
             f.aborted.clone().map(Fate::Abort)
         };
-        hb.txns
-            .iter()
-            .enumerate()
-            .map(|(i, t)| fate(i, t))
-            .collect()
+        txns.iter().enumerate().map(|(i, t)| fate(i, t)).collect()
     }
 
     /// A planner's batch has run here: acknowledge it to its home, unless (speculative mode)
@@ -1089,8 +1122,12 @@ impl QNode {
     /// leaves a finished batch unretired (with one batch in flight, nothing else would).
     fn settle(&self, mut state: MutexGuard<'_, NodeState>) {
         self.retire(&mut state);
+        let decided = std::mem::take(&mut state.decided);
         drop(state);
         self.wake.notify_all();
+        for d in decided {
+            self.answer(d);
+        }
     }
 
     fn retire(&self, state: &mut NodeState) {
