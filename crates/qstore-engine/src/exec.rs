@@ -9,7 +9,58 @@ use qstore_core::txn::{
     Access, AccessKind, AccessRef, LogicAbort, Program, RowRef, StepRegistry, Value,
 };
 use qstore_core::{PartitionId, TableId, TxnId};
-use qstore_storage::{PartitionStore, RowVersion};
+use qstore_storage::{PartitionStore, RowVersion, Table};
+
+/// How many accesses ahead an executor starts fetching rows (and twice as many ahead, their
+/// index entries); see [`Lookahead`].
+pub const PREFETCH_DISTANCE: usize = 4;
+
+/// Starts the cache misses of upcoming accesses before they run, in two steps so that neither
+/// waits: index entries `2 * PREFETCH_DISTANCE` accesses ahead, then rows (found through those
+/// entries, cached by then) `PREFETCH_DISTANCE` ahead. The distance counts accesses, across
+/// fragment and transaction boundaries: prefetching whole fragments or transactions ahead
+/// either stalls on index entries just requested, or runs so far ahead that the prefetches
+/// wait for free miss buffers and the lines are gone again before the rows are used.
+pub struct Lookahead<'a, T, F> {
+    items: &'a [T],
+    /// Where an item's row lives: its table and key.
+    locate: F,
+}
+
+impl<'a, T, F: Fn(&T) -> (&'a Table, u64)> Lookahead<'a, T, F> {
+    pub fn new(items: &'a [T], locate: F) -> Self {
+        Lookahead { items, locate }
+    }
+
+    /// Before running the items from `from` on.
+    pub fn start(&self, from: usize) {
+        (from..from + 2 * PREFETCH_DISTANCE).for_each(|j| self.index(j));
+        (from..from + PREFETCH_DISTANCE).for_each(|j| self.row(j));
+    }
+
+    /// Before running item `at`.
+    #[inline]
+    pub fn step(&self, at: usize) {
+        self.index(at + 2 * PREFETCH_DISTANCE);
+        self.row(at + PREFETCH_DISTANCE);
+    }
+
+    #[inline]
+    fn index(&self, j: usize) {
+        if let Some(item) = self.items.get(j) {
+            let (table, key) = (self.locate)(item);
+            table.prefetch_index(key);
+        }
+    }
+
+    #[inline]
+    fn row(&self, j: usize) {
+        if let Some(item) = self.items.get(j) {
+            let (table, key) = (self.locate)(item);
+            table.prefetch(key);
+        }
+    }
+}
 
 /// Before-images of one transaction's changes, so a logic-induced abort can be rolled back.
 /// Row images live in one reused byte arena, so recording them allocates nothing in the
@@ -231,6 +282,17 @@ unsafe fn run_insert(
     steps.run(a, RowRef::Write(unsafe { table.row_mut(rid) }), outputs)
 }
 
+/// How [`run_program_alone`] runs a program.
+#[derive(Clone, Copy, Default)]
+pub struct AloneOptions<'a> {
+    /// Record the versions read and the records written (for histories).
+    pub trace: bool,
+    /// (step, position of the program's first access): `step` is called before each access
+    /// (a [`Lookahead`] over this and the following programs). Without, the program's own
+    /// cache misses are all started at once before it runs.
+    pub ahead: Option<(&'a dyn Fn(usize), usize)>,
+}
+
 /// Runs a whole program on a thread that has every partition it touches to itself (the serial
 /// protocol and the serial oracle): every access in order, rolled back on a logic-induced
 /// abort. Returns the outputs, which are left in `s.outputs` too.
@@ -244,20 +306,26 @@ pub unsafe fn run_program_alone<'a>(
     txn: TxnId,
     program: &Program,
     s: &mut TxnScratch,
-    trace: bool,
+    opts: AloneOptions<'_>,
 ) -> Result<(), LogicAbort> {
+    let AloneOptions { trace, ahead } = opts;
     let keep_undo = program.may_abort();
     s.begin();
-    // Start every cache miss of the transaction at once, so they overlap: first the index
-    // entries, then (their lookups no longer waiting one after another) the rows.
-    let table = |a: &Access| store(pmap.partition_of(a.table, a.key)).table(a.table);
-    for a in &program.accesses {
-        table(a).prefetch_index(a.key);
+    if ahead.is_none() {
+        // Start every cache miss of the transaction at once, so they overlap: first the index
+        // entries, then (their lookups no longer waiting one after another) the rows.
+        let table = |a: &Access| store(pmap.partition_of(a.table, a.key)).table(a.table);
+        for a in &program.accesses {
+            table(a).prefetch_index(a.key);
+        }
+        for a in &program.accesses {
+            table(a).prefetch(a.key);
+        }
     }
-    for a in &program.accesses {
-        table(a).prefetch(a.key);
-    }
-    for a in &program.accesses {
+    for (i, a) in program.accesses.iter().enumerate() {
+        if let Some((step, first)) = ahead {
+            step(first + i);
+        }
         let part = store(pmap.partition_of(a.table, a.key));
         let undo = keep_undo.then_some(&mut s.undo);
         let t = trace.then_some(&mut s.trace);
@@ -352,7 +420,20 @@ pub(crate) mod tests {
     ) -> Result<(), LogicAbort> {
         let program = Program { accesses };
         let store = |p: PartitionId| &stores[p.index()];
-        unsafe { run_program_alone(store, pmap, &cat.steps, TxnId(txn), &program, s, true) }
+        unsafe {
+            run_program_alone(
+                store,
+                pmap,
+                &cat.steps,
+                TxnId(txn),
+                &program,
+                s,
+                AloneOptions {
+                    trace: true,
+                    ahead: None,
+                },
+            )
+        }
     }
 
     #[test]
@@ -375,6 +456,23 @@ pub(crate) mod tests {
         assert!(t.lookup(19).is_none() && t.lookup(12).is_some());
         let rid = stores[0].table(0).lookup(1).unwrap();
         assert_eq!(stores[0].table(0).version(rid), RowVersion::INITIAL);
+    }
+
+    #[test]
+    fn lookahead_touches_each_item_twice_and_stays_in_bounds() {
+        let (_, _, stores) = fixture();
+        let keys: Vec<u64> = (0..10).collect();
+        let located = std::cell::Cell::new(0);
+        let locate = |&k: &u64| {
+            located.set(located.get() + 1);
+            (stores[0].table(0), k)
+        };
+        let ahead = Lookahead::new(&keys, locate);
+        ahead.start(0);
+        (0..keys.len() + 3).for_each(|at| ahead.step(at));
+        // Once for its index entry and once for its row, whatever the distance; positions
+        // past the end are ignored.
+        assert_eq!(located.get(), 2 * keys.len());
     }
 
     #[test]

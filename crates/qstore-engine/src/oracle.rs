@@ -4,7 +4,7 @@
 //! logic-induced abort).
 
 use crate::cluster::{load_partitions, LoadFn};
-use crate::exec::{run_program_alone, TxnScratch};
+use crate::exec::{run_program_alone, AloneOptions, TxnScratch};
 use crate::history::Serialized;
 use qstore_core::partition::PartitionMap;
 use qstore_core::txn::Catalog;
@@ -42,7 +42,7 @@ pub fn replay(
                 t.id,
                 &program,
                 &mut scratch,
-                false,
+                AloneOptions::default(),
             )
         };
         if result.is_ok() != t.committed {

@@ -178,7 +178,11 @@ impl TxnGenerator for YcsbGenerator {
         let mut next = 0;
         for _ in 0..ops {
             let p = self.parts[next];
-            next = if next + 1 == self.parts.len() { 0 } else { next + 1 };
+            next = if next + 1 == self.parts.len() {
+                0
+            } else {
+                next + 1
+            };
             let key = self.choose_key(p);
             let write = self.rng.random::<f64>() < self.cfg.write_fraction;
             args.push(Value::Int(key as i64));

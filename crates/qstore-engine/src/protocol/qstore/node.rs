@@ -6,7 +6,7 @@ use super::msg::{Eq, FateInfo, FateNote, FragRef, Op, Output, Outputs, QMsg, Txn
 use super::plan::{BatchPlan, QueueShape};
 use super::spec::Speculation;
 use crate::cluster::EngineCtx;
-use crate::exec::{run_access, TxnScratch, UndoLog};
+use crate::exec::{run_access, Lookahead, TxnScratch, UndoLog};
 use crate::net::NodeNet;
 use crate::protocol::{admit, home_node, reply, AdmissionQueue, Engine, TxnRequest};
 use crate::runtime::spawn_worker;
@@ -24,9 +24,6 @@ use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
-
-/// How many fragments ahead an executor prefetches the records of.
-const PREFETCH_AHEAD: usize = 4;
 
 /// How long shutdown waits for batches in flight to be decided everywhere.
 const QUIESCE_TIMEOUT: Duration = Duration::from_secs(2);
@@ -529,33 +526,11 @@ impl QNode {
         // One output per access still to run (fewer if some are skipped).
         let done = c.eq.frags.get(c.cursor).map_or(0, |f| f.start as usize);
         let mut outputs = Vec::with_capacity(c.eq.ops.len().saturating_sub(done));
-        // Cache misses are started ahead, in two steps so that neither waits: index entries
-        // of fragments 2 * PREFETCH_AHEAD ahead, rows (found through those entries, now
-        // cached) of fragments PREFETCH_AHEAD ahead.
-        let table = |op: &Op| self.store().table(op.table);
-        let index_ahead = |f: FragRef<'_>| {
-            f.accesses
-                .iter()
-                .for_each(|op| table(op).prefetch_index(op.key))
-        };
-        let rows_ahead =
-            |f: FragRef<'_>| f.accesses.iter().for_each(|op| table(op).prefetch(op.key));
-        let eq = &c.eq;
-        (c.cursor..)
-            .map_while(|i| eq.frag(i))
-            .take(2 * PREFETCH_AHEAD)
-            .for_each(index_ahead);
-        (c.cursor..)
-            .map_while(|i| eq.frag(i))
-            .take(PREFETCH_AHEAD)
-            .for_each(rows_ahead);
+        let store = self.store();
+        let ahead = Lookahead::new(&c.eq.ops, |op: &Op| (store.table(op.table), op.key));
+        ahead.start(done);
+        let ahead = |at| ahead.step(at);
         while let Some(frag) = c.eq.frag(c.cursor) {
-            if let Some(f) = c.eq.frag(c.cursor + 2 * PREFETCH_AHEAD) {
-                index_ahead(f);
-            }
-            if let Some(f) = c.eq.frag(c.cursor + PREFETCH_AHEAD) {
-                rows_ahead(f);
-            }
             let pos = TxnPos {
                 batch: c.batch,
                 rank: c.rank,
@@ -563,9 +538,9 @@ impl QNode {
             };
             // Queues numbered from `subs` are read-only queues (read-committed isolation).
             let ran = if c.sub >= self.subs {
-                self.read_committed_fragment(pos, frag, scratch, &mut outputs)
+                self.read_committed_fragment(pos, frag, &ahead, scratch, &mut outputs)
             } else {
-                self.run_fragment(pos, frag, scratch, &mut outputs)
+                self.run_fragment(pos, frag, &ahead, scratch, &mut outputs)
             };
             if let Some(seen) = ran {
                 // Waiting for a value or a verdict: set the queue aside until something happens.
@@ -590,6 +565,7 @@ impl QNode {
         &self,
         pos: TxnPos,
         frag: FragRef<'_>,
+        ahead: &dyn Fn(usize),
         s: &mut TxnScratch,
         outputs: &mut Vec<Output>,
     ) -> Option<u64> {
@@ -614,7 +590,8 @@ impl QNode {
         let ctx = &*self.ctx;
         let trace = ctx.history.is_some();
         let mut votes: Vec<Option<String>> = Vec::new();
-        for op in frag.accesses {
+        for (at, op) in (frag.start as usize..).zip(frag.accesses) {
+            ahead(at);
             let mut int_arg = Value::Null;
             let a = frag.access(op, &mut int_arg);
             let t = trace.then_some(&mut s.trace);
@@ -738,6 +715,7 @@ impl QNode {
         &self,
         pos: TxnPos,
         frag: FragRef<'_>,
+        ahead: &dyn Fn(usize),
         s: &mut TxnScratch,
         outputs: &mut Vec<Output>,
     ) -> Option<u64> {
@@ -751,7 +729,8 @@ impl QNode {
         // handed on after it is released: routing a value locally takes the lock again.
         let mut produced = Vec::with_capacity(frag.accesses.len());
         let state = self.state.lock();
-        for op in frag.accesses {
+        for (at, op) in (frag.start as usize..).zip(frag.accesses) {
+            ahead(at);
             let mut int_arg = Value::Null;
             let a = frag.access(op, &mut int_arg);
             let t = self.store().table(a.table);

@@ -8,13 +8,13 @@
 //! only for programs that can abort.
 
 use crate::cluster::EngineCtx;
-use crate::exec::{run_program_alone, TxnScratch};
+use crate::exec::{run_program_alone, AloneOptions, Lookahead, TxnScratch};
 use crate::protocol::{admit, reply, AdmissionQueue, Engine, TxnRequest};
 use crate::runtime::spawn_worker;
 use crossbeam_channel::{bounded, Receiver};
 use parking_lot::{Mutex, RwLock};
-use qstore_core::txn::TxnOutcome;
-use qstore_core::{ConfigError, NodeId, PartitionId, QError};
+use qstore_core::txn::{Program, TxnOutcome};
+use qstore_core::{ConfigError, NodeId, PartitionId, QError, TableId};
 use qstore_net::NetCounters;
 use std::sync::Arc;
 use std::thread::JoinHandle;
@@ -95,21 +95,51 @@ impl Executor {
     /// Serves requests until every sender is gone.
     fn run(mut self, rx: Receiver<(NodeId, TxnRequest)>) {
         let mut batch = Vec::with_capacity(DRAIN_BATCH);
+        let mut programs = Vec::with_capacity(DRAIN_BATCH);
+        let mut keys = Vec::new();
         while let Ok(first) = rx.recv() {
             batch.push(first);
             batch.extend(rx.try_iter().take(DRAIN_BATCH - 1));
-            for (home, req) in batch.drain(..) {
-                let outcome = self.run_request(home, &req);
+            // Every program of the batch first, so that cache misses are started a few
+            // accesses ahead across transaction boundaries (see `Lookahead`).
+            keys.clear();
+            for (_, req) in &batch {
+                let program = self.ctx.catalog.program(&req.call);
+                if let Ok(p) = &program {
+                    keys.extend(p.accesses.iter().map(|a| (a.table, a.key)));
+                }
+                programs.push(program);
+            }
+            let ctx = self.ctx.clone();
+            let locate = |&(table, key): &(TableId, u64)| {
+                let part = ctx.store(ctx.pmap.partition_of(table, key));
+                (part.table(table), key)
+            };
+            let ahead = Lookahead::new(&keys, locate);
+            ahead.start(0);
+            let step = |at| ahead.step(at);
+            let mut first = 0;
+            for ((home, req), program) in batch.drain(..).zip(programs.drain(..)) {
+                let outcome = match program {
+                    Ok(program) => {
+                        let outcome = self.run_program(home, &req, &program, (&step, first));
+                        first += program.accesses.len();
+                        outcome
+                    }
+                    Err(e) => TxnOutcome::Rejected(e.to_string()),
+                };
                 reply(&req, outcome);
             }
         }
     }
 
-    fn run_request(&mut self, home: NodeId, req: &TxnRequest) -> TxnOutcome {
-        let program = match self.ctx.catalog.program(&req.call) {
-            Ok(p) => p,
-            Err(e) => return TxnOutcome::Rejected(e.to_string()),
-        };
+    fn run_program(
+        &mut self,
+        home: NodeId,
+        req: &TxnRequest,
+        program: &Program,
+        ahead: (&dyn Fn(usize), usize),
+    ) -> TxnOutcome {
         let ctx = &*self.ctx;
         let s = &mut self.scratch;
         let history = ctx.history.as_deref();
@@ -122,9 +152,12 @@ impl Executor {
                 &ctx.pmap,
                 steps,
                 req.id,
-                &program,
+                program,
                 s,
-                history.is_some(),
+                AloneOptions {
+                    trace: history.is_some(),
+                    ahead: Some(ahead),
+                },
             )
         };
         let order = self.decided as u128;
