@@ -288,8 +288,8 @@ pub struct AloneOptions<'a> {
     /// Record the versions read and the records written (for histories).
     pub trace: bool,
     /// (step, position of the program's first access): `step` is called before each access
-    /// (a [`Lookahead`] over this and the following programs). Without, the program's own
-    /// cache misses are all started at once before it runs.
+    /// (a [`Lookahead`] over this and the following programs). Without, a lookahead over the
+    /// program's own accesses.
     pub ahead: Option<(&'a dyn Fn(usize), usize)>,
 }
 
@@ -311,20 +311,21 @@ pub unsafe fn run_program_alone<'a>(
     let AloneOptions { trace, ahead } = opts;
     let keep_undo = program.may_abort();
     s.begin();
+    // Without a lookahead over the following programs, one over this program alone.
+    let locate = |a: &Access| {
+        (
+            store(pmap.partition_of(a.table, a.key)).table(a.table),
+            a.key,
+        )
+    };
+    let own = Lookahead::new(&program.accesses, locate);
     if ahead.is_none() {
-        // Start every cache miss of the transaction at once, so they overlap: first the index
-        // entries, then (their lookups no longer waiting one after another) the rows.
-        let table = |a: &Access| store(pmap.partition_of(a.table, a.key)).table(a.table);
-        for a in &program.accesses {
-            table(a).prefetch_index(a.key);
-        }
-        for a in &program.accesses {
-            table(a).prefetch(a.key);
-        }
+        own.start(0);
     }
     for (i, a) in program.accesses.iter().enumerate() {
-        if let Some((step, first)) = ahead {
-            step(first + i);
+        match ahead {
+            Some((step, first)) => step(first + i),
+            None => own.step(i),
         }
         let part = store(pmap.partition_of(a.table, a.key));
         let undo = keep_undo.then_some(&mut s.undo);
