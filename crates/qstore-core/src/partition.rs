@@ -3,6 +3,7 @@
 use crate::config::Partitioning;
 use crate::ids::{Key, PartitionId, TableId};
 use crate::txn::TableSchema;
+use strength_reduce::StrengthReducedU64;
 
 /// Maps (table, key) to a partition in O(1).
 ///
@@ -11,11 +12,16 @@ use crate::txn::TableSchema;
 /// the last partition. Hash partitioning scatters consecutive keys round-robin: partition =
 /// key mod partitions (an identity hash, which for the dense integer keys of the workloads
 /// spreads load evenly and keeps key generation O(1) in both directions).
+///
+/// Every access of every protocol asks for its key's partition, and a hardware division is
+/// a visible share of planning a transaction: the divisors are fixed for a run, so they are
+/// kept as multiply-and-shift reciprocals.
 #[derive(Clone, Debug)]
 pub struct PartitionMap {
     partitions: u32,
     scheme: Partitioning,
-    widths: Vec<u64>,
+    widths: Vec<StrengthReducedU64>,
+    by_partitions: StrengthReducedU64,
 }
 
 impl PartitionMap {
@@ -24,7 +30,11 @@ impl PartitionMap {
         PartitionMap {
             partitions,
             scheme,
-            widths: tables.iter().map(|t| t.keys_per_partition.max(1)).collect(),
+            widths: tables
+                .iter()
+                .map(|t| StrengthReducedU64::new(t.keys_per_partition.max(1)))
+                .collect(),
+            by_partitions: StrengthReducedU64::new(partitions as u64),
         }
     }
 
@@ -38,7 +48,7 @@ impl PartitionMap {
             Partitioning::Range => {
                 (key / self.widths[table as usize]).min(self.partitions as u64 - 1)
             }
-            Partitioning::Hash => key % self.partitions as u64,
+            Partitioning::Hash => key % self.by_partitions,
         };
         PartitionId(p as u32)
     }
@@ -48,7 +58,7 @@ impl PartitionMap {
     #[inline]
     pub fn nth_key_of(&self, table: TableId, partition: PartitionId, i: u64) -> Key {
         match self.scheme {
-            Partitioning::Range => partition.0 as u64 * self.widths[table as usize] + i,
+            Partitioning::Range => partition.0 as u64 * self.widths[table as usize].get() + i,
             Partitioning::Hash => i * self.partitions as u64 + partition.0 as u64,
         }
     }
@@ -94,6 +104,43 @@ mod tests {
             for i in 0..5 {
                 let k = m.nth_key_of(0, PartitionId(p), i);
                 assert_eq!(m.partition_of(0, k), PartitionId(p));
+            }
+        }
+    }
+
+    /// The reciprocal division gives exactly what `/` and `%` give, for small and large
+    /// divisors (powers of two take another path) and keys up to the largest allowed.
+    #[test]
+    fn reciprocal_division_matches_hardware_division() {
+        let keys = (0..2000u64)
+            .chain((0..64).map(|s| 1u64 << s))
+            .chain((0..2000u64).map(|i| crate::MAX_KEY - i));
+        for width in [1u64, 3, 7, 100, 1 << 20, 1_000_003, 10_000_000] {
+            for partitions in [1u32, 2, 3, 4, 7, 64] {
+                let table = TableSchema {
+                    keys_per_partition: width,
+                    ..tables()[0].clone()
+                };
+                let range = PartitionMap::new(
+                    partitions,
+                    Partitioning::Range,
+                    std::slice::from_ref(&table),
+                );
+                let hash = PartitionMap::new(partitions, Partitioning::Hash, &[table]);
+                for k in keys.clone() {
+                    let want = (k / width).min(partitions as u64 - 1) as u32;
+                    assert_eq!(
+                        range.partition_of(0, k),
+                        PartitionId(want),
+                        "range {k}/{width}"
+                    );
+                    let want = (k % partitions as u64) as u32;
+                    assert_eq!(
+                        hash.partition_of(0, k),
+                        PartitionId(want),
+                        "hash {k}%{partitions}"
+                    );
+                }
             }
         }
     }
