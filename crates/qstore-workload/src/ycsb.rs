@@ -17,6 +17,7 @@ use qstore_core::txn::{
     RowLoader, RowRef, StepId, TableSchema, Value,
 };
 use qstore_core::{ConfigError, PartitionId, QError, RunConfig};
+use rand::distr::{Bernoulli, Distribution};
 use rand::Rng as _;
 use std::sync::Arc;
 
@@ -107,6 +108,8 @@ impl Workload for Ycsb {
             proc: self.proc,
             chosen: Vec::with_capacity(self.cfg.ops_per_txn as usize),
             parts: Vec::new(),
+            // Validation keeps the fraction within [0, 1].
+            writes: Bernoulli::new(self.cfg.write_fraction).expect("validated write fraction"),
         })
     }
 }
@@ -121,6 +124,8 @@ struct YcsbGenerator {
     proc: ProcId,
     chosen: Vec<u64>,
     parts: Vec<PartitionId>,
+    /// Whether an access writes (an integer comparison, not a float draw per access).
+    writes: Bernoulli,
 }
 
 impl YcsbGenerator {
@@ -143,16 +148,16 @@ impl YcsbGenerator {
         }
     }
 
-    /// A key of partition `p` not yet chosen in this transaction (unless duplicates are
-    /// allowed). Configuration validation guarantees enough distinct keys exist.
-    fn choose_key(&mut self, p: PartitionId) -> u64 {
+    /// Adds to `chosen` a key of partition `p` not yet chosen in this transaction (unless
+    /// duplicates are allowed). Configuration validation guarantees enough distinct keys exist.
+    fn choose_key(&mut self, p: PartitionId) {
         loop {
             let key = self
                 .pmap
                 .nth_key_of(USERTABLE, p, self.ranks.sample(&mut self.rng));
             if self.cfg.allow_duplicate_keys || !self.chosen.contains(&key) {
                 self.chosen.push(key);
-                return key;
+                return;
             }
         }
     }
@@ -170,11 +175,9 @@ impl TxnGenerator for YcsbGenerator {
         self.choose_partitions();
         self.chosen.clear();
         let ops = self.cfg.ops_per_txn;
-        let mut args = old.args;
-        args.clear();
-        args.reserve_exact(2 * ops as usize);
-        // Spread accesses evenly over the transaction's partitions, round-robin (a counter,
-        // not `i % len`: a division per access is a visible share of the generator's time).
+        // Keys first, spread evenly over the transaction's partitions, round-robin (a
+        // counter, not `i % len`: a division per access is a visible share of the
+        // generator's time).
         let mut next = 0;
         for _ in 0..ops {
             let p = self.parts[next];
@@ -183,11 +186,17 @@ impl TxnGenerator for YcsbGenerator {
             } else {
                 next + 1
             };
-            let key = self.choose_key(p);
-            let write = self.rng.random::<f64>() < self.cfg.write_fraction;
-            args.push(Value::Int(key as i64));
-            args.push(Value::Int(if write { OP_RMW } else { OP_READ }));
+            self.choose_key(p);
         }
+        // Then the arguments, in one pass over the chosen keys: the load generator shares
+        // the machine with the engine, so its cost per transaction is the engine's loss.
+        let mut args = old.args;
+        args.clear();
+        let (rng, writes) = (&mut self.rng, self.writes);
+        args.extend(self.chosen.iter().flat_map(|&key| {
+            let op = if writes.sample(rng) { OP_RMW } else { OP_READ };
+            [Value::Int(key as i64), Value::Int(op)]
+        }));
         TxnCall {
             call: ProcCall {
                 proc: self.proc,
