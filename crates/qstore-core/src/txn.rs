@@ -120,9 +120,11 @@ impl Program {
         self.accesses.iter().any(|a| a.may_abort)
     }
 
-    /// Checks the structural rules every protocol relies on: dependencies point to earlier
-    /// accesses only. Procedures build programs from untrusted arguments, so this is enforced.
-    pub fn validate(&self) -> Result<(), String> {
+    /// Checks, in one pass, the rules every protocol relies on: at most `u16::MAX` accesses,
+    /// tables among the first `tables`, no reserved keys, dependencies on earlier accesses
+    /// only, and accesses that may abort only when `may_abort` (the procedure's promise).
+    /// Procedures build programs from untrusted arguments, so this is enforced.
+    pub fn validate(&self, tables: usize, may_abort: bool) -> Result<(), String> {
         if self.accesses.len() > u16::MAX as usize {
             return Err(format!(
                 "{} accesses (at most {})",
@@ -131,6 +133,9 @@ impl Program {
             ));
         }
         for (i, a) in self.accesses.iter().enumerate() {
+            if a.table as usize >= tables {
+                return Err(format!("table {} does not exist", a.table));
+            }
             if a.key > crate::MAX_KEY {
                 return Err(format!(
                     "access {i}: key {} is reserved (keys go up to {})",
@@ -142,6 +147,12 @@ impl Program {
                 return Err(format!(
                     "access {i} depends on access {d}, which is not earlier"
                 ));
+            }
+            if a.may_abort && !may_abort {
+                return Err(
+                    "the program has an access that may abort, but the procedure declares it never aborts"
+                        .into(),
+                );
             }
         }
         Ok(())
@@ -258,6 +269,12 @@ pub trait Procedure: Send + Sync {
     fn name(&self) -> &'static str;
     /// Builds the program; bad arguments are an error (reported to the client), never a panic.
     fn program(&self, args: &[Value]) -> Result<Program, String>;
+    /// Builds the program into `out`, replacing what it held and reusing its memory where the
+    /// procedure can: engines that plan many transactions call this with one buffer.
+    fn program_into(&self, args: &[Value], out: &mut Program) -> Result<(), String> {
+        *out = self.program(args)?;
+        Ok(())
+    }
     /// Whether its programs may contain accesses that may abort. Speculative engines track
     /// undecided writes only for catalogs where some procedure may abort, so a procedure that
     /// says no is held to it (its programs with abortable accesses are refused).
@@ -311,6 +328,13 @@ impl Catalog {
     /// Builds and validates the program of a call; unknown procedures and bad arguments are
     /// errors for the client.
     pub fn program(&self, call: &ProcCall) -> Result<Program, QError> {
+        let mut program = Program::default();
+        self.program_into(call, &mut program)?;
+        Ok(program)
+    }
+
+    /// [`Catalog::program`] into `out`, reusing its memory.
+    pub fn program_into(&self, call: &ProcCall, out: &mut Program) -> Result<(), QError> {
         let proc = self
             .procedure(call.proc)
             .ok_or_else(|| QError::UnknownProcedure(format!("#{}", call.proc.0)))?;
@@ -318,20 +342,9 @@ impl Catalog {
             proc: proc.name().to_string(),
             why,
         };
-        let program = proc.program(&call.args).map_err(bad)?;
-        program.validate().map_err(bad)?;
-        if !proc.may_abort() && program.may_abort() {
-            return Err(bad(
-                "the program has an access that may abort, but the procedure declares it never aborts"
-                    .into(),
-            ));
-        }
-        for a in &program.accesses {
-            if a.table as usize >= self.tables.len() {
-                return Err(bad(format!("table {} does not exist", a.table)));
-            }
-        }
-        Ok(program)
+        proc.program_into(&call.args, out).map_err(bad)?;
+        out.validate(self.tables.len(), proc.may_abort())
+            .map_err(bad)
     }
 
     /// Whether some procedure's programs may abort.
@@ -478,6 +491,6 @@ mod tests {
             may_abort: false,
         };
         let p = Program { accesses: vec![a] };
-        assert!(p.validate().is_err());
+        assert!(p.validate(1, true).is_err());
     }
 }

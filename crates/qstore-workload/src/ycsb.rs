@@ -229,15 +229,23 @@ impl Procedure for YcsbTxn {
     }
 
     fn program(&self, args: &[Value]) -> Result<Program, String> {
+        let mut program = Program::default();
+        self.program_into(args, &mut program)?;
+        Ok(program)
+    }
+
+    /// Planners call this once per transaction: the accesses go into the caller's buffer, so
+    /// building a program allocates nothing once the buffer has grown.
+    fn program_into(&self, args: &[Value], out: &mut Program) -> Result<(), String> {
         if !args.len().is_multiple_of(2) {
             return Err(format!(
                 "expected (key, op) pairs, got {} values",
                 args.len()
             ));
         }
-        // Sized up front: collecting a fallible iterator would grow the vector step by step,
-        // and programs are built once per transaction on the hot path.
-        let mut accesses = Vec::with_capacity(args.len() / 2);
+        let accesses = &mut out.accesses;
+        accesses.clear();
+        accesses.reserve(args.len() / 2);
         for pair in args.chunks_exact(2) {
             let (Some(key), Some(op)) = (pair[0].as_int(), pair[1].as_int()) else {
                 return Err("keys and ops must be integers".to_string());
@@ -257,7 +265,7 @@ impl Procedure for YcsbTxn {
                 may_abort: false,
             });
         }
-        Ok(Program { accesses })
+        Ok(())
     }
 }
 

@@ -172,6 +172,7 @@ impl Eq {
 
     /// Appends access `idx` of a program (the current fragment's accesses must be appended
     /// together).
+    #[inline]
     pub fn push_op(&mut self, idx: u16, a: &Access) {
         let (arg, int_arg, extra) = match (&a.arg, a.deps.is_empty()) {
             (Value::Null, true) => (0, false, Op::PLAIN),

@@ -14,7 +14,7 @@ use crossbeam_channel::{bounded, Receiver, RecvTimeoutError};
 use crossbeam_utils::CachePadded;
 use parking_lot::{Condvar, Mutex, MutexGuard, RwLock};
 use qstore_core::config::{Isolation, QStoreMode};
-use qstore_core::txn::{CcAbortCause, RowRef, TxnOutcome, Value};
+use qstore_core::txn::{CcAbortCause, Program, RowRef, TxnOutcome, Value};
 use qstore_core::{NodeId, PartitionId, QError, TableId};
 use qstore_net::{Envelope, NetCounters, Transport};
 use qstore_storage::RowVersion;
@@ -135,7 +135,8 @@ struct Planner {
 /// A transaction this node planned, waiting for its outputs.
 struct HomeTxn {
     req: TxnRequest,
-    outputs: Vec<Value>,
+    /// Accesses in its program: the length of its answer's outputs.
+    n_accesses: u16,
     may_abort: bool,
 }
 
@@ -170,6 +171,9 @@ struct HomeBatch {
     involved: Vec<NodeId>,
     /// Speculative mode: what those nodes reported about its transactions' fates.
     notes: Vec<FateNote>,
+    /// The access outputs those nodes acknowledged with, gathered per transaction only when
+    /// the batch is answered.
+    outputs: Outputs,
 }
 
 /// Everything a node's threads share, under one lock: claims and commits are short.
@@ -199,6 +203,7 @@ struct DecidedBatch {
     rank: u32,
     txns: Vec<HomeTxn>,
     fates: Vec<Option<Fate>>,
+    outputs: Outputs,
 }
 
 /// A record's contents before batch `.0` first wrote it: (batch, version, bytes).
@@ -464,28 +469,25 @@ impl QNode {
         let nodes = ctx.nodes() as usize;
         let mut txns = Vec::with_capacity(planner.queue.len().min(self.batch_size));
         let mut involved = vec![false; nodes];
+        let mut program = Program::default();
+        let shape = QueueShape {
+            subs: self.subs,
+            read_only_from: self.read_committed.then_some(self.subs),
+        };
         for (_, req) in planner.queue.try_iter().take(self.batch_size) {
-            let program = match ctx.catalog.program(&req.call) {
-                Ok(p) => p,
-                Err(e) => {
-                    reply(&req, TxnOutcome::Rejected(e.to_string()));
-                    continue;
-                }
-            };
-            let may_abort = program.may_abort();
+            if let Err(e) = ctx.catalog.program_into(&req.call, &mut program) {
+                reply(&req, TxnOutcome::Rejected(e.to_string()));
+                continue;
+            }
             let seq = txns.len() as u32;
-            let outputs = vec![Value::Null; program.accesses.len()];
-            let shape = QueueShape {
-                subs: self.subs,
-                read_only_from: self.read_committed.then_some(self.subs),
-            };
-            for &n in plan.place(seq, req.id, self.id, program, &ctx.pmap, shape) {
+            let placed = plan.place(seq, req.id, self.id, &program, &ctx.pmap, shape);
+            for &n in placed.nodes {
                 involved[n.index()] = true;
             }
             txns.push(HomeTxn {
+                may_abort: placed.may_abort,
+                n_accesses: program.accesses.len() as u16,
                 req,
-                outputs,
-                may_abort,
             });
         }
         let involved: Vec<NodeId> = (0..nodes as u32)
@@ -498,6 +500,7 @@ impl QNode {
                 acks_pending: involved.len() as u32,
                 involved,
                 notes: Vec::new(),
+                outputs: Vec::new(),
             };
             self.state.lock().home.insert((batch, rank), home);
         }
@@ -913,13 +916,7 @@ impl QNode {
             );
             return;
         };
-        for o in outputs.into_iter().flatten() {
-            if let Some(t) = hb.txns.get_mut(o.seq as usize) {
-                if let Some(slot) = t.outputs.get_mut(o.idx as usize) {
-                    *slot = o.value;
-                }
-            }
-        }
+        hb.outputs.extend(outputs);
         hb.notes.extend(notes);
         hb.acks_pending -= 1;
         if hb.acks_pending == 0 {
@@ -930,6 +927,7 @@ impl QNode {
                 rank,
                 txns: hb.txns,
                 fates,
+                outputs: hb.outputs,
             });
         }
     }
@@ -979,7 +977,9 @@ impl QNode {
             rank,
             txns,
             fates,
+            outputs,
         } = d;
+        let mut outputs = Gather::new(outputs);
         for ((seq, t), fate) in txns.into_iter().enumerate().zip(fates) {
             let order = TxnPos {
                 batch,
@@ -1006,7 +1006,8 @@ impl QNode {
                     if let Some(h) = h {
                         h.commit(self.id, id, call, &none, order);
                     }
-                    t.req.answer(TxnOutcome::Committed(t.outputs));
+                    let values = outputs.take(seq as u32, t.n_accesses);
+                    t.req.answer(TxnOutcome::Committed(values));
                 }
             }
         }
@@ -1304,6 +1305,41 @@ fn speculative_fates(n: usize, mut notes: Vec<FateNote>) -> Vec<Option<Fate>> {
     fates
 }
 
+/// The outputs of a planner's batch, as the nodes that ran its queues reported them: one list
+/// per queue run, each in planning order (a queue runs its fragments in that order). Taking
+/// the transactions' outputs in planning order is then a merge, with no per-access lookups.
+struct Gather {
+    lists: Outputs,
+    cursors: Vec<usize>,
+}
+
+impl Gather {
+    fn new(lists: Outputs) -> Self {
+        Gather {
+            cursors: vec![0; lists.len()],
+            lists,
+        }
+    }
+
+    /// The outputs of transaction `seq` (Null where none was reported), for `seq`s asked in
+    /// increasing order. Entries of earlier transactions not asked for (aborted ones) are
+    /// passed over, as are any a faulty peer sent out of order or out of range.
+    fn take(&mut self, seq: u32, n_accesses: u16) -> Vec<Value> {
+        let mut values = vec![Value::Null; n_accesses as usize];
+        for (list, at) in self.lists.iter_mut().zip(&mut self.cursors) {
+            while let Some(o) = list.get_mut(*at).filter(|o| o.seq <= seq) {
+                if o.seq == seq {
+                    if let Some(slot) = values.get_mut(o.idx as usize) {
+                        *slot = std::mem::take(&mut o.value);
+                    }
+                }
+                *at += 1;
+            }
+        }
+        values
+    }
+}
+
 impl TxnFate {
     fn new(needed: u16) -> Self {
         TxnFate {
@@ -1327,5 +1363,46 @@ impl NodeState {
             table.resize(want.max(idx as usize + 1), None);
         }
         table[idx as usize] = Some(value);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn out(seq: u32, idx: u16, v: i64) -> Output {
+        Output {
+            seq,
+            idx,
+            value: Value::Int(v),
+        }
+    }
+
+    #[test]
+    fn gather_merges_queue_lists_in_planning_order() {
+        // Two queues' runs (the first one stalled once, so it came in two lists); transaction
+        // 1 aborted and is not asked for.
+        let lists = vec![
+            vec![out(0, 0, 10), out(1, 0, 11)],
+            vec![out(0, 1, 20), out(1, 2, 21), out(2, 1, 22)],
+            vec![out(2, 0, 12)],
+        ];
+        let mut g = Gather::new(lists);
+        assert_eq!(g.take(0, 2), vec![Value::Int(10), Value::Int(20)]);
+        assert_eq!(
+            g.take(2, 3),
+            vec![Value::Int(12), Value::Int(22), Value::Null]
+        );
+    }
+
+    #[test]
+    fn gather_passes_over_faulty_entries() {
+        // Out of planning order and out of the program's range: ignored, never a panic.
+        let lists = vec![vec![out(1, 0, 1), out(0, 0, 2), out(1, 9, 3), out(2, 0, 4)]];
+        let mut g = Gather::new(lists);
+        assert_eq!(g.take(0, 1), vec![Value::Null]);
+        assert_eq!(g.take(1, 1), vec![Value::Int(1)]);
+        assert_eq!(g.take(2, 1), vec![Value::Int(4)]);
+        assert_eq!(g.take(3, 1), vec![Value::Null]);
     }
 }

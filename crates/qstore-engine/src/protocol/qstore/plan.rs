@@ -6,7 +6,7 @@
 
 use super::msg::{Eq, FateInfo, Frag, Route};
 use qstore_core::partition::PartitionMap;
-use qstore_core::txn::Program;
+use qstore_core::txn::{Access, Program};
 use qstore_core::{NodeId, TableId, TxnId};
 
 /// The sub-partition (execution queue index) of a record: a hash of (table, key) mapped onto
@@ -29,14 +29,22 @@ pub struct QueueShape {
 
 /// A planner's execution queues, per destination node, for the batch being planned. One
 /// lives as long as its planner: queues and scratch space keep their capacity from batch to
-/// batch, so planning a transaction allocates only its fragments.
+/// batch, so planning a transaction allocates nothing in the common case.
 pub struct BatchPlan {
     /// Per node, per queue index (sub-partition, then read-only queues): the queue.
     queues: Vec<Vec<Eq>>,
-    /// Scratch for `place`: which fragment holds each access.
-    frag_of: Vec<usize>,
-    frags: Vec<((NodeId, u32), Frag)>,
+    /// Scratch for `place`: the fragments of the transaction being placed, as (destination
+    /// queue, index in its `frags`).
+    frags: Vec<((NodeId, u32), usize)>,
     nodes: Vec<NodeId>,
+}
+
+/// What [`BatchPlan::place`] tells the planner about a transaction.
+pub struct Placed<'a> {
+    /// The nodes it touches.
+    pub nodes: &'a [NodeId],
+    /// Whether some access may abort it.
+    pub may_abort: bool,
 }
 
 impl BatchPlan {
@@ -53,7 +61,6 @@ impl BatchPlan {
                         .collect()
                 })
                 .collect(),
-            frag_of: Vec::new(),
             frags: Vec::new(),
             nodes: Vec::new(),
         }
@@ -78,74 +85,103 @@ impl BatchPlan {
     }
 
     /// Places the program of transaction `seq` of the batch, planned at node `home`. A
-    /// read-only transaction goes to the read-only queues when `shape` has them. Returns the
-    /// nodes it touches.
+    /// read-only transaction goes to the read-only queues when `shape` has them.
     pub fn place(
         &mut self,
         seq: u32,
         id: TxnId,
         home: NodeId,
-        program: Program,
+        program: &Program,
         pmap: &PartitionMap,
         shape: QueueShape,
-    ) -> &[NodeId] {
+    ) -> Placed<'_> {
         let QueueShape {
             subs,
             read_only_from,
         } = shape;
-        let n = program.accesses.len();
-        let read_only = program.accesses.iter().all(|a| !a.kind.is_write());
-        let offset = read_only_from.filter(|_| read_only).unwrap_or(0);
-        let abortables = program.accesses.iter().filter(|a| a.may_abort).count() as u16;
-        // One pass: each access goes to the fragment of its destination (node, queue), made
-        // when the destination first appears. A fragment's accesses are contiguous in its
-        // queue's `ops`: no other transaction is placed meanwhile. `frag_of` remembers which
-        // fragment each access went to, for the accesses that depend on it (always earlier).
-        let (frag_of, frags, queues) = (&mut self.frag_of, &mut self.frags, &mut self.queues);
-        frag_of.clear();
-        self.nodes.clear();
-        for (i, a) in program.accesses.iter().enumerate() {
+        let accesses = &program.accesses;
+        let n = accesses.len() as u16;
+        let offset = match read_only_from {
+            Some(from) if accesses.iter().all(|a| !a.kind.is_write()) => from,
+            _ => 0,
+        };
+        // One pass: each access goes to the fragment of its destination (node, queue), made in
+        // that queue when the destination first appears. A fragment's accesses are contiguous
+        // in its queue's `ops` (no other transaction is placed meanwhile), so its length is
+        // known at the end.
+        let dest_of = |a: &Access| {
             let node = NodeId(pmap.partition_of(a.table, a.key).0);
-            let dest = (node, offset + sub_of(a.table, a.key, subs));
+            (node, offset + sub_of(a.table, a.key, subs))
+        };
+        let (frags, queues) = (&mut self.frags, &mut self.queues);
+        frags.clear();
+        let mut abortables = 0u16;
+        for (i, a) in accesses.iter().enumerate() {
+            let dest = dest_of(a);
             let f = match frags.iter().position(|(d, _)| *d == dest) {
                 Some(f) => f,
                 None => {
-                    let start = queue(queues, dest).ops.len() as u32;
-                    frags.push((dest, Frag::empty(seq, id, start, n as u16)));
+                    let q = queue(queues, dest);
+                    q.frags.push(Frag::empty(seq, id, q.ops.len() as u32, n));
+                    frags.push((dest, q.frags.len() - 1));
                     frags.len() - 1
                 }
             };
-            for &d in &a.deps {
-                let producer = frag_of[d as usize];
-                if producer != f {
-                    // Same fragment: the producer runs earlier, in program order.
-                    frags[f].1.needs.push(d);
-                    let from = frags[producer].0 .0;
-                    route(&mut frags[producer].1, d, node, from);
-                }
+            if !a.deps.is_empty() {
+                // Rare (dependent transactions): where each producer went is found again.
+                let producers = a.deps.iter().map(|&d| {
+                    let at = dest_of(&accesses[d as usize]);
+                    (d, frags.iter().position(|(d, _)| *d == at).expect("placed"))
+                });
+                let producers: Vec<_> = producers.collect();
+                link(queues, frags, f, &producers);
             }
-            frags[f].1.len += 1;
-            frag_of.push(f);
+            abortables += a.may_abort as u16;
             queue(queues, dest).push_op(i as u16, a);
         }
-        let nodes = &mut self.nodes;
-        for &((node, _), _) in frags.iter() {
-            if !nodes.contains(&node) {
-                nodes.push(node);
+        self.nodes.clear();
+        for &(dest, at) in frags.iter() {
+            let q = queue(queues, dest);
+            let frag = &mut q.frags[at];
+            frag.len = (q.ops.len() - frag.start as usize) as u16;
+            if !self.nodes.contains(&dest.0) {
+                self.nodes.push(dest.0);
             }
         }
-        let fate = (abortables > 0).then(|| {
-            let mut notify = nodes.clone();
+        if abortables > 0 {
+            let mut notify = self.nodes.clone();
             if !notify.contains(&home) {
                 notify.push(home);
             }
-            FateInfo { abortables, notify }
-        });
-        for (dest, mut frag) in frags.drain(..) {
-            frag.fate = fate.clone();
-            queue(queues, dest).frags.push(frag);
+            let fate = FateInfo { abortables, notify };
+            for &(dest, at) in frags.iter() {
+                queue(queues, dest).frags[at].fate = Some(fate.clone());
+            }
         }
-        nodes
+        Placed {
+            nodes: &self.nodes,
+            may_abort: abortables > 0,
+        }
+    }
+}
+
+/// Records that the access being placed, in fragment `f`, needs the outputs of earlier
+/// accesses, given as (access index, fragment holding it): each one in another fragment
+/// becomes a need of `f` and a route of its producer (one in the same fragment runs earlier,
+/// in program order).
+fn link(
+    queues: &mut [Vec<Eq>],
+    frags: &[((NodeId, u32), usize)],
+    f: usize,
+    producers: &[(u16, usize)],
+) {
+    let (dest, at) = frags[f];
+    for &(d, producer) in producers {
+        if producer != f {
+            queue(queues, dest).frags[at].needs.push(d);
+            let (from, from_at) = frags[producer];
+            route(&mut queue(queues, from).frags[from_at], d, dest.0, from.0);
+        }
     }
 }
 
@@ -196,7 +232,7 @@ fn route(producer: &mut Frag, idx: u16, to: NodeId, from: NodeId) {
 mod tests {
     use super::*;
     use qstore_core::config::Partitioning;
-    use qstore_core::txn::{Access, AccessKind, StepId, TableSchema, Value};
+    use qstore_core::txn::{AccessKind, StepId, TableSchema, Value};
 
     fn access(key: u64, deps: Vec<u16>) -> Access {
         Access {
@@ -231,7 +267,8 @@ mod tests {
             read_only_from: Some(4),
         };
         let nodes = plan
-            .place(0, TxnId(9), NodeId(0), program, &pmap(), shape)
+            .place(0, TxnId(9), NodeId(0), &program, &pmap(), shape)
+            .nodes
             .to_vec();
         assert_eq!(nodes, vec![NodeId(0), NodeId(1)]);
         let eqs0 = plan.take_eqs(NodeId(0));

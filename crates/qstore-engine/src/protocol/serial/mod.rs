@@ -95,20 +95,24 @@ impl Executor {
     /// Serves requests until every sender is gone.
     fn run(mut self, rx: Receiver<(NodeId, TxnRequest)>) {
         let mut batch = Vec::with_capacity(DRAIN_BATCH);
-        let mut programs = Vec::with_capacity(DRAIN_BATCH);
+        // Program buffers, one per transaction of a drained batch, reused from batch to batch.
+        let mut programs: Vec<Program> = Vec::new();
+        let mut built = Vec::with_capacity(DRAIN_BATCH);
         let mut keys = Vec::new();
         while let Ok(first) = rx.recv() {
             batch.push(first);
             batch.extend(rx.try_iter().take(DRAIN_BATCH - 1));
+            programs.resize_with(programs.len().max(batch.len()), Program::default);
             // Every program of the batch first, so that cache misses are started a few
             // accesses ahead across transaction boundaries (see `Lookahead`).
             keys.clear();
-            for (_, req) in &batch {
-                let program = self.ctx.catalog.program(&req.call);
-                if let Ok(p) = &program {
-                    keys.extend(p.accesses.iter().map(|a| (a.table, a.key)));
+            built.clear();
+            for ((_, req), program) in batch.iter().zip(&mut programs) {
+                let result = self.ctx.catalog.program_into(&req.call, program);
+                if result.is_ok() {
+                    keys.extend(program.accesses.iter().map(|a| (a.table, a.key)));
                 }
-                programs.push(program);
+                built.push(result);
             }
             let ctx = self.ctx.clone();
             let locate = |&(table, key): &(TableId, u64)| {
@@ -119,10 +123,12 @@ impl Executor {
             ahead.start(0);
             let step = |at| ahead.step(at);
             let mut first = 0;
-            for ((home, req), program) in batch.drain(..).zip(programs.drain(..)) {
-                let outcome = match program {
-                    Ok(program) => {
-                        let outcome = self.run_program(home, &req, &program, (&step, first));
+            for (((home, req), program), result) in
+                batch.drain(..).zip(&programs).zip(built.drain(..))
+            {
+                let outcome = match result {
+                    Ok(()) => {
+                        let outcome = self.run_program(home, &req, program, (&step, first));
                         first += program.accesses.len();
                         outcome
                     }
