@@ -284,15 +284,8 @@ mod tests {
         Eq {
             sub,
             frags: (0..n as u32)
-                .map(|seq| super::super::msg::Frag {
-                    seq,
-                    id: qstore_core::TxnId(seq as u64 + 1),
-                    start: 0,
-                    len: 0,
-                    needs: vec![],
-                    routes: vec![],
-                    n_accesses: 0,
-                    fate: None,
+                .map(|seq| {
+                    super::super::msg::Frag::empty(seq, qstore_core::TxnId(seq as u64 + 1), 0, 0)
                 })
                 .collect(),
             ops: vec![],

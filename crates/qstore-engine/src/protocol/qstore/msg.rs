@@ -30,19 +30,66 @@ impl TxnPos {
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct Frag {
     pub seq: u32,
-    pub id: TxnId,
     /// Where its accesses start in the queue's `ops`, and how many there are.
     pub start: u32,
+    pub id: TxnId,
     pub len: u16,
+    /// Accesses in the whole program (sizes the value table of dependent fragments).
+    pub n_accesses: u16,
+    /// Data dependencies and fate, for the fragments that have any. Most have none, and
+    /// keeping these out of line makes a fragment a third of the size: planners write and
+    /// executors read one per transaction and queue.
+    pub links: Option<Box<FragLinks>>,
+}
+
+// Planners write, and executors read, these per access and per (transaction, queue).
+const _: () = assert!(std::mem::size_of::<Frag>() <= 32 && std::mem::size_of::<Op>() <= 32);
+
+/// The rarer parts of a fragment.
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+pub struct FragLinks {
     /// Outputs of accesses outside this fragment that its accesses need.
     pub needs: Vec<u16>,
     /// Where this fragment's outputs must go besides the home node: (access index, whether a
     /// fragment on this node needs it, other nodes that need it).
     pub routes: Vec<Route>,
-    /// Accesses in the whole program (sizes the value table of dependent fragments).
-    pub n_accesses: u16,
     /// Set when the transaction may abort: how its fate is decided.
     pub fate: Option<FateInfo>,
+}
+
+impl Frag {
+    /// A fragment of transaction `id` (`seq` in its batch, `n_accesses` in its program) with
+    /// no accesses yet; they will start at `start` in its queue's `ops`.
+    pub fn empty(seq: u32, id: TxnId, start: u32, n_accesses: u16) -> Self {
+        Frag {
+            seq,
+            start,
+            id,
+            len: 0,
+            n_accesses,
+            links: None,
+        }
+    }
+
+    /// Outputs of accesses outside this fragment that its accesses need.
+    pub fn needs(&self) -> &[u16] {
+        self.links.as_ref().map_or(&[], |l| &l.needs)
+    }
+
+    /// Where its outputs must go besides the home node.
+    pub fn routes(&self) -> &[Route] {
+        self.links.as_ref().map_or(&[], |l| &l.routes)
+    }
+
+    /// How the fate of its transaction is decided, if it may abort.
+    pub fn fate(&self) -> Option<&FateInfo> {
+        self.links.as_ref().and_then(|l| l.fate.as_ref())
+    }
+
+    /// Its links, made when first needed (planning).
+    pub fn links_mut(&mut self) -> &mut FragLinks {
+        self.links.get_or_insert_with(Box::default)
+    }
 }
 
 /// A fragment together with its accesses and their side records.
@@ -297,16 +344,9 @@ mod tests {
         for (i, a) in accesses.iter().enumerate() {
             eq.push_op(i as u16, a);
         }
-        eq.frags.push(Frag {
-            seq: 0,
-            id: TxnId(1),
-            start: 0,
-            len,
-            needs: vec![],
-            routes: vec![],
-            n_accesses: len,
-            fate: None,
-        });
+        let mut frag = Frag::empty(0, TxnId(1), 0, len);
+        frag.len = len;
+        eq.frags.push(frag);
         eq
     }
 

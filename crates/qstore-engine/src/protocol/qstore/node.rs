@@ -574,7 +574,7 @@ impl QNode {
     ) -> Option<u64> {
         s.begin();
         // The outputs this fragment's steps may read, indexed by access.
-        let needs_values = !frag.needs.is_empty() || frag.has_deps();
+        let needs_values = !frag.needs().is_empty() || frag.has_deps();
         if needs_values {
             s.outputs.resize(frag.n_accesses as usize, Value::Null);
         }
@@ -598,7 +598,7 @@ impl QNode {
             let mut int_arg = Value::Null;
             let a = frag.access(op, &mut int_arg);
             let t = trace.then_some(&mut s.trace);
-            let undo = (frag.fate.is_some() || self.speculate).then_some(&mut s.undo);
+            let undo = (frag.fate().is_some() || self.speculate).then_some(&mut s.undo);
             // SAFETY: this queue owns its sub-partition's records until it finishes: every
             // access to them is in this queue or in queues that run strictly before or after,
             // and records written by undecided transactions are not touched (see `ready`).
@@ -638,7 +638,7 @@ impl QNode {
             let own_abort = votes.into_iter().flatten().next();
             let undo = std::mem::take(&mut s.undo);
             self.state.lock().spec.ran(pos, undo, keys, own_abort);
-        } else if let Some(fate) = &frag.fate {
+        } else if let Some(fate) = frag.fate() {
             self.hold_writes(pos, frag, std::mem::take(&mut s.undo));
             for abort in votes {
                 self.vote(pos, fate, abort);
@@ -659,11 +659,11 @@ impl QNode {
     ) -> Ready {
         // The common case needs nothing the lock guards: a transaction that cannot abort,
         // whose fragment needs no outside value, on records no undecided writer can hold.
-        if frag.fate.is_none() && frag.needs.is_empty() && !check_held {
+        if frag.fate().is_none() && frag.needs().is_empty() && !check_held {
             return Ready::Run;
         }
         let state = self.state.lock();
-        if frag.fate.is_some() && state.fates.get(&pos).is_some_and(|f| f.aborted.is_some()) {
+        if frag.fate().is_some() && state.fates.get(&pos).is_some_and(|f| f.aborted.is_some()) {
             return Ready::Skip;
         }
         let held = check_held
@@ -677,13 +677,13 @@ impl QNode {
         if held {
             return wait;
         }
-        if frag.needs.is_empty() {
+        if frag.needs().is_empty() {
             return Ready::Run;
         }
         let Some(known) = state.values.get(&pos) else {
             return wait;
         };
-        for &i in &frag.needs {
+        for &i in frag.needs() {
             match known.get(i as usize) {
                 Some(Some(v)) => values[i as usize] = v.clone(),
                 _ => return wait,
@@ -776,7 +776,7 @@ impl QNode {
     /// was decided to abort while the fragment ran).
     fn hold_writes(&self, pos: TxnPos, frag: FragRef<'_>, mut undo: UndoLog) {
         let mut state = self.state.lock();
-        let needed = frag.fate.as_ref().map_or(0, |f| f.abortables);
+        let needed = frag.fate().map_or(0, |f| f.abortables);
         let fate = state
             .fates
             .entry(pos)
@@ -881,7 +881,7 @@ impl QNode {
 
     /// Sends the output of access `idx` where the plan says it is needed.
     fn route(&self, pos: TxnPos, frag: FragRef<'_>, idx: u16, value: &Value) {
-        for r in frag.routes.iter().filter(|r| r.idx == idx) {
+        for r in frag.routes().iter().filter(|r| r.idx == idx) {
             if r.local {
                 let mut state = self.state.lock();
                 state.store_value(pos, frag.n_accesses, idx, value.clone());

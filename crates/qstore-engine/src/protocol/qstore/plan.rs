@@ -155,7 +155,7 @@ impl BatchPlan {
             }
             let fate = FateInfo { abortables, notify };
             for &(dest, at) in frags.iter() {
-                queue(queues, dest).frags[at].fate = Some(fate.clone());
+                queue(queues, dest).frags[at].links_mut().fate = Some(fate.clone());
             }
         }
         Placed {
@@ -178,26 +178,9 @@ fn link(
     let (dest, at) = frags[f];
     for &(d, producer) in producers {
         if producer != f {
-            queue(queues, dest).frags[at].needs.push(d);
+            queue(queues, dest).frags[at].links_mut().needs.push(d);
             let (from, from_at) = frags[producer];
             route(&mut queue(queues, from).frags[from_at], d, dest.0, from.0);
-        }
-    }
-}
-
-impl Frag {
-    /// A fragment of transaction `id` (`seq` in its batch, `n_accesses` in its program) with
-    /// no accesses yet; they will start at `start` in its queue's `ops`.
-    fn empty(seq: u32, id: TxnId, start: u32, n_accesses: u16) -> Self {
-        Frag {
-            seq,
-            id,
-            start,
-            len: 0,
-            needs: Vec::new(),
-            routes: Vec::new(),
-            n_accesses,
-            fate: None,
         }
     }
 }
@@ -209,18 +192,19 @@ fn queue(queues: &mut [Vec<Eq>], (node, q): (NodeId, u32)) -> &mut Eq {
 
 /// Makes the output of access `idx` (in `producer`, running on `from`) reach node `to`.
 fn route(producer: &mut Frag, idx: u16, to: NodeId, from: NodeId) {
-    let r = match producer.routes.iter().position(|r| r.idx == idx) {
+    let routes = &mut producer.links_mut().routes;
+    let r = match routes.iter().position(|r| r.idx == idx) {
         Some(r) => r,
         None => {
-            producer.routes.push(Route {
+            routes.push(Route {
                 idx,
                 local: false,
                 nodes: Vec::new(),
             });
-            producer.routes.len() - 1
+            routes.len() - 1
         }
     };
-    let r = &mut producer.routes[r];
+    let r = &mut routes[r];
     if to == from {
         r.local = true;
     } else if !r.nodes.contains(&to) {
@@ -277,19 +261,19 @@ mod tests {
         let f0 = eqs0[0].frag(0).expect("one fragment");
         let idx: Vec<u16> = f0.accesses.iter().map(|op| op.idx).collect();
         assert_eq!(idx, vec![0, 2], "both accesses of key 5, in program order");
-        assert_eq!(f0.needs, vec![1]);
+        assert_eq!(f0.needs(), [1]);
         let f1 = &eqs1[0].frags[0];
-        assert_eq!(f1.needs, vec![0]);
-        assert_eq!(f0.routes.len(), 1);
+        assert_eq!(f1.needs(), [0]);
+        assert_eq!(f0.routes().len(), 1);
         assert_eq!(
-            (f0.routes[0].idx, &f0.routes[0].nodes),
+            (f0.routes()[0].idx, &f0.routes()[0].nodes),
             (0, &vec![NodeId(1)])
         );
         assert_eq!(
-            (f1.routes[0].idx, &f1.routes[0].nodes),
+            (f1.routes()[0].idx, &f1.routes()[0].nodes),
             (1, &vec![NodeId(0)])
         );
-        let fate = f0.fate.as_ref().expect("the access to key 150 may abort");
+        let fate = f0.fate().expect("the access to key 150 may abort");
         assert_eq!(
             (fate.abortables, fate.notify.clone()),
             (1, vec![NodeId(0), NodeId(1)])
