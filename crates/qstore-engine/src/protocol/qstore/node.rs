@@ -213,9 +213,10 @@ type CommittedCopy = (u64, RowVersion, Box<[u8]>);
 struct Admission {
     queues: RwLock<Option<Vec<AdmissionQueue>>>,
     next: AtomicUsize,
-    /// Planning workers asleep that a new request should wake (when batches close as soon
-    /// as a worker is idle): changed under the node lock, read by every submit.
-    sleepers: AtomicUsize,
+    /// Set by a planning worker going to sleep that a new request should wake (when batches
+    /// close as soon as a worker is idle); taken by the first request that sees it, so a
+    /// sleep costs the clients one wake-up, not one per request until the worker runs.
+    request_wakes: AtomicBool,
 }
 
 struct QNode {
@@ -283,7 +284,7 @@ impl QNode {
             admission: CachePadded::new(Admission {
                 queues: RwLock::new(Some(senders)),
                 next: AtomicUsize::new(0),
-                sleepers: AtomicUsize::new(0),
+                request_wakes: AtomicBool::new(false),
             }),
             state: CachePadded::new(Mutex::new(NodeState {
                 batches: Batches::with_read_only(
@@ -325,10 +326,11 @@ impl QNode {
         });
         admit(queue, self.id, req, self.ctx.history.as_deref());
         drop(guard);
-        // Pairs with the sleeper's count-then-look in `idle`: either it sees this request,
-        // or this sees it asleep and wakes it (under the lock, so the wake is not lost).
+        // Pairs with the sleeper's flag-then-look in `idle`: either it sees this request, or
+        // this sees the flag and wakes it (under the lock, so the wake is not lost).
         std::sync::atomic::fence(Ordering::SeqCst);
-        if self.admission.sleepers.load(Ordering::Relaxed) > 0 {
+        let wakes = &self.admission.request_wakes;
+        if wakes.load(Ordering::Relaxed) && wakes.swap(false, Ordering::SeqCst) {
             let _state = self.state.lock();
             self.wake.notify_all();
         }
@@ -392,15 +394,19 @@ impl QNode {
             return;
         }
         let planners = || planners.iter().map(|&p| &*self.planners[p]);
-        // A request wakes the worker only if it could plan now; with the ring full, the retiring
-        // of a batch does.
-        let room = |p: &Planner| p.next_batch.load(Ordering::Acquire) < state.retired + self.depth;
-        let sleeper = (wake_on_request && planners().any(room)).then_some(&self.admission.sleepers);
-        if let Some(count) = sleeper {
-            count.fetch_add(1, Ordering::SeqCst);
+        // A request wakes the worker only for a planner it could plan for now: with the ring
+        // full, the retiring of a batch wakes it; with another thread planning, that plan's
+        // end does (`plan_if_due` settles after it). Requests waiting for either are no
+        // reason to stay awake either: looking again at once would only spin.
+        let plannable = |p: &Planner| {
+            p.next_batch.load(Ordering::Acquire) < state.retired + self.depth && !p.plan.is_locked()
+        };
+        if wake_on_request && planners().any(plannable) {
+            // Only requests clear the flag: a worker that wakes for another reason leaves it
+            // for the others still asleep (at worst one wake-up too many).
+            self.admission.request_wakes.store(true, Ordering::SeqCst);
             std::sync::atomic::fence(Ordering::SeqCst);
-            if planners().any(|p| !p.queue.is_empty()) {
-                count.fetch_sub(1, Ordering::Relaxed);
+            if planners().any(|p| plannable(p) && !p.queue.is_empty()) {
                 return;
             }
         }
@@ -417,9 +423,6 @@ impl QNode {
             until_due.min(IDLE_WAIT)
         };
         self.wake.wait_for(&mut state, wait);
-        if let Some(count) = sleeper {
-            count.fetch_sub(1, Ordering::Relaxed);
-        }
     }
 
     /// Plans the next batch of planner `p` if it is full or its time is up, and the ring has
