@@ -493,4 +493,23 @@ mod tests {
         let p = Program { accesses: vec![a] };
         assert!(p.validate(1, true).is_err());
     }
+
+    #[test]
+    fn validation_checks_tables_and_the_procedures_abort_promise() {
+        let a = Access {
+            table: 1,
+            key: 1,
+            kind: AccessKind::Read,
+            step: StepId(0),
+            arg: Value::Null,
+            deps: vec![],
+            may_abort: true,
+        };
+        let p = Program { accesses: vec![a] };
+        assert_eq!(p.validate(2, true), Ok(()));
+        let no_table = p.validate(1, true).unwrap_err();
+        assert!(no_table.contains("table 1 does not exist"), "{no_table}");
+        let broken_promise = p.validate(2, false).unwrap_err();
+        assert!(broken_promise.contains("never aborts"), "{broken_promise}");
+    }
 }

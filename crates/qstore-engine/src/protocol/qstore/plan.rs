@@ -130,8 +130,12 @@ impl BatchPlan {
             if !a.deps.is_empty() {
                 // Rare (dependent transactions): where each producer went is found again.
                 let producers = a.deps.iter().map(|&d| {
-                    let at = dest_of(&accesses[d as usize]);
-                    (d, frags.iter().position(|(d, _)| *d == at).expect("placed"))
+                    let from = dest_of(&accesses[d as usize]);
+                    let held_by = frags.iter().position(|(at, _)| *at == from);
+                    (
+                        d,
+                        held_by.expect("validated: dependencies are earlier, so placed"),
+                    )
                 });
                 let producers: Vec<_> = producers.collect();
                 link(queues, frags, f, &producers);
