@@ -91,7 +91,7 @@ pub(crate) fn drive(
 ) -> Driven {
     let control = Control::default();
     let clients = cfg.client.effective_clients(cfg.cluster.nodes);
-    let threads = cfg.client.threads.min(clients);
+    let threads = cfg.client.effective_threads(clients);
     // A counted run has no warm-up: every commit counts, from the very first one.
     if cfg.client.txns > 0 {
         control.measuring.store(true, Ordering::Relaxed);

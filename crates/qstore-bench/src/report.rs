@@ -32,6 +32,8 @@ pub struct RunReport {
     pub nodes: u32,
     pub workers: u32,
     pub clients: u32,
+    /// Load-generator threads that drove them.
+    pub client_threads: u32,
     pub inflight: u32,
     /// Open-loop target rate (0 = closed loop).
     pub rate: f64,
@@ -106,6 +108,9 @@ impl RunReport {
             nodes: cfg.cluster.nodes,
             workers: cfg.cluster.workers,
             clients: cfg.client.effective_clients(cfg.cluster.nodes),
+            client_threads: cfg
+                .client
+                .effective_threads(cfg.client.effective_clients(cfg.cluster.nodes)),
             inflight: cfg.client.inflight,
             rate: cfg.client.rate,
             seed: cfg.seed,
@@ -200,6 +205,7 @@ impl RunReport {
                     format!("{} x {}", self.clients, self.inflight)
                 },
             ),
+            ("load threads", self.client_threads.to_string()),
             ("window (s)", format!("{:.2}", self.window_s)),
             ("committed", group(self.committed)),
             (
@@ -277,6 +283,7 @@ impl RunReport {
             ("nodes", self.nodes.to_string()),
             ("workers", self.workers.to_string()),
             ("clients", self.clients.to_string()),
+            ("client_threads", self.client_threads.to_string()),
             ("inflight", self.inflight.to_string()),
             ("rate", self.rate.to_string()),
             ("seed", self.seed.to_string()),

@@ -295,7 +295,7 @@ struct RunArgs {
     /// Stop after this many committed transactions instead of after --duration (no warm-up).
     #[arg(long, help_heading = "Load")]
     txns: Option<u64>,
-    /// Load-generator threads.
+    /// Load-generator threads (0 = one per core, the default).
     #[arg(long, help_heading = "Load")]
     client_threads: Option<u32>,
     /// Back-off after a concurrency-control abort: base in microseconds (doubles per retry).
