@@ -24,10 +24,27 @@ use std::sync::Arc;
 /// The only table.
 pub const USERTABLE: u16 = 0;
 
-/// Argument code of a read in a `ycsb_txn` call.
-pub const OP_READ: i64 = 0;
-/// Argument code of a read-modify-write in a `ycsb_txn` call.
-pub const OP_RMW: i64 = 1;
+/// Operation code of a read in a `ycsb_txn` call.
+pub const OP_READ: u8 = 0;
+/// Operation code of a read-modify-write in a `ycsb_txn` call.
+pub const OP_RMW: u8 = 1;
+/// Bytes of one access in a `ycsb_txn` call: the key (8, little-endian), then the operation.
+pub const ACCESS_BYTES: usize = 9;
+
+/// The one argument of a `ycsb_txn` call of `accesses`, given as (key, operation code).
+pub fn ycsb_args(accesses: impl IntoIterator<Item = (u64, u8)>) -> Vec<Value> {
+    let mut packed = Vec::new();
+    for (key, op) in accesses {
+        push_access(&mut packed, key, op);
+    }
+    vec![Value::Bytes(packed)]
+}
+
+#[inline]
+fn push_access(packed: &mut Vec<u8>, key: u64, op: u8) {
+    packed.extend_from_slice(&key.to_le_bytes());
+    packed.push(op);
+}
 
 pub struct Ycsb {
     cfg: YcsbConfig,
@@ -188,15 +205,27 @@ impl TxnGenerator for YcsbGenerator {
             };
             self.choose_key(p);
         }
-        // Then the arguments, in one pass over the chosen keys: the load generator shares
-        // the machine with the engine, so its cost per transaction is the engine's loss.
+        // Then the argument, packed, in the finished call's memory: the load generator shares
+        // the machine with the engine, so its cost per transaction is the engine's loss, and
+        // a planner on another core reads these bytes (9 per access, where a (key, op) pair
+        // of values took 48).
         let mut args = old.args;
+        let mut packed = match args.pop() {
+            Some(Value::Bytes(b)) => b,
+            _ => Vec::new(),
+        };
         args.clear();
-        let (rng, writes) = (&mut self.rng, self.writes);
-        args.extend(self.chosen.iter().flat_map(|&key| {
-            let op = if writes.sample(rng) { OP_RMW } else { OP_READ };
-            [Value::Int(key as i64), Value::Int(op)]
-        }));
+        packed.clear();
+        packed.reserve(ops as usize * ACCESS_BYTES);
+        for &key in &self.chosen {
+            let op = if self.writes.sample(&mut self.rng) {
+                OP_RMW
+            } else {
+                OP_READ
+            };
+            push_access(&mut packed, key, op);
+        }
+        args.push(Value::Bytes(packed));
         TxnCall {
             call: ProcCall {
                 proc: self.proc,
@@ -213,8 +242,9 @@ struct YcsbSteps {
     rmw: StepId,
 }
 
-/// `ycsb_txn(key0, op0, key1, op1, ...)`: reads (op 0) or read-modify-writes (op 1) of
-/// `usertable` rows, in order.
+/// `ycsb_txn(accesses)`: reads (op 0) or read-modify-writes (op 1) of `usertable` rows, in
+/// order. The one argument is bytes: per access, the key (8 bytes, little-endian) and the op
+/// (1 byte); see [`ycsb_args`].
 struct YcsbTxn {
     steps: YcsbSteps,
 }
@@ -237,27 +267,32 @@ impl Procedure for YcsbTxn {
     /// Planners call this once per transaction: the accesses go into the caller's buffer, so
     /// building a program allocates nothing once the buffer has grown.
     fn program_into(&self, args: &[Value], out: &mut Program) -> Result<(), String> {
-        if !args.len().is_multiple_of(2) {
+        let [Value::Bytes(packed)] = args else {
             return Err(format!(
-                "expected (key, op) pairs, got {} values",
+                "expected one bytes argument (9 bytes per access: key, op), got {} values",
                 args.len()
+            ));
+        };
+        if !packed.len().is_multiple_of(ACCESS_BYTES) {
+            return Err(format!(
+                "expected 9 bytes per access (key, op), got {} bytes",
+                packed.len()
             ));
         }
         let accesses = &mut out.accesses;
         accesses.clear();
-        accesses.reserve(args.len() / 2);
-        for pair in args.chunks_exact(2) {
-            let (Some(key), Some(op)) = (pair[0].as_int(), pair[1].as_int()) else {
-                return Err("keys and ops must be integers".to_string());
-            };
-            let (kind, step, arg) = match op {
+        accesses.reserve(packed.len() / ACCESS_BYTES);
+        for access in packed.chunks_exact(ACCESS_BYTES) {
+            let (key, op) = access.split_at(8);
+            let key = u64::from_le_bytes(key.try_into().expect("8 bytes"));
+            let (kind, step, arg) = match op[0] {
                 OP_READ => (AccessKind::Read, self.steps.read, Value::Null),
                 OP_RMW => (AccessKind::ReadModifyWrite, self.steps.rmw, Value::Int(1)),
                 other => return Err(format!("op must be 0 (read) or 1 (rmw), got {other}")),
             };
             accesses.push(Access {
                 table: USERTABLE,
-                key: key as u64,
+                key,
                 kind,
                 step,
                 arg,
@@ -305,12 +340,19 @@ mod tests {
         c
     }
 
-    fn keys_of(call: &TxnCall) -> Vec<u64> {
-        call.call
-            .args
-            .chunks(2)
-            .map(|p| p[0].as_int().unwrap() as u64)
+    /// The (key, op) of each access of a call.
+    fn accesses_of(call: &TxnCall) -> Vec<(u64, u8)> {
+        let [Value::Bytes(packed)] = &call.call.args[..] else {
+            panic!("one bytes argument: {:?}", call.call.args);
+        };
+        packed
+            .chunks(ACCESS_BYTES)
+            .map(|a| (u64::from_le_bytes(a[..8].try_into().unwrap()), a[8]))
             .collect()
+    }
+
+    fn keys_of(call: &TxnCall) -> Vec<u64> {
+        accesses_of(call).into_iter().map(|(k, _)| k).collect()
     }
 
     #[test]
@@ -373,12 +415,8 @@ mod tests {
         let mut g = y.generator(0, PartitionId(0));
         let writes: usize = (0..1000)
             .map(|_| {
-                g.next_txn()
-                    .call
-                    .args
-                    .chunks(2)
-                    .filter(|p| p[1] == Value::Int(OP_RMW))
-                    .count()
+                let t = g.next_txn();
+                accesses_of(&t).iter().filter(|a| a.1 == OP_RMW).count()
             })
             .sum();
         assert!((3600..4400).contains(&writes), "{writes}");
@@ -399,13 +437,28 @@ mod tests {
     fn bad_arguments_are_errors_not_panics() {
         let y = Ycsb::new(&config(1, 0.0, 0.0)).unwrap();
         let cat = y.catalog();
-        for args in [
-            vec![Value::Int(1)],
-            vec![Value::Int(1), Value::Int(7)],
-            vec![Value::Bytes(vec![1]), Value::Int(0)],
+        for (args, expect) in [
+            (vec![Value::Int(1)], "one bytes argument"),
+            (ycsb_args([(1, 7)]), "op must be 0 (read) or 1 (rmw), got 7"),
+            (vec![Value::Bytes(vec![1; 10])], "9 bytes per access"),
+            (
+                vec![Value::Bytes(Vec::new()), Value::Int(0)],
+                "one bytes argument",
+            ),
         ] {
             let call = ProcCall { proc: y.proc, args };
-            assert!(cat.program(&call).is_err());
+            let err = cat.program(&call).unwrap_err().to_string();
+            assert!(err.contains(expect), "{err}");
         }
+        let good = ProcCall {
+            proc: y.proc,
+            args: ycsb_args([(3, OP_READ), (5, OP_RMW)]),
+        };
+        let program = cat.program(&good).unwrap();
+        let got: Vec<_> = program.accesses.iter().map(|a| (a.key, a.kind)).collect();
+        assert_eq!(
+            got,
+            [(3, AccessKind::Read), (5, AccessKind::ReadModifyWrite)]
+        );
     }
 }

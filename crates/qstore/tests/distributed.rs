@@ -489,10 +489,10 @@ fn ycsb_proc(cluster: &Cluster) -> ProcId {
 }
 
 /// A `ycsb_txn` call of one access: read (op 0) or read-modify-write (op 1) of `key`.
-fn ycsb_call(proc: ProcId, key: i64, op: i64) -> ProcCall {
+fn ycsb_call(proc: ProcId, key: u64, op: u8) -> ProcCall {
     ProcCall {
         proc,
-        args: vec![Value::Int(key), Value::Int(op)],
+        args: qstore_workload::ycsb::ycsb_args([(key, op)]),
     }
 }
 
@@ -873,12 +873,9 @@ fn unknown_procedure_gets_an_error_answer() {
     );
 
     let bad_args: [(Vec<Value>, &str); 3] = [
-        (vec![Value::Int(1)], "pairs"),
-        (
-            vec![Value::Int(1), Value::Int(7)],
-            "op must be 0 (read) or 1 (rmw)",
-        ),
-        (vec![Value::Bytes(vec![1]), Value::Int(0)], "integers"),
+        (vec![Value::Int(1)], "one bytes argument"),
+        (ycsb_call(ycsb, 1, 7).args, "op must be 0 (read) or 1 (rmw)"),
+        (vec![Value::Bytes(vec![1])], "9 bytes per access"),
     ];
     for (args, expect) in bad_args {
         let why = rejected(c.call(ProcCall {
@@ -979,8 +976,8 @@ fn a_key_the_index_cannot_hold_touches_no_row() {
         committed_value(c.call(ycsb_call(ycsb, 5000, 1))),
         Value::Null
     );
-    // Key -1 is u64::MAX, which the index reserves: refused, and no other row touched.
-    match c.call(ycsb_call(ycsb, -1, 1)) {
+    // Key u64::MAX is reserved by the index: refused, and no other row touched.
+    match c.call(ycsb_call(ycsb, u64::MAX, 1)) {
         TxnOutcome::Rejected(why) => assert!(why.contains("reserved"), "{why}"),
         other => panic!("a reserved key must be refused, got {other:?}"),
     }
