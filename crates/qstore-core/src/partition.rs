@@ -44,6 +44,9 @@ impl PartitionMap {
 
     #[inline]
     pub fn partition_of(&self, table: TableId, key: Key) -> PartitionId {
+        if self.partitions == 1 {
+            return PartitionId(0);
+        }
         let p = match self.scheme {
             Partitioning::Range => {
                 (key / self.widths[table as usize]).min(self.partitions as u64 - 1)

@@ -9,12 +9,13 @@ use qstore_core::partition::PartitionMap;
 use qstore_core::txn::{Access, Program};
 use qstore_core::{NodeId, TableId, TxnId};
 
-/// The sub-partition (execution queue index) of a record: a hash of (table, key) mapped onto
-/// `0..subs` by multiply-and-shift, which is uniform for a well-mixed hash and, unlike `%`,
-/// needs no division (one per access is a visible share of planning).
+/// The sub-partition (execution queue index) of a record: a multiplicative (Fibonacci) hash
+/// of (table, key), whose high bits are well mixed, mapped onto `0..subs` by
+/// multiply-and-shift, which unlike `%` needs no division. Planning computes one per access,
+/// so it is kept to two multiplications.
 #[inline]
 pub fn sub_of(table: TableId, key: u64, subs: u32) -> u32 {
-    let h = qstore_core::rng::splitmix64(key ^ ((table as u64) << 56));
+    let h = (key ^ ((table as u64) << 56)).wrapping_mul(0x9e37_79b9_7f4a_7c15);
     ((h as u128 * subs as u128) >> 64) as u32
 }
 
@@ -31,12 +32,32 @@ pub struct QueueShape {
 /// lives as long as its planner: queues and scratch space keep their capacity from batch to
 /// batch, so planning a transaction allocates nothing in the common case.
 pub struct BatchPlan {
-    /// Per node, per queue index (sub-partition, then read-only queues): the queue.
-    queues: Vec<Vec<Eq>>,
-    /// Scratch for `place`: the fragments of the transaction being placed, as (destination
-    /// queue, index in its `frags`).
-    frags: Vec<((NodeId, u32), usize)>,
+    /// Every node's queues, node after node, each node's by queue index (sub-partition, then
+    /// read-only queues): one flat index per destination.
+    queues: Vec<Eq>,
+    per_node: u32,
+    /// Scratch for `place`: the fragments of the transaction being placed, as (destination,
+    /// index in its queue's `frags`).
+    frags: Vec<(Dest, usize)>,
     nodes: Vec<NodeId>,
+}
+
+/// Where an access goes: a node, and the flat index of one of its queues in a [`BatchPlan`]
+/// (which alone tells destinations apart).
+#[derive(Clone, Copy)]
+struct Dest {
+    node: NodeId,
+    slot: u32,
+}
+
+/// The destination of access `a` in a plan of `per_node` queues per node, whose queues for
+/// it start at `first`. (A closure doing this, called from two places, stayed a call: a
+/// third of planning's time.)
+#[inline(always)]
+fn destination(pmap: &PartitionMap, per_node: u32, first: u32, subs: u32, a: &Access) -> Dest {
+    let node = NodeId(pmap.partition_of(a.table, a.key).0);
+    let slot = node.0 * per_node + first + sub_of(a.table, a.key, subs);
+    Dest { node, slot }
 }
 
 /// What [`BatchPlan::place`] tells the planner about a transaction.
@@ -52,15 +73,14 @@ impl BatchPlan {
     pub fn new(nodes: usize, queues: u32) -> Self {
         BatchPlan {
             queues: (0..nodes)
-                .map(|_| {
-                    (0..queues)
-                        .map(|sub| Eq {
-                            sub,
-                            ..Eq::default()
-                        })
-                        .collect()
+                .flat_map(|_| {
+                    (0..queues).map(|sub| Eq {
+                        sub,
+                        ..Eq::default()
+                    })
                 })
                 .collect(),
+            per_node: queues,
             frags: Vec::new(),
             nodes: Vec::new(),
         }
@@ -69,8 +89,10 @@ impl BatchPlan {
     /// Takes the execution queues for `node`, in sub-partition order (only non-empty ones).
     /// Each queue left behind is pre-sized like the one taken: batches are alike.
     pub fn take_eqs(&mut self, node: NodeId) -> Vec<Eq> {
+        let per_node = self.per_node as usize;
+        let first = node.index() * per_node;
         let mut eqs = Vec::new();
-        for queue in self.queues[node.index()].iter_mut() {
+        for queue in self.queues[first..first + per_node].iter_mut() {
             if !queue.frags.is_empty() {
                 let next = Eq {
                     sub: queue.sub,
@@ -105,33 +127,33 @@ impl BatchPlan {
             Some(from) if accesses.iter().all(|a| !a.kind.is_write()) => from,
             _ => 0,
         };
-        // One pass: each access goes to the fragment of its destination (node, queue), made in
-        // that queue when the destination first appears. A fragment's accesses are contiguous
-        // in its queue's `ops` (no other transaction is placed meanwhile), so its length is
-        // known at the end.
-        let dest_of = |a: &Access| {
-            let node = NodeId(pmap.partition_of(a.table, a.key).0);
-            (node, offset + sub_of(a.table, a.key, subs))
-        };
+        let per_node = self.per_node;
+        // One pass: each access goes to the fragment of its destination, made in that queue
+        // when the destination first appears. A fragment's accesses are contiguous in its
+        // queue's `ops` (no other transaction is placed meanwhile), so its length is known at
+        // the end.
         let (frags, queues) = (&mut self.frags, &mut self.queues);
         frags.clear();
         let mut abortables = 0u16;
         for (i, a) in accesses.iter().enumerate() {
-            let dest = dest_of(a);
-            let f = match frags.iter().position(|(d, _)| *d == dest) {
+            let dest = destination(pmap, per_node, offset, subs, a);
+            let q = &mut queues[dest.slot as usize];
+            let f = match frags.iter().position(|(d, _)| d.slot == dest.slot) {
                 Some(f) => f,
                 None => {
-                    let q = queue(queues, dest);
                     q.frags.push(Frag::empty(seq, id, q.ops.len() as u32, n));
                     frags.push((dest, q.frags.len() - 1));
                     frags.len() - 1
                 }
             };
+            q.push_op(i as u16, a);
+            abortables += a.may_abort as u16;
             if !a.deps.is_empty() {
                 // Rare (dependent transactions): where each producer went is found again.
                 let producers = a.deps.iter().map(|&d| {
-                    let from = dest_of(&accesses[d as usize]);
-                    let held_by = frags.iter().position(|(at, _)| *at == from);
+                    let from =
+                        destination(pmap, per_node, offset, subs, &accesses[d as usize]).slot;
+                    let held_by = frags.iter().position(|(at, _)| at.slot == from);
                     (
                         d,
                         held_by.expect("validated: dependencies are earlier, so placed"),
@@ -140,16 +162,14 @@ impl BatchPlan {
                 let producers: Vec<_> = producers.collect();
                 link(queues, frags, f, &producers);
             }
-            abortables += a.may_abort as u16;
-            queue(queues, dest).push_op(i as u16, a);
         }
         self.nodes.clear();
         for &(dest, at) in frags.iter() {
-            let q = queue(queues, dest);
+            let q = &mut queues[dest.slot as usize];
             let frag = &mut q.frags[at];
             frag.len = (q.ops.len() - frag.start as usize) as u16;
-            if !self.nodes.contains(&dest.0) {
-                self.nodes.push(dest.0);
+            if !self.nodes.contains(&dest.node) {
+                self.nodes.push(dest.node);
             }
         }
         if abortables > 0 {
@@ -159,7 +179,7 @@ impl BatchPlan {
             }
             let fate = FateInfo { abortables, notify };
             for &(dest, at) in frags.iter() {
-                queue(queues, dest).frags[at].links_mut().fate = Some(fate.clone());
+                queues[dest.slot as usize].frags[at].links_mut().fate = Some(fate.clone());
             }
         }
         Placed {
@@ -173,25 +193,19 @@ impl BatchPlan {
 /// accesses, given as (access index, fragment holding it): each one in another fragment
 /// becomes a need of `f` and a route of its producer (one in the same fragment runs earlier,
 /// in program order).
-fn link(
-    queues: &mut [Vec<Eq>],
-    frags: &[((NodeId, u32), usize)],
-    f: usize,
-    producers: &[(u16, usize)],
-) {
+fn link(queues: &mut [Eq], frags: &[(Dest, usize)], f: usize, producers: &[(u16, usize)]) {
     let (dest, at) = frags[f];
     for &(d, producer) in producers {
         if producer != f {
-            queue(queues, dest).frags[at].links_mut().needs.push(d);
+            queues[dest.slot as usize].frags[at]
+                .links_mut()
+                .needs
+                .push(d);
             let (from, from_at) = frags[producer];
-            route(&mut queue(queues, from).frags[from_at], d, dest.0, from.0);
+            let producer = &mut queues[from.slot as usize].frags[from_at];
+            route(producer, d, dest.node, from.node);
         }
     }
-}
-
-/// The queue `at` = (node, queue index) of a plan.
-fn queue(queues: &mut [Vec<Eq>], (node, q): (NodeId, u32)) -> &mut Eq {
-    &mut queues[node.index()][q as usize]
 }
 
 /// Makes the output of access `idx` (in `producer`, running on `from`) reach node `to`.
