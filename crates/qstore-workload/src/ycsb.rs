@@ -215,15 +215,12 @@ impl TxnGenerator for YcsbGenerator {
             _ => Vec::new(),
         };
         args.clear();
-        packed.clear();
-        packed.reserve(ops as usize * ACCESS_BYTES);
-        for &key in &self.chosen {
-            let op = if self.writes.sample(&mut self.rng) {
-                OP_RMW
-            } else {
-                OP_READ
-            };
-            push_access(&mut packed, key, op);
+        // Sized once and filled in place: a push per field would check the capacity each time.
+        packed.resize(self.chosen.len() * ACCESS_BYTES, 0);
+        for (access, &key) in packed.chunks_exact_mut(ACCESS_BYTES).zip(&self.chosen) {
+            let write = self.writes.sample(&mut self.rng);
+            access[..8].copy_from_slice(&key.to_le_bytes());
+            access[8] = if write { OP_RMW } else { OP_READ };
         }
         args.push(Value::Bytes(packed));
         TxnCall {
