@@ -35,6 +35,8 @@ pub struct BatchPlan {
     /// Every node's queues, node after node, each node's by queue index (sub-partition, then
     /// read-only queues): one flat index per destination.
     queues: Vec<Eq>,
+    /// Per queue: the most fragments and operations it has held in a batch.
+    most: Vec<(usize, usize)>,
     per_node: u32,
     /// Scratch for `place`: the fragments of the transaction being placed, as (destination,
     /// index in its queue's `frags`).
@@ -80,6 +82,7 @@ impl BatchPlan {
                     })
                 })
                 .collect(),
+            most: vec![(0, 0); nodes * queues as usize],
             per_node: queues,
             frags: Vec::new(),
             nodes: Vec::new(),
@@ -87,17 +90,25 @@ impl BatchPlan {
     }
 
     /// Takes the execution queues for `node`, in sub-partition order (only non-empty ones).
-    /// Each queue left behind is pre-sized like the one taken: batches are alike.
+    /// Each queue left behind is pre-sized for the largest batch its slot has held: sized
+    /// only like the last one, a full batch after a small (early-closed) one grew its
+    /// queues by doubling, copying their operations each time.
     pub fn take_eqs(&mut self, node: NodeId) -> Vec<Eq> {
         let per_node = self.per_node as usize;
         let first = node.index() * per_node;
         let mut eqs = Vec::new();
-        for queue in self.queues[first..first + per_node].iter_mut() {
+        let slots = first..first + per_node;
+        for (queue, most) in self.queues[slots.clone()]
+            .iter_mut()
+            .zip(&mut self.most[slots])
+        {
             if !queue.frags.is_empty() {
+                most.0 = most.0.max(queue.frags.len());
+                most.1 = most.1.max(queue.ops.len());
                 let next = Eq {
                     sub: queue.sub,
-                    frags: Vec::with_capacity(queue.frags.len()),
-                    ops: Vec::with_capacity(queue.ops.len()),
+                    frags: Vec::with_capacity(most.0),
+                    ops: Vec::with_capacity(most.1),
                     extras: Vec::new(),
                 };
                 eqs.push(std::mem::replace(queue, next));
