@@ -861,7 +861,9 @@ impl QNode {
 
     /// Hands the output of access `idx` on: to the nodes and fragments the plan routes it to,
     /// to the fragment's own later steps (`values`, when they read outputs), and to the
-    /// acknowledgement for the home node.
+    /// acknowledgement for the home node. Runs once per access: the common case (no routes,
+    /// no values) is kept small enough to inline.
+    #[inline]
     fn publish(
         &self,
         pos: TxnPos,
@@ -871,7 +873,9 @@ impl QNode {
         values: Option<&mut [Value]>,
         outputs: &mut Vec<Output>,
     ) {
-        self.route(pos, frag, idx, &value);
+        if !frag.routes().is_empty() {
+            self.route(pos, frag, idx, &value);
+        }
         if let Some(values) = values {
             values[idx as usize] = value.clone();
         }
@@ -883,6 +887,7 @@ impl QNode {
     }
 
     /// Sends the output of access `idx` where the plan says it is needed.
+    #[inline(never)]
     fn route(&self, pos: TxnPos, frag: FragRef<'_>, idx: u16, value: &Value) {
         for r in frag.routes().iter().filter(|r| r.idx == idx) {
             if r.local {
