@@ -165,18 +165,34 @@ impl YcsbGenerator {
         }
     }
 
-    /// Adds to `chosen` a key of partition `p` not yet chosen in this transaction (unless
-    /// duplicates are allowed). Configuration validation guarantees enough distinct keys exist.
-    fn choose_key(&mut self, p: PartitionId) {
-        loop {
-            let key = self
-                .pmap
-                .nth_key_of(USERTABLE, p, self.ranks.sample(&mut self.rng));
-            if self.cfg.allow_duplicate_keys || !self.chosen.contains(&key) {
-                self.chosen.push(key);
-                return;
+    /// Chooses the keys of the next transaction into `chosen`: `ops` keys spread evenly over
+    /// its partitions, round-robin, none twice (unless duplicates are allowed; configuration
+    /// validation guarantees enough distinct keys exist).
+    ///
+    /// The random generator is copied into a local for the loop and back after it: as a
+    /// field behind `&mut self` its state went to memory and back at every draw.
+    fn choose_keys(&mut self, ops: usize) {
+        let mut rng = self.rng.clone();
+        let (parts, chosen) = (&self.parts, &mut self.chosen);
+        chosen.clear();
+        chosen.reserve(ops);
+        // A counter, not `i % len`: a division per access is a visible share of the
+        // generator's time.
+        let mut next = 0;
+        for _ in 0..ops {
+            let p = parts[next];
+            next = if next + 1 == parts.len() { 0 } else { next + 1 };
+            loop {
+                let key = self
+                    .pmap
+                    .nth_key_of(USERTABLE, p, self.ranks.sample(&mut rng));
+                if self.cfg.allow_duplicate_keys || !chosen.contains(&key) {
+                    chosen.push(key);
+                    break;
+                }
             }
         }
+        self.rng = rng;
     }
 }
 
@@ -190,21 +206,8 @@ impl TxnGenerator for YcsbGenerator {
 
     fn next_txn_reusing(&mut self, old: ProcCall) -> TxnCall {
         self.choose_partitions();
-        self.chosen.clear();
         let ops = self.cfg.ops_per_txn;
-        // Keys first, spread evenly over the transaction's partitions, round-robin (a
-        // counter, not `i % len`: a division per access is a visible share of the
-        // generator's time).
-        let mut next = 0;
-        for _ in 0..ops {
-            let p = self.parts[next];
-            next = if next + 1 == self.parts.len() {
-                0
-            } else {
-                next + 1
-            };
-            self.choose_key(p);
-        }
+        self.choose_keys(ops as usize);
         // Then the argument, packed, in the finished call's memory: the load generator shares
         // the machine with the engine, so its cost per transaction is the engine's loss, and
         // a planner on another core reads these bytes (9 per access, where a (key, op) pair
@@ -217,11 +220,13 @@ impl TxnGenerator for YcsbGenerator {
         args.clear();
         // Sized once and filled in place: a push per field would check the capacity each time.
         packed.resize(self.chosen.len() * ACCESS_BYTES, 0);
+        let mut rng = self.rng.clone();
         for (access, &key) in packed.chunks_exact_mut(ACCESS_BYTES).zip(&self.chosen) {
-            let write = self.writes.sample(&mut self.rng);
+            let write = self.writes.sample(&mut rng);
             access[..8].copy_from_slice(&key.to_le_bytes());
             access[8] = if write { OP_RMW } else { OP_READ };
         }
+        self.rng = rng;
         args.push(Value::Bytes(packed));
         TxnCall {
             call: ProcCall {
