@@ -35,15 +35,10 @@ pub const ACCESS_BYTES: usize = 9;
 pub fn ycsb_args(accesses: impl IntoIterator<Item = (u64, u8)>) -> Vec<Value> {
     let mut packed = Vec::new();
     for (key, op) in accesses {
-        push_access(&mut packed, key, op);
+        packed.extend_from_slice(&key.to_le_bytes());
+        packed.push(op);
     }
     vec![Value::Bytes(packed)]
-}
-
-#[inline]
-fn push_access(packed: &mut Vec<u8>, key: u64, op: u8) {
-    packed.extend_from_slice(&key.to_le_bytes());
-    packed.push(op);
 }
 
 pub struct Ycsb {
