@@ -499,7 +499,7 @@ impl ClientConfig {
     /// Load-generator threads actually started for `clients` clients.
     pub fn effective_threads(&self, clients: u32) -> u32 {
         let threads = if self.threads == 0 {
-            std::thread::available_parallelism().map_or(1, |n| n.get() as u32)
+            std::thread::available_parallelism().map_or(1, |n| n.get().min(64) as u32)
         } else {
             self.threads
         };
@@ -893,7 +893,7 @@ mod tests {
 
     #[test]
     fn load_threads_default_to_one_per_core_and_never_exceed_the_clients() {
-        let cores = std::thread::available_parallelism().map_or(1, |n| n.get() as u32);
+        let cores = std::thread::available_parallelism().map_or(1, |n| n.get().min(64) as u32);
         let mut k = ClientConfig::default();
         assert_eq!(k.threads, 0);
         assert_eq!(k.effective_threads(1000), cores);
