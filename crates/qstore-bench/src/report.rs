@@ -102,15 +102,14 @@ impl RunReport {
         let (msgs, bytes) = traffic
             .iter()
             .fold((0, 0), |(m, b), (m2, b2)| (m + m2, b + b2));
+        let clients = cfg.client.effective_clients(cfg.cluster.nodes);
         RunReport {
             protocol: cfg.protocol.name.clone(),
             workload: cfg.workload.name.clone(),
             nodes: cfg.cluster.nodes,
             workers: cfg.cluster.workers,
-            clients: cfg.client.effective_clients(cfg.cluster.nodes),
-            client_threads: cfg
-                .client
-                .effective_threads(cfg.client.effective_clients(cfg.cluster.nodes)),
+            clients,
+            client_threads: cfg.client.effective_threads(clients),
             inflight: cfg.client.inflight,
             rate: cfg.client.rate,
             seed: cfg.seed,
