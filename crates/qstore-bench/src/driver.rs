@@ -346,7 +346,7 @@ impl<'a> Driver<'a> {
         let req = TxnRequest {
             id,
             call: pending.call.clone(),
-            reply: self.reply_tx.clone(),
+            reply: self.reply_tx.clone().into(),
             birth_us: pending.birth_us,
         };
         let home = self.clients[pending.client].home;

@@ -12,10 +12,11 @@ use parking_lot::Mutex;
 use qstore_core::txn::{TxnOutcome, TxnResponse};
 use qstore_core::{NodeId, QError, RunConfig, TxnId};
 use qstore_engine::server::proto::{
-    ClientRequest, ClientResponse, Collected, ServerStats, CLIENT_FORMAT_VERSION,
+    client_handshake, ClientRequest, ClientResponse, Collected, ServerStats,
 };
 use qstore_engine::server::MAX_ANSWER_FRAME;
 use qstore_engine::{ReplyTo, TxnRequest};
+use qstore_net::auth::ClusterSecret;
 use qstore_net::frame::{FrameDecoder, FrameEncoder, DEFAULT_FLUSH_BYTES, DEFAULT_MAX_FRAME};
 use rustc_hash::FxHashMap;
 use std::io::BufReader;
@@ -55,11 +56,13 @@ impl RemoteCluster {
     pub fn connect(cfg: &RunConfig, catalog_fingerprint: u64) -> Result<Self, QError> {
         let addrs = cfg.cluster.socket_addresses()?;
         let timeout = Duration::from_secs_f64(cfg.cluster.connect_timeout_s);
+        let secret = load_secret(cfg)?;
         let mut conns = Vec::new();
         let mut protocol = String::new();
         for (i, (_, client)) in addrs.into_iter().enumerate() {
             let node = NodeId(i as u32);
-            let (stream, welcome) = handshake(node, client, cfg.cluster.cluster_id, timeout)?;
+            let (stream, welcome) =
+                handshake(node, client, cfg.cluster.cluster_id, &secret, timeout)?;
             let ClientResponse::Welcome {
                 node: their_node,
                 protocol: p,
@@ -151,6 +154,22 @@ impl Target for RemoteCluster {
     }
 }
 
+/// The cluster's secret, from the file the cluster file names.
+pub fn load_secret(cfg: &RunConfig) -> Result<ClusterSecret, QError> {
+    let path = &cfg.cluster.secret_file;
+    if path.is_empty() {
+        return Err(qstore_core::ConfigError::new(
+            "cluster.secret_file",
+            "\"\"",
+            "a distributed cluster needs a secret file that every server and client reads \
+             (create one with `qstore secret FILE`)",
+        )
+        .into());
+    }
+    ClusterSecret::load(std::path::Path::new(path))
+        .map_err(|e| qstore_core::ConfigError::new("cluster.secret_file", path, e).into())
+}
+
 fn reject(reply: &ReplyTo, id: TxnId, why: String) {
     let _ = reply.send(TxnResponse {
         id,
@@ -158,11 +177,13 @@ fn reject(reply: &ReplyTo, id: TxnId, why: String) {
     });
 }
 
-/// Connects (retrying while the server starts), says hello and returns its welcome.
+/// Connects (retrying while the server starts), completes the authenticated handshake and
+/// returns the server's welcome.
 fn handshake(
     node: NodeId,
     addr: SocketAddr,
     cluster_id: u64,
+    secret: &ClusterSecret,
     timeout: Duration,
 ) -> Result<(TcpStream, ClientResponse), QError> {
     let deadline = Instant::now() + timeout;
@@ -179,27 +200,9 @@ fn handshake(
         }
     };
     stream.set_nodelay(true)?;
-    let mut enc = FrameEncoder::new(DEFAULT_FLUSH_BYTES, DEFAULT_MAX_FRAME);
-    let hello = ClientRequest::Hello {
-        cluster_id,
-        format_version: CLIENT_FORMAT_VERSION,
-    };
-    enc.push(&hello).map_err(|e| QError::Other(e.to_string()))?;
-    enc.write_to(&mut stream)?;
-    stream.set_read_timeout(Some(timeout))?;
-    let answer = FrameDecoder::new(DEFAULT_MAX_FRAME)
-        .read_frame::<ClientResponse, _>(&mut stream)
-        .map_err(|e| QError::Other(format!("node {node} at {addr}: bad welcome: {e}")))?;
-    stream.set_read_timeout(None)?;
-    match answer.and_then(|v| v.into_iter().next()) {
-        Some(w @ ClientResponse::Welcome { .. }) => Ok((stream, w)),
-        Some(ClientResponse::Refused(why)) => Err(QError::Other(format!(
-            "node {node} at {addr} refused this client: {why}"
-        ))),
-        other => Err(QError::Other(format!(
-            "node {node} at {addr}: expected a welcome, got {other:?}"
-        ))),
-    }
+    let welcome = client_handshake(&mut stream, cluster_id, secret, timeout)
+        .map_err(|e| QError::Other(format!("node {node} at {addr}: {e}")))?;
+    Ok((stream, welcome))
 }
 
 impl Conn {
@@ -314,6 +317,9 @@ fn read_loop(
         };
         for msg in frame {
             match msg {
+                ClientResponse::Refused(why) => {
+                    return fail(node, &state, format!("the server refused it: {why}"))
+                }
                 ClientResponse::Answer { id, outcome } => {
                     if let Some(reply) = state.lock().pending.remove(&id) {
                         let _ = reply.send(TxnResponse {

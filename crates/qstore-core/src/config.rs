@@ -18,6 +18,7 @@ pub struct RunConfig {
     pub workload: WorkloadConfig,
     pub client: ClientConfig,
     pub net: NetConfig,
+    pub server: ServerConfig,
 }
 
 impl Default for RunConfig {
@@ -29,6 +30,73 @@ impl Default for RunConfig {
             workload: WorkloadConfig::default(),
             client: ClientConfig::default(),
             net: NetConfig::default(),
+            server: ServerConfig::default(),
+        }
+    }
+}
+
+/// Limits of a server's client endpoint (distributed mode).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct ServerConfig {
+    /// Most client connections open at once; one more is refused with the reason. 0 sizes it
+    /// for the machine: 4096, or fewer when the process may open fewer files.
+    pub max_clients: u32,
+    /// A client connection with no transaction in flight that sends no complete request for
+    /// this long is closed.
+    pub client_idle_timeout_s: f64,
+    /// Time a new connection (client or peer) has to complete its handshake, from connecting
+    /// to being welcomed; one deadline, not a timeout per read.
+    pub handshake_timeout_s: f64,
+    /// Threads serving client connections (each serves many, over non-blocking sockets).
+    /// 0 = one per 4 cores, at least 1.
+    pub io_threads: u32,
+}
+
+impl Default for ServerConfig {
+    fn default() -> Self {
+        ServerConfig {
+            max_clients: 0,
+            client_idle_timeout_s: 600.0,
+            handshake_timeout_s: 5.0,
+            io_threads: 0,
+        }
+    }
+}
+
+impl ServerConfig {
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        check(
+            self.max_clients <= 1_000_000,
+            "server.max_clients",
+            self.max_clients,
+            "must be at most 1000000 (0 = sized for the machine)",
+        )?;
+        check(
+            self.client_idle_timeout_s >= 0.1 && self.client_idle_timeout_s <= 86_400.0,
+            "server.client_idle_timeout_s",
+            self.client_idle_timeout_s,
+            "must be between 0.1 and 86400 seconds",
+        )?;
+        check(
+            self.handshake_timeout_s >= 0.05 && self.handshake_timeout_s <= 600.0,
+            "server.handshake_timeout_s",
+            self.handshake_timeout_s,
+            "must be between 0.05 and 600 seconds",
+        )?;
+        check(
+            self.io_threads <= 64,
+            "server.io_threads",
+            self.io_threads,
+            "must be at most 64 (0 = one per 4 cores)",
+        )
+    }
+
+    /// The I/O thread count to use.
+    pub fn io_threads(&self) -> usize {
+        match self.io_threads {
+            0 => std::thread::available_parallelism().map_or(1, |n| n.get().div_ceil(4)),
+            n => n as usize,
         }
     }
 }
@@ -61,6 +129,11 @@ pub struct ClusterConfig {
     pub cluster_id: u64,
     /// Distributed mode: how long a starting server waits for all its peers.
     pub connect_timeout_s: f64,
+    /// Distributed mode: a file holding the cluster's secret (at least 16 bytes, readable only
+    /// by its owner), which every server and client proves it holds when it connects. A
+    /// relative path is relative to the cluster file. `qstore secret FILE` makes one;
+    /// `qstore cluster` makes one for its run.
+    pub secret_file: String,
 }
 
 /// Where one node of a distributed cluster listens.
@@ -83,6 +156,7 @@ impl Default for ClusterConfig {
             addresses: Vec::new(),
             cluster_id: 0,
             connect_timeout_s: 30.0,
+            secret_file: String::new(),
         }
     }
 }
@@ -586,6 +660,7 @@ impl RunConfig {
         )?;
         self.validate_client()?;
         self.validate_net()?;
+        self.server.validate()?;
         match self.workload.name.as_str() {
             "ycsb" => self.workload.ycsb.validate(c.nodes),
             "bank" => self.workload.bank.validate(c.nodes),

@@ -40,4 +40,7 @@ pub enum QError {
     Io(#[from] std::io::Error),
     #[error("{0}")]
     Other(String),
+    /// The process was asked to stop (SIGINT/SIGTERM) before the work was done.
+    #[error("{0}")]
+    Interrupted(String),
 }

@@ -7,9 +7,11 @@ use parking_lot::Mutex;
 use qstore_core::partition::PartitionMap;
 use qstore_core::txn::{Catalog, RowLoader};
 use qstore_core::{NodeId, PartitionId, QError, RunConfig};
+use qstore_net::auth::ClusterSecret;
 use qstore_net::{NetCounters, PeerEvent};
 use qstore_storage::PartitionStore;
 use std::net::{SocketAddr, TcpListener};
+use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -30,6 +32,10 @@ pub struct NodeHosting {
     pub listener: Mutex<Option<TcpListener>>,
     /// Where peer connections going up and down are reported.
     pub events: Option<Sender<PeerEvent>>,
+    /// The cluster's secret, which every peer must prove it holds.
+    pub secret: ClusterSecret,
+    /// Set when the process is asked to stop: a node still waiting for its peers gives up.
+    pub cancel: Arc<AtomicBool>,
 }
 
 /// What every protocol gets to run on: configuration, catalog, partition map and the

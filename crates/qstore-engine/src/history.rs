@@ -79,7 +79,7 @@ pub enum Decision {
 /// One node's part of a distributed run's history: the traces of the fragments that ran
 /// there, and the decisions of the transactions it was home to. Merging every node's part
 /// ([`HistoryRecorder::merge`]) gives the history of the run.
-#[derive(Default, Serialize, Deserialize)]
+#[derive(Clone, Default, Serialize, Deserialize)]
 pub struct HistoryPart {
     pub traces: Vec<(TxnId, TxnTrace)>,
     pub decisions: Vec<(NodeId, TxnId, ProcCall, Decision)>,
@@ -124,14 +124,18 @@ impl HistoryRecorder {
         }
     }
 
-    /// This node's part of a distributed history (see [`HistoryRecorder::deferred`]).
+    /// This node's part of a distributed history (see [`HistoryRecorder::deferred`]): a
+    /// copy of everything recorded since the node started. Exporting consumes nothing, so
+    /// every client that collects sees the whole history.
     pub fn export(&self) -> HistoryPart {
         let mut part = self
             .deferred
             .as_ref()
-            .map(|d| std::mem::take(&mut *d.lock()))
+            .map(|d| d.lock().clone())
             .unwrap_or_default();
-        part.traces.extend(self.parts.lock().drain());
+        let parts = self.parts.lock();
+        part.traces
+            .extend(parts.iter().map(|(id, trace)| (*id, trace.clone())));
         part
     }
 

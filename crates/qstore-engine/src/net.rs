@@ -8,6 +8,7 @@ use qstore_core::{NodeId, QError};
 use qstore_net::{Envelope, Handshake, InProcNetwork, TcpConfig, TcpTransport, Transport};
 use serde::de::DeserializeOwned;
 use serde::Serialize;
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -47,22 +48,30 @@ where
                 cluster_id: ctx.cfg.cluster.cluster_id,
                 protocol: ctx.cfg.protocol.name.clone(),
                 format_version: WIRE_FORMAT_VERSION,
+                secret: node.secret.clone(),
             };
             let mut tcp = TcpConfig::new(node.me, node.peers.clone(), handshake);
             tcp.net = ctx.cfg.net.clone();
             tcp.seed = ctx.cfg.seed;
+            tcp.handshake_timeout = Duration::from_secs_f64(ctx.cfg.server.handshake_timeout_s);
             let (tx, rx) = unbounded();
             let transport = TcpTransport::start(tcp, listener, tx, node.events.clone())?;
             let started = Instant::now();
             let timeout = Duration::from_secs_f64(ctx.cfg.cluster.connect_timeout_s);
-            transport.wait_connected(timeout).map_err(|e| {
-                QError::Other(format!(
-                    "node {}: peers not reachable after {:.0} s: {e}; start every node of the \
-                     cluster file (cluster.connect_timeout_s sets how long to wait)",
-                    node.me,
-                    started.elapsed().as_secs_f64()
-                ))
-            })?;
+            let cancelled = || node.cancel.load(Ordering::Relaxed);
+            transport
+                .wait_connected_unless(timeout, &cancelled)
+                .map_err(|e| {
+                    if cancelled() {
+                        return QError::Interrupted(e);
+                    }
+                    QError::Other(format!(
+                        "node {}: peers not reachable after {:.0} s: {e}; start every node of \
+                         the cluster file (cluster.connect_timeout_s sets how long to wait)",
+                        node.me,
+                        started.elapsed().as_secs_f64()
+                    ))
+                })?;
             Ok(NodeNet {
                 transport: Arc::new(transport),
                 inboxes: vec![(node.me, rx)],

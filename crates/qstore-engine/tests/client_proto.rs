@@ -16,12 +16,14 @@ fn value() -> impl Strategy<Value = Value> {
 
 fn request() -> impl Strategy<Value = ClientRequest> {
     prop_oneof![
-        (any::<u64>(), any::<u32>()).prop_map(|(cluster_id, format_version)| {
-            ClientRequest::Hello {
+        (any::<u64>(), any::<u32>(), any::<[u8; 32]>()).prop_map(
+            |(cluster_id, format_version, nonce)| ClientRequest::Hello {
                 cluster_id,
                 format_version,
+                nonce,
             }
-        }),
+        ),
+        any::<[u8; 32]>().prop_map(|proof| ClientRequest::Prove { proof }),
         (
             any::<u64>(),
             any::<u16>(),

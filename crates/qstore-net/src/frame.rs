@@ -267,6 +267,34 @@ impl FrameDecoder {
     }
 }
 
+/// Takes the first frame from `bytes`, for readers of non-blocking sockets that gather bytes
+/// as they come: `Ok(None)` while the frame is incomplete, else its messages and the bytes it
+/// took. Malformed input is an error as soon as it shows (a wrong magic, an oversized
+/// length), before the rest arrives.
+pub fn parse_frame<M: DeserializeOwned>(
+    bytes: &[u8],
+    max_frame: usize,
+) -> Result<Option<(Vec<M>, usize)>, FrameError> {
+    let magic_seen = bytes.len().min(MAGIC.len());
+    if bytes[..magic_seen] != MAGIC[..magic_seen] {
+        let mut got = [0u8; 4];
+        got[..magic_seen].copy_from_slice(&bytes[..magic_seen]);
+        return Err(FrameError::BadMagic(got));
+    }
+    let Some(header) = bytes.first_chunk::<HEADER_LEN>() else {
+        return Ok(None);
+    };
+    let (len, expected) = FrameDecoder::new(max_frame).check_header(header)?;
+    let Some(payload) = bytes.get(HEADER_LEN..HEADER_LEN + len) else {
+        return Ok(None);
+    };
+    let actual = checksum(payload);
+    if actual != expected {
+        return Err(FrameError::Checksum { expected, actual });
+    }
+    Ok(Some((decode_payload(payload)?, HEADER_LEN + len)))
+}
+
 /// Decodes the messages of a payload (message count, then the messages).
 pub fn decode_payload<M: DeserializeOwned>(payload: &[u8]) -> Result<Vec<M>, FrameError> {
     let Some((count, mut rest)) = payload.split_first_chunk::<COUNT_LEN>() else {
@@ -337,6 +365,44 @@ mod tests {
             Some(vec![1, 300, 70_000])
         );
         assert!(dec.read_frame::<u64, _>(&mut r).unwrap().is_none());
+    }
+
+    #[test]
+    fn parse_frame_waits_for_whole_frames_and_agrees_with_the_reader() {
+        let mut bytes = frame_of(&[1, 300, 70_000]);
+        bytes.extend(frame_of(&[9]));
+        let first = bytes.len() - frame_of(&[9]).len();
+        for cut in 0..first {
+            assert!(parse_frame::<u64>(&bytes[..cut], DEFAULT_MAX_FRAME)
+                .unwrap()
+                .is_none());
+        }
+        let (msgs, used) = parse_frame::<u64>(&bytes, DEFAULT_MAX_FRAME)
+            .unwrap()
+            .unwrap();
+        assert_eq!((msgs, used), (vec![1, 300, 70_000], first));
+        let (msgs, _) = parse_frame::<u64>(&bytes[used..], DEFAULT_MAX_FRAME)
+            .unwrap()
+            .unwrap();
+        assert_eq!(msgs, vec![9]);
+        assert!(matches!(
+            parse_frame::<u64>(b"GET / HTTP/1.1", DEFAULT_MAX_FRAME),
+            Err(FrameError::BadMagic(_))
+        ));
+        assert!(matches!(
+            parse_frame::<u64>(b"Q", DEFAULT_MAX_FRAME),
+            Ok(None)
+        ));
+        assert!(matches!(
+            parse_frame::<u64>(b"X", DEFAULT_MAX_FRAME),
+            Err(FrameError::BadMagic(_))
+        ));
+        let mut corrupt = frame_of(&[5]);
+        *corrupt.last_mut().unwrap() ^= 1;
+        assert!(matches!(
+            parse_frame::<u64>(&corrupt, DEFAULT_MAX_FRAME),
+            Err(FrameError::Checksum { .. })
+        ));
     }
 
     #[test]

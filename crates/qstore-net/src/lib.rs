@@ -7,6 +7,7 @@
 //! bytes they would take on the wire, so messages and bytes per transaction mean the same thing
 //! embedded and over TCP.
 
+pub mod auth;
 mod counters;
 pub mod frame;
 mod inproc;

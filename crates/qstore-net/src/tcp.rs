@@ -9,9 +9,17 @@
 //! exactly two unidirectional TCP connections, and each direction has one writer thread and
 //! one reader thread, with no locking around sockets.
 //!
-//! A connection opens with a handshake (cluster id, node id, protocol name, format version).
-//! The acceptor refuses a peer whose settings differ, with the reason logged on both sides,
-//! and the dialer checks that it reached the node it meant to.
+//! A connection opens with a handshake (cluster id, node id, protocol name, format version,
+//! and a challenge–response proving both ends hold the cluster secret, see
+//! [`handshake`]). The acceptor refuses a peer whose settings differ or that cannot prove the
+//! secret, with the reason logged on both sides, and the dialer checks that it reached the
+//! node it meant to and that it, too, holds the secret. Unauthenticated connections are few
+//! at a time ([`MAX_PENDING_HANDSHAKES`]) and the whole handshake has one deadline.
+//!
+//! Every process has an incarnation, chosen at random when it starts. A peer that comes back
+//! with another incarnation restarted and lost its state: it is refused, the link to it stops,
+//! and the transport reports [`PeerEventKind::Restarted`]; the restarted process learns why
+//! from the refusal and [`TcpTransport::wait_connected`] fails at once.
 //!
 //! # Sending
 //!
@@ -42,7 +50,8 @@ mod handshake;
 mod link;
 mod shared;
 
-pub use handshake::Handshake;
+pub use accept::MAX_PENDING_HANDSHAKES;
+pub use handshake::{dial_as, Handshake};
 
 use crate::frame::{DEFAULT_FLUSH_BYTES, DEFAULT_MAX_FRAME};
 use crate::{encoded_len, Envelope, NetCounters, Transport};
@@ -90,8 +99,10 @@ pub struct TcpConfig {
     /// First and largest pause between connection attempts to a peer.
     pub connect_backoff_min: Duration,
     pub connect_backoff_max: Duration,
-    /// Time allowed to connect and to complete a handshake.
+    /// Time allowed to connect, and then to complete a handshake (one deadline).
     pub handshake_timeout: Duration,
+    /// This process's incarnation, sent in every handshake (random by default).
+    pub incarnation: u64,
 }
 
 impl TcpConfig {
@@ -110,6 +121,7 @@ impl TcpConfig {
             connect_backoff_min: Duration::from_millis(10),
             connect_backoff_max: Duration::from_secs(1),
             handshake_timeout: Duration::from_secs(2),
+            incarnation: crate::auth::random_u64().unwrap_or_else(|_| fallback_incarnation()),
         }
     }
 
@@ -146,6 +158,15 @@ impl TcpConfig {
     }
 }
 
+/// An incarnation when the system has no random source: the start time and process id,
+/// which differ between two starts of a node as well.
+fn fallback_incarnation() -> u64 {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as u64);
+    nanos ^ (u64::from(std::process::id()) << 40)
+}
+
 /// A change in the state of the link to a peer.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct PeerEvent {
@@ -159,6 +180,9 @@ pub enum PeerEventKind {
     Up,
     /// The outgoing connection was lost, with the reason; messages in flight may be lost.
     Down(String),
+    /// The peer came back as a new process (another incarnation): it lost its state, and this
+    /// node no longer talks to it. The reason is meant for clients and operators.
+    Restarted(String),
 }
 
 /// A node's end of a TCP cluster. Dropping it shuts it down.
@@ -230,8 +254,33 @@ impl<M> TcpTransport<M> {
     /// Waits until the outgoing connection to every peer is established. The error names the
     /// peers that are still not reachable.
     pub fn wait_connected(&self, timeout: Duration) -> Result<(), String> {
+        self.wait_connected_unless(timeout, &|| false)
+    }
+
+    /// [`wait_connected`](Self::wait_connected), giving up early (with an error saying so)
+    /// once `cancelled` returns true, e.g. when the process was asked to stop. Also fails at
+    /// once when the peers refused this node as a restarted one.
+    pub fn wait_connected_unless(
+        &self,
+        timeout: Duration,
+        cancelled: &dyn Fn() -> bool,
+    ) -> Result<(), String> {
+        /// How often a wait checks `cancelled`.
+        const POLL: Duration = Duration::from_millis(50);
         let deadline = Instant::now() + timeout;
-        let missing = self.shared.wait_all_up(deadline);
+        let missing = loop {
+            let slice = (Instant::now() + POLL).min(deadline);
+            let missing = self.shared.wait_all_up(slice)?;
+            if missing.is_empty() || Instant::now() >= deadline {
+                break missing;
+            }
+            if cancelled() {
+                return Err(format!(
+                    "node {}: stopped while waiting for peers",
+                    self.me().0
+                ));
+            }
+        };
         if missing.is_empty() {
             return Ok(());
         }

@@ -4,7 +4,9 @@
 use crossbeam_channel::{unbounded, Receiver};
 use qstore_core::config::NetConfig;
 use qstore_core::NodeId;
-use qstore_net::frame::{FrameDecoder, FrameEncoder, MAGIC};
+use qstore_net::auth::ClusterSecret;
+use qstore_net::frame::{FrameEncoder, MAGIC};
+use qstore_net::tcp::dial_as;
 use qstore_net::{
     encoded_len, Envelope, Handshake, PeerEvent, PeerEventKind, TcpConfig, TcpTransport, Transport,
 };
@@ -53,13 +55,21 @@ fn dead_addr() -> SocketAddr {
         .unwrap()
 }
 
-fn config(me: u32, peers: &[SocketAddr], cluster_id: u64) -> TcpConfig {
-    let handshake = Handshake {
+fn secret() -> ClusterSecret {
+    ClusterSecret::from_material(b"the secret of the test cluster").unwrap()
+}
+
+fn handshake(cluster_id: u64) -> Handshake {
+    Handshake {
         cluster_id,
         protocol: "qstore".into(),
         format_version: 1,
-    };
-    let mut cfg = TcpConfig::new(NodeId(me), peers.to_vec(), handshake);
+        secret: secret(),
+    }
+}
+
+fn config(me: u32, peers: &[SocketAddr], cluster_id: u64) -> TcpConfig {
+    let mut cfg = TcpConfig::new(NodeId(me), peers.to_vec(), handshake(cluster_id));
     cfg.connect_backoff_min = Duration::from_millis(2);
     cfg.connect_backoff_max = Duration::from_millis(50);
     cfg.handshake_timeout = Duration::from_secs(1);
@@ -230,21 +240,6 @@ fn mismatched_cluster_id_is_refused_and_logged() {
     assert!(events.try_recv().is_err(), "a refused link never comes up");
 }
 
-/// The dialer's introduction, written out field by field: the handshake's wire format.
-#[derive(Serialize, Deserialize)]
-struct Hello {
-    cluster_id: u64,
-    node: u32,
-    protocol: String,
-    format_version: u32,
-}
-
-#[derive(Deserialize)]
-enum Reply {
-    Accept(#[allow(dead_code)] Hello),
-    Refuse(String),
-}
-
 fn frame_of<T: Serialize>(msgs: &[T]) -> Vec<u8> {
     let mut enc = FrameEncoder::new(1 << 16, 1 << 20);
     for m in msgs {
@@ -255,25 +250,11 @@ fn frame_of<T: Serialize>(msgs: &[T]) -> Vec<u8> {
     out
 }
 
-/// Connects to `addr` and completes the handshake as node `node` of cluster 7.
+/// Connects to node 0 at `addr` and completes the handshake as node `node` of cluster 7.
 fn raw_peer(addr: SocketAddr, node: u32) -> TcpStream {
-    let mut s = TcpStream::connect(addr).unwrap();
-    s.set_read_timeout(Some(WAIT)).unwrap();
-    let hello = Hello {
-        cluster_id: 7,
-        node,
-        protocol: "qstore".into(),
-        format_version: 1,
-    };
-    s.write_all(&frame_of(&[hello])).unwrap();
-    let reply = FrameDecoder::new(4096)
-        .read_frame::<Reply, _>(&mut s)
-        .unwrap();
-    match reply.and_then(|r| r.into_iter().next()) {
-        Some(Reply::Accept(_)) => s,
-        Some(Reply::Refuse(why)) => panic!("refused: {why}"),
-        None => panic!("no reply to the handshake"),
-    }
+    let s = TcpStream::connect(addr).unwrap();
+    dial_as(&s, &handshake(7), NodeId(node), 1, NodeId(0), WAIT).unwrap();
+    s
 }
 
 /// Asserts that the node closes `s` after it sent `bytes`.
@@ -354,7 +335,12 @@ fn next_event(events: &Receiver<PeerEvent>) -> PeerEvent {
 fn a_lost_peer_goes_down_and_comes_back_on_the_same_address() {
     let (mut ls, addrs) = listeners(2);
     let (events_tx, events) = unbounded();
-    let b = start(config(1, &addrs, 7), ls.pop().unwrap(), None);
+    // The same process (incarnation) reconnecting, as after a network failure.
+    let b_config = || TcpConfig {
+        incarnation: 11,
+        ..config(1, &addrs, 7)
+    };
+    let b = start(b_config(), ls.pop().unwrap(), None);
     let a = start(config(0, &addrs, 7), ls.pop().unwrap(), Some(events_tx));
     a.0.wait_connected(WAIT).unwrap();
     assert_eq!(
@@ -379,7 +365,7 @@ fn a_lost_peer_goes_down_and_comes_back_on_the_same_address() {
     assert_eq!(down.peer, NodeId(1));
 
     let listener = TcpListener::bind(addrs[1]).expect("the port is free again");
-    let b = start(config(1, &addrs, 7), listener, None);
+    let b = start(b_config(), listener, None);
     assert_eq!(
         next_event(&events),
         PeerEvent {
@@ -420,4 +406,198 @@ fn injected_delay_holds_messages_and_keeps_the_link_fifo() {
             "message {seq} arrived after {held} µs"
         );
     }
+}
+
+#[test]
+fn a_peer_without_the_secret_is_refused_both_ways() {
+    logs();
+    let (mut ls, addrs) = listeners(2);
+    let other = TcpConfig {
+        handshake: Handshake {
+            secret: ClusterSecret::from_material(b"another cluster's secret").unwrap(),
+            ..handshake(7)
+        },
+        ..config(1, &addrs, 7)
+    };
+    let b = start(other, ls.pop().unwrap(), None);
+    let a = start(config(0, &addrs, 7), ls.pop().unwrap(), None);
+    assert!(a.0.wait_connected(Duration::from_millis(300)).is_err());
+    assert!(b.0.wait_connected(Duration::from_millis(10)).is_err());
+    assert!(wait_logged("could not prove it holds the cluster secret"));
+}
+
+/// The handshake's wire format, written out field by field, for peers that do not follow it.
+#[derive(Serialize, Deserialize)]
+struct Hello {
+    cluster_id: u64,
+    node: u32,
+    protocol: String,
+    format_version: u32,
+    incarnation: u64,
+    nonce: [u8; 32],
+}
+
+#[derive(Deserialize)]
+enum Reply {
+    Accept {
+        #[allow(dead_code)]
+        hello: Hello,
+        #[allow(dead_code)]
+        proof: [u8; 32],
+    },
+    Refuse(#[allow(dead_code)] String),
+}
+
+#[derive(Deserialize, Debug)]
+enum Verdict {
+    Welcome,
+    Refuse { reason: String, restarted: bool },
+}
+
+fn read_one<T: serde::de::DeserializeOwned>(s: &mut TcpStream) -> T {
+    let msgs = qstore_net::FrameDecoder::new(4096)
+        .read_frame::<T, _>(s)
+        .unwrap()
+        .expect("an answer");
+    msgs.into_iter().next().unwrap()
+}
+
+#[test]
+fn an_impersonator_cannot_replace_a_connected_peer() {
+    logs();
+    let nodes = cluster(2, |me, addrs| config(me, addrs, 7));
+    let addr = nodes[0].0.local_addr();
+    // Claims to be node 1, with the right cluster id and a made-up proof.
+    let mut s = TcpStream::connect(addr).unwrap();
+    s.set_read_timeout(Some(WAIT)).unwrap();
+    let hello = Hello {
+        cluster_id: 7,
+        node: 1,
+        protocol: "qstore".into(),
+        format_version: 1,
+        incarnation: 1,
+        nonce: [3; 32],
+    };
+    s.write_all(&frame_of(&[hello])).unwrap();
+    assert!(matches!(read_one::<Reply>(&mut s), Reply::Accept { .. }));
+    s.write_all(&frame_of(&[[0x5au8; 32]])).unwrap();
+    match read_one::<Verdict>(&mut s) {
+        Verdict::Refuse { reason, restarted } => {
+            assert!(
+                reason.contains("cannot prove it holds the cluster secret"),
+                "{reason}"
+            );
+            assert!(!restarted);
+        }
+        other => panic!("an impostor was welcomed: {other:?}"),
+    }
+    assert_closed_after(s, &frame_of(&[Msg::new(99)]));
+    // A dialer that checks the acceptor's proof refuses a node holding another secret.
+    let s = TcpStream::connect(addr).unwrap();
+    let forged = Handshake {
+        secret: ClusterSecret::from_material(b"a guess at the secret").unwrap(),
+        ..handshake(7)
+    };
+    let err = dial_as(&s, &forged, NodeId(1), 1, NodeId(0), WAIT).unwrap_err();
+    assert!(err.to_string().contains("secret"), "{err}");
+    // The real node 1's connection was never replaced: its messages still flow.
+    for seq in 0..50 {
+        nodes[1].0.send(NodeId(1), NodeId(0), Msg::new(seq));
+    }
+    for seq in 0..50 {
+        let env = nodes[0].1.recv_timeout(WAIT).unwrap();
+        assert_eq!((env.from, env.msg), (NodeId(1), Msg::new(seq)));
+    }
+}
+
+#[test]
+fn a_restarted_peer_is_refused_reported_and_told_why() {
+    logs();
+    let (mut ls, addrs) = listeners(2);
+    let (events_tx, events) = unbounded();
+    let b = start(config(1, &addrs, 7), ls.pop().unwrap(), None);
+    let a = start(config(0, &addrs, 7), ls.pop().unwrap(), Some(events_tx));
+    a.0.wait_connected(WAIT).unwrap();
+    assert_eq!(next_event(&events).kind, PeerEventKind::Up);
+    drop(b);
+    assert!(matches!(next_event(&events).kind, PeerEventKind::Down(_)));
+
+    // A new process for node 1: another incarnation, and none of node 1's old state.
+    let listener = TcpListener::bind(addrs[1]).expect("the port is free again");
+    let b = start(config(1, &addrs, 7), listener, None);
+    let restarted = next_event(&events);
+    assert_eq!(restarted.peer, NodeId(1));
+    assert!(
+        matches!(&restarted.kind, PeerEventKind::Restarted(why)
+            if why.contains("node 1 restarted") && why.contains("restart the cluster")),
+        "{restarted:?}"
+    );
+    // The restarted node learns why at once, rather than after its whole connect timeout.
+    let waited = Instant::now();
+    let err = b.0.wait_connected(Duration::from_secs(20)).unwrap_err();
+    assert!(err.contains("restarted"), "{err}");
+    assert!(
+        waited.elapsed() < Duration::from_secs(5),
+        "{:?}",
+        waited.elapsed()
+    );
+    // Nothing flows between them any more.
+    a.0.send(NodeId(0), NodeId(1), Msg::new(1));
+    assert!(b.1.recv_timeout(Duration::from_millis(200)).is_err());
+}
+
+#[test]
+fn a_handshake_has_one_deadline_however_slowly_bytes_come() {
+    logs();
+    let (mut ls, mut addrs) = listeners(1);
+    addrs.push(dead_addr());
+    let cfg = TcpConfig {
+        handshake_timeout: Duration::from_millis(500),
+        ..config(0, &addrs, 7)
+    };
+    let a = start(cfg, ls.pop().unwrap(), None);
+    let mut s = TcpStream::connect(a.0.local_addr()).unwrap();
+    // A valid-looking header, a byte at a time: every read gets a byte well within any
+    // per-read timeout, but the whole handshake cannot finish by its deadline.
+    let opened = Instant::now();
+    let header = frame_of(&[Msg::new(1)]);
+    let mut closed = false;
+    for b in header.iter().cycle().take(100) {
+        std::thread::sleep(Duration::from_millis(100));
+        if s.write_all(&[*b]).is_err() {
+            closed = true;
+            break;
+        }
+    }
+    let mut sink = [0u8; 16];
+    s.set_read_timeout(Some(WAIT)).unwrap();
+    closed |= matches!(s.read(&mut sink), Ok(0) | Err(_));
+    assert!(closed, "the slow connection was never closed");
+    assert!(
+        opened.elapsed() < Duration::from_secs(4),
+        "closed only after {:?}",
+        opened.elapsed()
+    );
+}
+
+#[test]
+fn silent_connections_cannot_keep_a_real_peer_out() {
+    logs();
+    let (ls, addrs) = listeners(2);
+    let mut ls = ls.into_iter();
+    let short = |me| TcpConfig {
+        handshake_timeout: Duration::from_millis(300),
+        ..config(me, &addrs, 7)
+    };
+    let a = start(short(0), ls.next().unwrap(), None);
+    // Far more silent connections than the node takes handshakes at once.
+    let silent: Vec<TcpStream> = (0..3 * qstore_net::tcp::MAX_PENDING_HANDSHAKES)
+        .map(|_| TcpStream::connect(addrs[0]).unwrap())
+        .collect();
+    let b = start(short(1), ls.next().unwrap(), None);
+    a.0.wait_connected(WAIT).unwrap();
+    b.0.wait_connected(WAIT).unwrap();
+    b.0.send(NodeId(1), NodeId(0), Msg::new(5));
+    assert_eq!(a.1.recv_timeout(WAIT).unwrap().msg, Msg::new(5));
+    drop(silent);
 }

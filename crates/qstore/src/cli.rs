@@ -70,6 +70,19 @@ enum Command {
     /// Takes the same flags as `run`; the cluster file it writes is removed afterwards unless
     /// --cluster-file names where to keep it.
     Cluster(Box<ClusterArgs>),
+    /// Create a cluster secret file: 32 random bytes as hex, readable only by you (mode 600).
+    ///
+    /// Name it in the cluster file as `secret_file` under [cluster]; every server and client
+    /// of the cluster proves it holds the secret when it connects (the secret itself never
+    /// crosses the network). `qstore cluster` makes one for each launch by itself.
+    Secret(SecretArgs),
+}
+
+#[derive(Args)]
+struct SecretArgs {
+    /// Where to write the secret; an existing file is never overwritten.
+    #[arg(value_name = "FILE")]
+    file: PathBuf,
 }
 
 #[derive(Args)]
@@ -515,8 +528,16 @@ impl RunArgs {
 fn load_config(path: &PathBuf) -> Result<RunConfig, String> {
     let text = std::fs::read_to_string(path)
         .map_err(|e| format!("cannot read configuration file {}: {e}", path.display()))?;
-    RunConfig::from_toml(&text)
-        .map_err(|e| format!("configuration file {}: {}", path.display(), e.trim_end()))
+    let mut cfg = RunConfig::from_toml(&text)
+        .map_err(|e| format!("configuration file {}: {}", path.display(), e.trim_end()))?;
+    // A relative secret file lives beside the file that names it.
+    let secret = std::path::Path::new(&cfg.cluster.secret_file);
+    if !cfg.cluster.secret_file.is_empty() && secret.is_relative() {
+        if let Some(dir) = path.parent() {
+            cfg.cluster.secret_file = dir.join(secret).to_string_lossy().into_owned();
+        }
+    }
+    Ok(cfg)
 }
 
 fn validate_names(c: &RunConfig) -> Result<(), String> {
@@ -544,6 +565,22 @@ pub fn main() -> i32 {
         Command::Server(args) => server(args),
         Command::Client(args) => client(*args),
         Command::Cluster(args) => cluster(*args),
+        Command::Secret(args) => secret(args),
+    }
+}
+
+fn secret(args: SecretArgs) -> i32 {
+    match qstore_net::auth::ClusterSecret::create_file(&args.file) {
+        Ok(()) => {
+            eprintln!(
+                "wrote a new cluster secret to {} (mode 600); name it in the cluster file: \
+                 secret_file = {:?} under [cluster]",
+                args.file.display(),
+                args.file.display().to_string()
+            );
+            0
+        }
+        Err(e) => usage_error(&e),
     }
 }
 

@@ -2,7 +2,7 @@
 //! generator driving the servers of one, both described by a cluster file.
 
 use qstore_core::{NodeId, PartitionId, QError, RunConfig};
-use qstore_engine::server::{ClientEndpoint, PeerHealth};
+use qstore_engine::server::{ClientEndpoint, EndpointLimits, PeerHealth};
 use qstore_engine::{Cluster, Hosting, NodeHosting};
 use std::net::TcpListener;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -30,6 +30,7 @@ pub fn serve(cfg: RunConfig, node: u32, record_history: bool) -> Result<(), QErr
             ))
         })
     };
+    let secret = qstore_bench::remote::load_secret(&cfg)?;
     // Bound before loading, so a taken port fails at once.
     let peers = bind("peers", peer_addr)?;
     let clients = bind("clients", client_addr)?;
@@ -37,6 +38,7 @@ pub fn serve(cfg: RunConfig, node: u32, record_history: bool) -> Result<(), QErr
     for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
         signal_hook::flag::register(sig, stop.clone())?;
     }
+    let limits = EndpointLimits::from_config(&cfg.server, cfg.cluster.nodes);
     let workload = qstore_workload::build(&cfg)?;
     let me = NodeId(node);
     let (events, peer_events) = crossbeam_channel::unbounded();
@@ -46,21 +48,31 @@ pub fn serve(cfg: RunConfig, node: u32, record_history: bool) -> Result<(), QErr
         peers: addrs.iter().map(|a| a.0).collect(),
         listener: parking_lot::Mutex::new(Some(peers)),
         events: Some(events),
+        secret: secret.clone(),
+        cancel: stop.clone(),
     });
     let started = Instant::now();
     eprintln!(
         "node {node}: loading partition {node}, connecting to {} peer(s)...",
         addrs.len() - 1
     );
-    let cluster = Arc::new(Cluster::start_hosting(
+    let started_cluster = Cluster::start_hosting(
         cfg,
         workload.catalog(),
         workload.partition_map().clone(),
         &|p: PartitionId, loader| workload.load(p, loader),
         record_history,
         hosting,
-    )?);
-    let endpoint = ClientEndpoint::start(cluster.clone(), me, clients, health)?;
+    );
+    let cluster = match started_cluster {
+        Ok(c) => Arc::new(c),
+        Err(QError::Interrupted(why)) => {
+            eprintln!("{why}");
+            return Ok(());
+        }
+        Err(e) => return Err(e),
+    };
+    let endpoint = ClientEndpoint::start(cluster.clone(), me, clients, health, secret, limits)?;
     eprintln!(
         "node {node}: serving clients on {} ({:.1} s to start)",
         endpoint.local_addr(),

@@ -9,6 +9,7 @@
 
 use qstore_core::config::NodeAddress;
 use qstore_core::RunConfig;
+use qstore_net::auth::ClusterSecret;
 use std::collections::VecDeque;
 use std::ffi::OsString;
 use std::io::{self, BufRead, BufReader, Read, Write};
@@ -202,9 +203,9 @@ struct ClusterFile {
 }
 
 impl ClusterFile {
+    /// Writes `cfg` as the cluster file (with a new cluster secret beside it, unless `cfg`
+    /// names one).
     fn write(cfg: &RunConfig, path: Option<&Path>) -> Result<ClusterFile, String> {
-        let text = toml::to_string_pretty(cfg)
-            .map_err(|e| format!("cannot write the configuration as TOML: {e}"))?;
         let file = match path {
             Some(p) => ClusterFile {
                 path: p.to_path_buf(),
@@ -218,9 +219,34 @@ impl ClusterFile {
                 }
             }
         };
+        let mut cfg = cfg.clone();
+        if cfg.cluster.secret_file.is_empty() {
+            cfg.cluster.secret_file = file.make_secret()?;
+        }
+        let text = toml::to_string_pretty(&cfg)
+            .map_err(|e| format!("cannot write the configuration as TOML: {e}"))?;
         std::fs::write(&file.path, text)
             .map_err(|e| format!("cannot write the cluster file {}: {e}", file.path.display()))?;
         Ok(file)
+    }
+
+    /// Creates the cluster secret beside the cluster file (`NAME.secret`, readable only by
+    /// this user) and returns its name relative to the cluster file. A kept cluster file's
+    /// secret from an earlier launch is used again.
+    fn make_secret(&self) -> Result<String, String> {
+        let name = format!(
+            "{}.secret",
+            self.path
+                .file_name()
+                .map_or("cluster".into(), |n| n.to_string_lossy())
+        );
+        let path = self.path.with_file_name(&name);
+        if path.exists() {
+            ClusterSecret::load(&path)?;
+        } else {
+            ClusterSecret::create_file(&path)?;
+        }
+        Ok(name)
     }
 
     fn path(&self) -> &Path {

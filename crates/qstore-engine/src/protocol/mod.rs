@@ -9,14 +9,50 @@ pub mod twopl;
 
 use crate::cluster::EngineCtx;
 use crate::history::HistoryRecorder;
-use crossbeam_channel::{Sender, TrySendError};
+use crossbeam_channel::{SendError, Sender, TrySendError};
 use qstore_core::txn::{CcAbortCause, ProcCall, TxnOutcome, TxnResponse};
 use qstore_core::{ConfigError, NodeId, QError, TxnId};
 use qstore_net::NetCounters;
 use std::sync::Arc;
 
-/// Where the answer to a request goes.
-pub type ReplyTo = Sender<TxnResponse>;
+/// Where the answer to a request goes: a channel, and optionally a wake-up for a thread that
+/// waits on something else as well (a server's I/O thread waits on its sockets).
+#[derive(Clone)]
+pub struct ReplyTo {
+    tx: Sender<TxnResponse>,
+    wake: Option<Arc<dyn Wake>>,
+}
+
+/// Wakes the reader of a [`ReplyTo`]'s channel after an answer was sent.
+pub trait Wake: Send + Sync {
+    fn wake(&self);
+}
+
+impl ReplyTo {
+    /// Answers go to `tx`, and `wake` is called after each one.
+    pub fn with_wake(tx: Sender<TxnResponse>, wake: Arc<dyn Wake>) -> Self {
+        ReplyTo {
+            tx,
+            wake: Some(wake),
+        }
+    }
+
+    /// Sends an answer; fails only when the receiver is gone.
+    #[inline]
+    pub fn send(&self, r: TxnResponse) -> Result<(), SendError<TxnResponse>> {
+        self.tx.send(r)?;
+        if let Some(w) = &self.wake {
+            w.wake();
+        }
+        Ok(())
+    }
+}
+
+impl From<Sender<TxnResponse>> for ReplyTo {
+    fn from(tx: Sender<TxnResponse>) -> Self {
+        ReplyTo { tx, wake: None }
+    }
+}
 
 /// A node's bounded admission queue: requests with the node they were submitted at.
 pub(crate) type AdmissionQueue = Sender<(NodeId, TxnRequest)>;
@@ -45,11 +81,11 @@ impl TxnRequest {
     }
 
     /// A first attempt, born now.
-    pub fn new(id: TxnId, call: Arc<ProcCall>, reply: ReplyTo) -> Self {
+    pub fn new(id: TxnId, call: Arc<ProcCall>, reply: impl Into<ReplyTo>) -> Self {
         TxnRequest {
             id,
             call,
-            reply,
+            reply: reply.into(),
             birth_us: wall_clock_us(),
         }
     }

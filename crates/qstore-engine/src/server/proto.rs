@@ -2,8 +2,18 @@
 //!
 //! A client opens a TCP connection to a node's client address and talks in frames of
 //! [`qstore_net::frame`] (each frame carries one or more postcard-encoded messages). It first
-//! sends [`ClientRequest::Hello`]; the node answers [`ClientResponse::Welcome`] or
-//! [`ClientResponse::Refused`] (and closes). Then it may send, pipelined, any number of
+//! proves that it holds the cluster secret (see [`qstore_net::auth`]):
+//!
+//! ```text
+//! client -> server: Hello { cluster_id, format_version, nonce }
+//! server -> client: Challenge { nonce, proof }   (or Refused, and the server closes)
+//! client -> server: Prove { proof }
+//! server -> client: Welcome { .. }               (or Refused, and the server closes)
+//! ```
+//!
+//! Each proof is the keyed MAC of its role and [`transcript`] (both nonces), so the client
+//! also knows it reached a server of its cluster. The whole handshake must finish within the
+//! server's `server.handshake_timeout_s`. Then the client may send, pipelined, any number of
 //! requests:
 //! - `Submit { id, call, birth_us }`: run a stored-procedure call with this node as its home; the answer
 //!   is `Answer { id, outcome }` (commit with the access outputs, logic abort, retryable
@@ -18,16 +28,47 @@
 
 use qstore_core::txn::{ProcCall, TxnOutcome};
 use qstore_core::NodeId;
+use qstore_net::auth::{ClusterSecret, Nonce, Proof};
+use qstore_net::frame::{FrameDecoder, FrameEncoder};
 use serde::{Deserialize, Serialize};
+use std::net::TcpStream;
+use std::time::Duration;
+
+/// Largest handshake frame either side sends.
+const MAX_HANDSHAKE_FRAME: usize = 4096;
 
 /// Version of the client protocol; a client with another version is refused.
-pub const CLIENT_FORMAT_VERSION: u32 = 2;
+pub const CLIENT_FORMAT_VERSION: u32 = 3;
+
+/// Role labels of the client handshake's proofs.
+pub const SERVER_ROLE: &str = "qstore client-port server";
+pub const CLIENT_ROLE: &str = "qstore client-port client";
+
+/// What both proofs of a client handshake cover: the client's hello and the server's nonce.
+pub fn transcript(
+    cluster_id: u64,
+    format_version: u32,
+    client_nonce: &Nonce,
+    server_nonce: &Nonce,
+) -> Vec<u8> {
+    let mut t = Vec::with_capacity(12 + 2 * client_nonce.len());
+    t.extend_from_slice(&cluster_id.to_le_bytes());
+    t.extend_from_slice(&format_version.to_le_bytes());
+    t.extend_from_slice(client_nonce);
+    t.extend_from_slice(server_nonce);
+    t
+}
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub enum ClientRequest {
     Hello {
         cluster_id: u64,
         format_version: u32,
+        nonce: Nonce,
+    },
+    /// The client's answer to the server's challenge.
+    Prove {
+        proof: Proof,
     },
     Submit {
         id: u64,
@@ -42,6 +83,11 @@ pub enum ClientRequest {
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub enum ClientResponse {
+    /// The server's proof, and the nonce the client's proof must cover.
+    Challenge {
+        nonce: Nonce,
+        proof: Proof,
+    },
     Welcome {
         node: NodeId,
         nodes: u32,
@@ -77,4 +123,71 @@ pub struct Collected {
     /// The node's part of the engine history (a postcard-encoded
     /// `qstore_engine::history::HistoryPart`), when the server records one.
     pub history: Option<Vec<u8>>,
+}
+
+/// The client's side of the handshake on a fresh connection: hello, check the server's proof,
+/// prove the secret, and return the server's welcome (a `Welcome`), all within `timeout`.
+/// The error says what went wrong, including the server's reason for a refusal.
+pub fn client_handshake(
+    stream: &mut TcpStream,
+    cluster_id: u64,
+    secret: &ClusterSecret,
+    timeout: Duration,
+) -> Result<ClientResponse, String> {
+    stream
+        .set_read_timeout(Some(timeout))
+        .map_err(|e| e.to_string())?;
+    let nonce = qstore_net::auth::nonce().map_err(|e| format!("no random source: {e}"))?;
+    send(
+        stream,
+        &ClientRequest::Hello {
+            cluster_id,
+            format_version: CLIENT_FORMAT_VERSION,
+            nonce,
+        },
+    )?;
+    let (server_nonce, proof) = match receive(stream)? {
+        ClientResponse::Challenge { nonce, proof } => (nonce, proof),
+        ClientResponse::Refused(why) => return Err(format!("refused this client: {why}")),
+        other => return Err(format!("expected a challenge, got {other:?}")),
+    };
+    let t = transcript(cluster_id, CLIENT_FORMAT_VERSION, &nonce, &server_nonce);
+    if !secret.verify(SERVER_ROLE, &t, &proof) {
+        return Err(
+            "the server could not prove it holds the cluster secret: it is not a \
+                    server of this cluster (or the secret files differ)"
+                .into(),
+        );
+    }
+    send(
+        stream,
+        &ClientRequest::Prove {
+            proof: secret.prove(CLIENT_ROLE, &t),
+        },
+    )?;
+    let welcome = match receive(stream)? {
+        w @ ClientResponse::Welcome { .. } => w,
+        ClientResponse::Refused(why) => return Err(format!("refused this client: {why}")),
+        other => return Err(format!("expected a welcome, got {other:?}")),
+    };
+    stream.set_read_timeout(None).map_err(|e| e.to_string())?;
+    Ok(welcome)
+}
+
+fn send(stream: &mut TcpStream, r: &ClientRequest) -> Result<(), String> {
+    let mut enc = FrameEncoder::new(MAX_HANDSHAKE_FRAME, MAX_HANDSHAKE_FRAME);
+    enc.push(r).map_err(|e| e.to_string())?;
+    enc.write_to(stream)
+        .map_err(|e| format!("cannot send the handshake: {e}"))
+}
+
+fn receive(stream: &mut TcpStream) -> Result<ClientResponse, String> {
+    match FrameDecoder::new(MAX_HANDSHAKE_FRAME).read_frame::<ClientResponse, _>(stream) {
+        Ok(Some(msgs)) => msgs
+            .into_iter()
+            .next()
+            .ok_or_else(|| "an empty handshake frame".to_string()),
+        Ok(None) => Err("the server closed the connection during the handshake".into()),
+        Err(e) => Err(format!("bad handshake answer: {e}")),
+    }
 }

@@ -1,8 +1,9 @@
 //! The receiving side: an acceptor thread, and one reader thread per incoming connection that
 //! checks the handshake, then decodes frames into the node's inbox.
 
-use super::handshake;
+use super::handshake::{self, HandshakeError};
 use super::shared::Shared;
+use super::PeerEventKind;
 use crate::frame::{FrameDecoder, FrameError, DEFAULT_FLUSH_BYTES};
 use crate::Envelope;
 use crossbeam_channel::Sender;
@@ -10,9 +11,15 @@ use qstore_core::NodeId;
 use serde::de::DeserializeOwned;
 use std::io::{self, BufReader};
 use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Duration;
+
+/// Most connections at a time that have not finished their handshake. Peers connect rarely
+/// (at start and after failures), so this never holds up a real node, and it bounds the
+/// threads and memory that anyone who can reach the peer port can take.
+pub const MAX_PENDING_HANDSHAKES: usize = 16;
 
 /// Pause between polls of the listener when no connection is waiting. Connections are
 /// opened rarely (at start and after failures), so a few milliseconds cost nothing, and
@@ -39,9 +46,18 @@ fn run_acceptor<M: DeserializeOwned + Send + 'static>(
     inbox: &Sender<Envelope<M>>,
 ) {
     let mut readers: Vec<JoinHandle<()>> = Vec::new();
+    let pending = Arc::new(AtomicUsize::new(0));
     while !shared.stop.is_stopped() {
         match listener.accept() {
-            Ok((stream, from)) => match spawn_reader(stream, from, shared, inbox) {
+            Ok((stream, from)) if pending.load(Ordering::Acquire) >= MAX_PENDING_HANDSHAKES => {
+                tracing::warn!(
+                    "node {}: refusing a connection from {from}: {MAX_PENDING_HANDSHAKES} \
+                     handshakes are already under way",
+                    shared.cfg.me.0
+                );
+                let _ = stream.shutdown(Shutdown::Both);
+            }
+            Ok((stream, from)) => match spawn_reader(stream, from, shared, inbox, &pending) {
                 Ok(reader) => readers.push(reader),
                 Err(e) => tracing::warn!("node {}: cannot serve {from}: {e}", shared.cfg.me.0),
             },
@@ -68,6 +84,7 @@ fn spawn_reader<M: DeserializeOwned + Send + 'static>(
     from: SocketAddr,
     shared: &Arc<Shared>,
     inbox: &Sender<Envelope<M>>,
+    pending: &Arc<AtomicUsize>,
 ) -> io::Result<JoinHandle<()>> {
     // Accepted sockets may inherit the listener's non-blocking mode on some systems.
     stream.set_nonblocking(false)?;
@@ -75,23 +92,49 @@ fn spawn_reader<M: DeserializeOwned + Send + 'static>(
     let tracked = shared.sockets.track(&stream)?;
     let (shared, inbox) = (shared.clone(), inbox.clone());
     let name = format!("net-read-{}", shared.cfg.me.0);
+    let handshaking = Pending::enter(pending);
     std::thread::Builder::new().name(name).spawn(move || {
-        serve(stream, from, &shared, &inbox);
+        serve(stream, from, &shared, &inbox, handshaking);
         drop(tracked);
     })
 }
 
+/// Counts a connection among those still in their handshake until dropped.
+struct Pending(Arc<AtomicUsize>);
+
+impl Pending {
+    fn enter(count: &Arc<AtomicUsize>) -> Self {
+        count.fetch_add(1, Ordering::AcqRel);
+        Pending(count.clone())
+    }
+}
+
+impl Drop for Pending {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
 /// Runs the handshake, then reads the peer's frames until the connection ends.
 fn serve<M: DeserializeOwned>(
-    mut stream: TcpStream,
+    stream: TcpStream,
     from: SocketAddr,
     shared: &Shared,
     inbox: &Sender<Envelope<M>>,
+    handshaking: Pending,
 ) {
     // Failures are logged by the handshake; closing the connection is the answer.
-    let Ok(peer) = handshake::accept(&mut stream, &shared.cfg, from) else {
-        let _ = stream.shutdown(Shutdown::Both);
-        return;
+    let accepted = handshake::accept(&stream, &shared.cfg, from, &shared.incarnations);
+    drop(handshaking);
+    let peer = match accepted {
+        Ok(peer) => peer,
+        Err(e) => {
+            let _ = stream.shutdown(Shutdown::Both);
+            if let HandshakeError::PeerRestarted(peer, why) = e {
+                shared.link_changed(peer, PeerEventKind::Restarted(why));
+            }
+            return;
+        }
     };
     let turn = match shared.incoming[peer.index()].take_over(&stream) {
         Ok(turn) => turn,

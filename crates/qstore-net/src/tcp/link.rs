@@ -1,7 +1,7 @@
 //! The sending side of the link to one peer: a thread that owns the outgoing connection,
 //! batches queued messages into frames, applies injected delay, and reconnects with back-off.
 
-use super::handshake;
+use super::handshake::{self, HandshakeError};
 use super::shared::{Shared, Tracked};
 use super::PeerEventKind;
 use crate::frame::FrameEncoder;
@@ -41,6 +41,13 @@ pub(super) fn spawn<M: Serialize + Send + 'static>(
         Link::new(peer, queue, shared).run();
         drop(done);
     })
+}
+
+/// Whether a failed connection attempt is worth repeating.
+enum Retry {
+    Later,
+    /// One end restarted: the cluster cannot continue with this pair.
+    Never,
 }
 
 /// Why a link stopped pumping messages.
@@ -97,12 +104,21 @@ impl<M: Serialize> Link<M> {
         }
     }
 
-    /// Connects, pumps messages until the connection fails, reconnects; until stopped.
+    /// Connects, pumps messages until the connection fails, reconnects; until stopped, or
+    /// until one end turns out to have restarted (no reconnection can mend that).
     fn run(mut self) {
         while !self.shared.stop.is_stopped() {
-            let Some(mut conn) = self.connect() else {
-                self.back_off();
-                continue;
+            let mut conn = match self.connect() {
+                Ok(conn) => conn,
+                Err(Retry::Later) => {
+                    self.back_off();
+                    continue;
+                }
+                Err(Retry::Never) => {
+                    // Messages for the peer are moot now; wait for shutdown.
+                    let _ = self.shared.stop.receiver().recv();
+                    break;
+                }
             };
             match self.pump(&mut conn.stream) {
                 Halt::Stop => {
@@ -114,7 +130,7 @@ impl<M: Serialize> Link<M> {
         }
     }
 
-    fn connect(&mut self) -> Option<Conn> {
+    fn connect(&mut self) -> Result<Conn, Retry> {
         match self.try_connect() {
             Ok(conn) => {
                 tracing::info!(
@@ -126,9 +142,20 @@ impl<M: Serialize> Link<M> {
                 self.backoff = self.shared.cfg.connect_backoff_min;
                 self.up = true;
                 self.shared.link_changed(self.peer, PeerEventKind::Up);
-                Some(conn)
+                Ok(conn)
             }
-            Err(e) => {
+            Err(HandshakeError::PeerRestarted(_, why)) => {
+                tracing::error!("node {}: {why}", self.me().0);
+                self.shared
+                    .link_changed(self.peer, PeerEventKind::Restarted(why));
+                Err(Retry::Never)
+            }
+            Err(HandshakeError::WeRestarted(why)) => {
+                self.shared
+                    .set_fatal(format!("peer {} refused this node: {why}", self.peer.0));
+                Err(Retry::Never)
+            }
+            Err(HandshakeError::Failed(e)) => {
                 // Expected while the peer starts or restarts; refusals are logged as errors
                 // by the handshake.
                 tracing::debug!(
@@ -137,18 +164,18 @@ impl<M: Serialize> Link<M> {
                     self.peer.0,
                     self.addr
                 );
-                None
+                Err(Retry::Later)
             }
         }
     }
 
-    fn try_connect(&self) -> io::Result<Conn> {
+    fn try_connect(&self) -> Result<Conn, HandshakeError> {
         let cfg = &self.shared.cfg;
-        let mut stream = TcpStream::connect_timeout(&self.addr, cfg.handshake_timeout)?;
+        let stream = TcpStream::connect_timeout(&self.addr, cfg.handshake_timeout)?;
         let tracked = self.shared.sockets.track(&stream)?;
         // Frames are already batched: sending them at once is what keeps latency low.
         stream.set_nodelay(true)?;
-        handshake::dial(&mut stream, cfg, self.peer)?;
+        handshake::dial(&stream, cfg, self.peer, &self.shared.incarnations)?;
         Ok(Conn {
             stream,
             _tracked: tracked,

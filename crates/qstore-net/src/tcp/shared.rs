@@ -20,8 +20,13 @@ pub(super) struct Shared {
     pub counters: NetCounters,
     /// The connection currently read from each peer, indexed by node id.
     pub incoming: Vec<IncomingSlot>,
+    /// The incarnation each peer had when this node first met it.
+    pub incarnations: Incarnations,
     /// Whether the outgoing connection to each peer is up (this node counts as up).
     links_up: Mutex<Vec<bool>>,
+    /// Set when this node can never join its cluster (its peers refused it as a restarted
+    /// node): waiting for connections ends with this reason.
+    fatal: Mutex<Option<String>>,
     links_changed: Condvar,
     events: Option<Sender<PeerEvent>>,
 }
@@ -35,7 +40,9 @@ impl Shared {
             sockets: Arc::new(Sockets::default()),
             counters: NetCounters::new(n),
             incoming: (0..n).map(|_| IncomingSlot::default()).collect(),
+            incarnations: Incarnations::new(n),
             links_up: Mutex::new(links_up),
+            fatal: Mutex::new(None),
             links_changed: Condvar::new(),
             events,
             cfg,
@@ -55,16 +62,27 @@ impl Shared {
         }
     }
 
-    /// Waits until every link is up or `deadline` passes; returns the peers still down.
-    pub fn wait_all_up(&self, deadline: Instant) -> Vec<NodeId> {
+    /// Records that this node can never join its cluster, and why; wakes waiters.
+    pub fn set_fatal(&self, reason: String) {
+        let _guard = self.links_up.lock();
+        self.fatal.lock().get_or_insert(reason);
+        self.links_changed.notify_all();
+    }
+
+    /// Waits until every link is up, `deadline` passes, or the node can never join (the
+    /// error). Returns the peers still down.
+    pub fn wait_all_up(&self, deadline: Instant) -> Result<Vec<NodeId>, String> {
         let mut up = self.links_up.lock();
         loop {
+            if let Some(reason) = self.fatal.lock().clone() {
+                return Err(reason);
+            }
             let down: Vec<NodeId> = (up.iter().enumerate())
                 .filter(|&(_, &u)| !u)
                 .map(|(i, _)| NodeId(i as u32))
                 .collect();
             if down.is_empty() || self.links_changed.wait_until(&mut up, deadline).timed_out() {
-                return down;
+                return Ok(down);
             }
         }
     }
@@ -199,6 +217,41 @@ impl Drop for ReaderTurn<'_> {
         let mut current = self.slot.current.lock();
         if current.as_ref().is_some_and(|(id, _)| *id == self.id) {
             *current = None;
+        }
+    }
+}
+
+/// The incarnation of each peer, as first met: a peer that comes back with another one
+/// restarted and lost its state.
+pub(crate) struct Incarnations {
+    known: Mutex<Vec<Option<u64>>>,
+}
+
+impl Incarnations {
+    pub fn new(nodes: usize) -> Self {
+        Incarnations {
+            known: Mutex::new(vec![None; nodes]),
+        }
+    }
+
+    /// Admits an authenticated `peer` of `incarnation`: its first one is remembered; another
+    /// one is refused with the reason to tell the operator.
+    pub fn admit(&self, peer: NodeId, incarnation: u64) -> Result<(), String> {
+        let mut known = self.known.lock();
+        let Some(slot) = known.get_mut(peer.index()) else {
+            return Err(format!("node {} is not in this cluster", peer.0));
+        };
+        match *slot {
+            None => {
+                *slot = Some(incarnation);
+                Ok(())
+            }
+            Some(k) if k == incarnation => Ok(()),
+            Some(k) => Err(format!(
+                "node {} restarted (incarnation {k:016x}, now {incarnation:016x}) and lost its \
+                 data; restart the cluster",
+                peer.0
+            )),
         }
     }
 }
