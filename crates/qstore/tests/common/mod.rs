@@ -274,14 +274,8 @@ impl Cluster {
     pub fn start_servers(&mut self) -> Result<(), String> {
         let (ready_tx, ready_rx) = mpsc::channel();
         for node in 0..self.addrs.len() {
-            let mut cmd = Command::new(QSTORE);
-            cmd.arg("server")
-                .arg("--cluster")
-                .arg(&self.file)
-                .args(["--node", &node.to_string()]);
-            let name = format!("server {node}");
-            self.servers
-                .push(Proc::spawn(&name, &mut cmd, Some(ready_tx.clone())));
+            let server = self.spawn_server(node, Some(ready_tx.clone()));
+            self.servers.push(server);
         }
         let deadline = Instant::now() + READY_TIMEOUT;
         let mut ready = vec![false; self.servers.len()];
@@ -304,6 +298,50 @@ impl Cluster {
             }
         }
         Ok(())
+    }
+
+    /// Starts the server of `node` (recording its history, for `qstore client --verify`).
+    pub fn spawn_server(&self, node: usize, lines: Option<mpsc::Sender<String>>) -> Proc {
+        let mut cmd = Command::new(QSTORE);
+        cmd.arg("server")
+            .arg("--cluster")
+            .arg(&self.file)
+            .args(["--node", &node.to_string()])
+            .arg("--record-history");
+        Proc::spawn(&format!("server {node}"), &mut cmd, lines)
+    }
+
+    /// Runs `qstore client --txns N --verify` to completion: every transaction answered and
+    /// committed, the history serializable and the serial oracle matching the servers' data.
+    pub fn verified_run(&mut self, txns: u64, what: &str) {
+        let o = run_with_timeout(
+            self.client(&["--txns", &txns.to_string(), "--verify", "--quiet"]),
+            Duration::from_secs(90),
+        );
+        let out = String::from_utf8_lossy(&o.stdout);
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(
+            o.status.success()
+                && out.contains("serializable: yes")
+                && out.contains("serial oracle: match"),
+            "{what}: verified run failed ({}):\n{out}\n{err}\n{}",
+            o.status,
+            self.outputs()
+        );
+        for (node, s) in self.servers.iter_mut().enumerate() {
+            assert!(s.running(), "{what}: server {node} exited\n{}", s.output());
+        }
+    }
+
+    /// Threads and resident memory (KiB) of the server of `node`, from /proc.
+    pub fn server_usage(&self, node: usize) -> (u64, u64) {
+        let pid = self.servers[node].child.id();
+        let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+        let field = |name: &str| -> u64 {
+            let line = status.lines().find(|l| l.starts_with(name)).unwrap();
+            line.split_whitespace().nth(1).unwrap().parse().unwrap()
+        };
+        (field("Threads:"), field("VmRSS:"))
     }
 
     /// A `qstore client` run against this cluster.
@@ -498,6 +536,34 @@ impl RawClient {
         Ok(RawClient { stream, next_id: 0 })
     }
 
+    /// Submits `call` without waiting; returns the id its answer will carry.
+    pub fn send(&mut self, call: ProcCall) -> u64 {
+        self.next_id += 1;
+        let request = ClientRequest::Submit {
+            id: self.next_id,
+            call,
+            birth_us: 0,
+        };
+        self.stream.write_all(&frame_of(&[request])).unwrap();
+        self.next_id
+    }
+
+    /// The next frame of answers, as (id, outcome); `None` if none came within the read
+    /// timeout or the connection ended.
+    pub fn answers(&mut self) -> Option<Vec<(u64, TxnOutcome)>> {
+        let msgs = FrameDecoder::new(DEFAULT_MAX_FRAME)
+            .read_frame::<ClientResponse, _>(&mut self.stream)
+            .ok()??;
+        Some(
+            msgs.into_iter()
+                .map(|m| match m {
+                    ClientResponse::Answer { id, outcome } => (id, outcome),
+                    other => panic!("expected answers, got {other:?}"),
+                })
+                .collect(),
+        )
+    }
+
     /// Submits `call` and waits for its answer.
     pub fn call(&mut self, call: ProcCall) -> TxnOutcome {
         self.next_id += 1;
@@ -560,4 +626,11 @@ pub struct PeerHello {
 pub enum PeerReply {
     Accept { hello: PeerHello, proof: [u8; 32] },
     Refuse(String),
+}
+
+/// The acceptor's last word in the peer handshake, after the dialer's proof.
+#[derive(Serialize, Deserialize, Debug)]
+pub enum PeerVerdict {
+    Welcome,
+    Refuse { reason: String, restarted: bool },
 }
