@@ -54,7 +54,9 @@ enum Command {
     ///
     /// A cluster file is a configuration (as `qstore config` prints) whose [cluster] section
     /// lists every node's addresses, e.g.
-    /// `addresses = [{ peer = "127.0.0.1:7100", client = "127.0.0.1:7200" }, ...]`.
+    /// `addresses = [{ peer = "127.0.0.1:7100", client = "127.0.0.1:7200" }, ...]`, and
+    /// names the cluster's secret (`secret_file = "cluster.secret"`, made by `qstore secret`),
+    /// which every peer and client must prove it holds. Client limits are under [server].
     /// `qstore cluster` writes one and starts everything on this machine.
     Server(ServerArgs),
     /// Run the load generator against the servers of a distributed cluster and print the same
