@@ -241,3 +241,113 @@ fn run_help_names_every_protocol() {
         assert!(help.contains(name), "`run --help` does not name {name}");
     }
 }
+
+/// A scratch directory unique to this test process and `name`.
+fn scratch(name: &str) -> std::path::PathBuf {
+    let dir = std::env::temp_dir().join(format!("qstore-cli-{name}-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+/// Two loopback addresses that were free a moment ago.
+fn free_addresses() -> (std::net::SocketAddr, std::net::SocketAddr) {
+    let a = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let b = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    (a.local_addr().unwrap(), b.local_addr().unwrap())
+}
+
+/// Writes a cluster file of `nodes` Q-Store nodes with small data; `addresses` is the
+/// TOML array of address entries.
+fn write_cluster_file(dir: &std::path::Path, nodes: u32, addresses: &str) -> std::path::PathBuf {
+    let path = dir.join("cluster.toml");
+    std::fs::write(
+        &path,
+        format!(
+            "[cluster]\nnodes = {nodes}\nworkers = 1\naddresses = [{addresses}]\n\
+             [protocol]\nname = \"qstore\"\n[workload.ycsb]\nrecords_per_partition = 2000\n"
+        ),
+    )
+    .unwrap();
+    path
+}
+
+/// A `qstore server` process whose stderr is collected as it arrives; killed when dropped.
+struct Server {
+    child: std::process::Child,
+    stderr: std::sync::Arc<std::sync::Mutex<String>>,
+}
+
+impl Server {
+    fn start(cluster: &std::path::Path, rust_log: Option<&str>) -> Server {
+        use std::io::BufRead;
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_qstore"));
+        cmd.args(["server", "--node", "0", "--cluster"])
+            .arg(cluster)
+            .env_remove("RUST_LOG")
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::piped());
+        if let Some(filter) = rust_log {
+            cmd.env("RUST_LOG", filter);
+        }
+        let mut child = cmd.spawn().expect("start qstore server");
+        let stderr = std::sync::Arc::new(std::sync::Mutex::new(String::new()));
+        let pipe = child.stderr.take().unwrap();
+        let text = stderr.clone();
+        std::thread::spawn(move || {
+            for line in std::io::BufReader::new(pipe).lines().map_while(Result::ok) {
+                let mut t = text.lock().unwrap();
+                t.push_str(&line);
+                t.push('\n');
+            }
+        });
+        Server { child, stderr }
+    }
+
+    /// Waits up to `secs` seconds for stderr to contain `what`; the stderr so far either way.
+    fn wait_for(&self, what: &str, secs: u64) -> (bool, String) {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(secs);
+        loop {
+            let text = self.stderr.lock().unwrap().clone();
+            if text.contains(what) || std::time::Instant::now() >= deadline {
+                return (text.contains(what), text);
+            }
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Connects to `addr` and sends bytes that are no valid frame or handshake.
+fn send_garbage(addr: std::net::SocketAddr) {
+    use std::io::Write;
+    let mut s = std::net::TcpStream::connect(addr).unwrap();
+    let _ = s.write_all(&[0xFF; 64]);
+    let _ = s.shutdown(std::net::Shutdown::Write);
+}
+
+#[test]
+fn warnings_reach_stderr_without_rust_log_and_rust_log_still_overrides() {
+    let dir = scratch("warn");
+    let (peer, client) = free_addresses();
+    let file = write_cluster_file(
+        &dir,
+        1,
+        &format!("{{ peer = \"{peer}\", client = \"{client}\" }}"),
+    );
+    for (rust_log, shown) in [(None, true), (Some("off"), false)] {
+        let server = Server::start(&file, rust_log);
+        let (ready, text) = server.wait_for("serving clients", 20);
+        assert!(ready, "server did not start: {text}");
+        send_garbage(peer);
+        // The warning comes within milliseconds; when it must not come, 2 s is long enough.
+        let (warned, text) = server.wait_for("WARN", if shown { 20 } else { 2 });
+        assert_eq!(warned, shown, "RUST_LOG={rust_log:?}: {text}");
+        drop(server);
+    }
+}
