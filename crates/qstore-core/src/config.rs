@@ -94,7 +94,8 @@ impl ClusterConfig {
     }
 
     /// Checks the addresses of a distributed cluster: one per node, each a valid socket
-    /// address. Resolved addresses in node order: (peer, client).
+    /// address, no two the same (a node's peer and client addresses included). Resolved
+    /// addresses in node order: (peer, client).
     pub fn socket_addresses(
         &self,
     ) -> Result<Vec<(std::net::SocketAddr, std::net::SocketAddr)>, ConfigError> {
@@ -117,11 +118,30 @@ impl ClusterConfig {
                 )
             })
         };
-        self.addresses
+        let addrs: Vec<_> = self
+            .addresses
             .iter()
             .enumerate()
             .map(|(i, a)| Ok((parse(i, "peer", &a.peer)?, parse(i, "client", &a.client)?)))
-            .collect()
+            .collect::<Result<_, ConfigError>>()?;
+        // Two listeners cannot share an address: the second server (or the second listener of
+        // one server) would fail to start, or one node would take another's connections.
+        let mut seen = std::collections::HashMap::new();
+        for (i, (peer, client)) in addrs.iter().enumerate() {
+            for (which, addr) in [("peer", peer), ("client", client)] {
+                let entry = format!("cluster.addresses[{i}].{which}");
+                if let Some(first) = seen.insert(*addr, entry.clone()) {
+                    return Err(ConfigError::new(
+                        &entry,
+                        addr,
+                        format!(
+                            "is also {first}; every node needs its own peer and client addresses"
+                        ),
+                    ));
+                }
+            }
+        }
+        Ok(addrs)
     }
 }
 
@@ -977,6 +997,87 @@ mod tests {
             c.client.txns = 0;
         });
         assert_eq!(e.setting, "client.duration_s");
+    }
+
+    #[test]
+    fn a_cluster_file_address_used_twice_is_refused_naming_both_entries() {
+        let two = |a: [&str; 4]| {
+            let mut c = RunConfig::default();
+            c.cluster.nodes = 2;
+            c.cluster.addresses = vec![
+                NodeAddress {
+                    peer: a[0].into(),
+                    client: a[1].into(),
+                },
+                NodeAddress {
+                    peer: a[2].into(),
+                    client: a[3].into(),
+                },
+            ];
+            c
+        };
+        let ok = two([
+            "127.0.0.1:7100",
+            "127.0.0.1:7200",
+            "127.0.0.1:7101",
+            "127.0.0.1:7201",
+        ]);
+        ok.validate().unwrap();
+        // Another host may use the same port.
+        two([
+            "10.0.0.1:7100",
+            "10.0.0.1:7200",
+            "10.0.0.2:7100",
+            "10.0.0.2:7200",
+        ])
+        .validate()
+        .unwrap();
+        let cases = [
+            (
+                [
+                    "127.0.0.1:7100",
+                    "127.0.0.1:7200",
+                    "127.0.0.1:7100",
+                    "127.0.0.1:7201",
+                ],
+                "invalid cluster.addresses[1].peer = 127.0.0.1:7100: is also \
+                 cluster.addresses[0].peer",
+            ),
+            (
+                [
+                    "127.0.0.1:7100",
+                    "127.0.0.1:7200",
+                    "127.0.0.1:7101",
+                    "127.0.0.1:7200",
+                ],
+                "invalid cluster.addresses[1].client = 127.0.0.1:7200: is also \
+                 cluster.addresses[0].client",
+            ),
+            (
+                [
+                    "127.0.0.1:7100",
+                    "127.0.0.1:7100",
+                    "127.0.0.1:7101",
+                    "127.0.0.1:7201",
+                ],
+                "invalid cluster.addresses[0].client = 127.0.0.1:7100: is also \
+                 cluster.addresses[0].peer",
+            ),
+            (
+                [
+                    "127.0.0.1:7100",
+                    "127.0.0.1:7200",
+                    "127.0.0.1:7200",
+                    "127.0.0.1:7201",
+                ],
+                "invalid cluster.addresses[1].peer = 127.0.0.1:7200: is also \
+                 cluster.addresses[0].client",
+            ),
+        ];
+        for (addrs, expect) in cases {
+            let e = two(addrs).validate().unwrap_err().to_string();
+            assert!(e.starts_with(expect), "{addrs:?}: {e}");
+        }
     }
 
     #[test]

@@ -9,7 +9,7 @@ use qstore_net::{Envelope, Handshake, InProcNetwork, TcpConfig, TcpTransport, Tr
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// Version of the node-to-node wire format; peers with another version are refused.
 pub const WIRE_FORMAT_VERSION: u32 = 1;
@@ -53,14 +53,12 @@ where
             tcp.seed = ctx.cfg.seed;
             let (tx, rx) = unbounded();
             let transport = TcpTransport::start(tcp, listener, tx, node.events.clone())?;
-            let started = Instant::now();
             let timeout = Duration::from_secs_f64(ctx.cfg.cluster.connect_timeout_s);
+            // The transport's message names this node, the wait and the missing peers.
             transport.wait_connected(timeout).map_err(|e| {
                 QError::Other(format!(
-                    "node {}: peers not reachable after {:.0} s: {e}; start every node of the \
-                     cluster file (cluster.connect_timeout_s sets how long to wait)",
-                    node.me,
-                    started.elapsed().as_secs_f64()
+                    "{e}; start every node of the cluster file (cluster.connect_timeout_s sets \
+                     how long to wait)"
                 ))
             })?;
             Ok(NodeNet {

@@ -56,6 +56,10 @@ enum Command {
     /// lists every node's addresses, e.g.
     /// `addresses = [{ peer = "127.0.0.1:7100", client = "127.0.0.1:7200" }, ...]`.
     /// `qstore cluster` writes one and starts everything on this machine.
+    ///
+    /// Exit code 2 for a mistake in the cluster file or the flags (an invalid value, an
+    /// address used twice or that this host cannot listen on, a --node the file does not
+    /// have), 1 when the server fails while starting or serving (e.g. a peer never comes).
     Server(ServerArgs),
     /// Run the load generator against the servers of a distributed cluster and print the same
     /// results as `qstore run`, with the servers' message counts.
@@ -86,7 +90,7 @@ struct ServerArgs {
     /// Cluster file (TOML).
     #[arg(long, value_name = "FILE")]
     cluster: PathBuf,
-    /// Which node of the cluster file this server is.
+    /// Which node of the cluster file this server is (0 to its nodes - 1).
     #[arg(long)]
     node: u32,
     /// Record this node's part of the engine history, for `qstore client --verify`.
@@ -613,13 +617,31 @@ fn server(args: ServerArgs) -> i32 {
             args.cluster.display()
         ));
     }
+    if args.node >= cfg.cluster.nodes {
+        return usage_error(&format!(
+            "invalid --node = {}: {} has nodes 0 to {}",
+            args.node,
+            args.cluster.display(),
+            cfg.cluster.nodes - 1
+        ));
+    }
     match crate::distributed::serve(cfg, args.node, args.record_history) {
         Ok(()) => 0,
         Err(QError::Config(e)) => usage_error(&e.to_string()),
         Err(e) => {
-            eprintln!("error: node {}: {e}", args.node);
+            eprintln!("error: {}", naming_node(args.node, &e.to_string()));
             EXIT_FAILURE
         }
+    }
+}
+
+/// `msg` as a line about node `node`: prefixed with `node N: ` unless it already says which
+/// node it is about (the engine's messages often do).
+fn naming_node(node: u32, msg: &str) -> String {
+    if msg.starts_with(&format!("node {node}:")) || msg.starts_with(&format!("node n{node}:")) {
+        msg.to_string()
+    } else {
+        format!("node {node}: {msg}")
     }
 }
 
@@ -754,6 +776,10 @@ fn bench(args: BenchArgs) -> i32 {
                 Ok(o) => {
                     eprintln!("{:.0} txn/s", o.report.throughput_tps);
                     round.push(o.report);
+                }
+                Err(QError::Config(e)) => {
+                    eprintln!();
+                    return usage_error(&format!("scenario {}: {e}", sc.name));
                 }
                 Err(e) => {
                     eprintln!("\nerror: scenario {}: {e}", sc.name);

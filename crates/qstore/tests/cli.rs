@@ -351,3 +351,135 @@ fn warnings_reach_stderr_without_rust_log_and_rust_log_still_overrides() {
         drop(server);
     }
 }
+
+/// Runs qstore with `args` for at most `limit`; its exit code (`None` if it had to be
+/// killed) and its stderr.
+fn qstore_within(args: &[&str], limit: std::time::Duration) -> (Option<i32>, String) {
+    use std::io::Read;
+    let mut child = Command::new(env!("CARGO_BIN_EXE_qstore"))
+        .args(args)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("run qstore");
+    let mut pipe = child.stderr.take().unwrap();
+    let reader = std::thread::spawn(move || {
+        let mut text = String::new();
+        let _ = pipe.read_to_string(&mut text);
+        text
+    });
+    let deadline = std::time::Instant::now() + limit;
+    let code = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status.code();
+        }
+        if std::time::Instant::now() >= deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            break None;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    };
+    (code, reader.join().unwrap())
+}
+
+/// Asserts that `err` is one `error: ` line that does not say which node twice.
+fn assert_one_clean_error_line(err: &str, what: &str) {
+    assert!(err.starts_with("error: "), "{what}: {err}");
+    assert_eq!(err.trim_end().lines().count(), 1, "{what}: {err}");
+    for n in 0..8 {
+        let prefix = format!("node {n}:");
+        assert!(err.matches(&prefix).count() <= 1, "{what}: {err}");
+    }
+}
+
+#[test]
+fn server_configuration_mistakes_exit_2_and_runtime_failures_1_each_in_one_line() {
+    let dir = scratch("server-errors");
+    let entry = |(p, c): (std::net::SocketAddr, std::net::SocketAddr)| {
+        format!("{{ peer = \"{p}\", client = \"{c}\" }}")
+    };
+    let (a, b) = (free_addresses(), free_addresses());
+    let two = write_cluster_file(&dir, 2, &format!("{}, {}", entry(a), entry(b)));
+    let two = two.to_str().unwrap();
+    let limit = std::time::Duration::from_secs(20);
+
+    let (code, err) = qstore_within(&["server", "--cluster", two, "--node", "5"], limit);
+    assert_eq!(code, Some(2), "--node 5: {err}");
+    assert_one_clean_error_line(&err, "--node 5");
+    assert!(
+        err.contains("--node = 5") && err.contains("nodes 0 to 1"),
+        "{err}"
+    );
+
+    // The same address twice (node 1's client is node 0's client).
+    let dup_dir = scratch("server-dup");
+    let dup = write_cluster_file(&dup_dir, 2, &format!("{}, {}", entry(a), entry((b.0, a.1))));
+    let (code, err) = qstore_within(
+        &["server", "--cluster", dup.to_str().unwrap(), "--node", "0"],
+        limit,
+    );
+    assert_eq!(code, Some(2), "duplicate address: {err}");
+    assert_one_clean_error_line(&err, "duplicate address");
+    assert!(
+        err.contains("cluster.addresses[1].client") && err.contains("cluster.addresses[0].client"),
+        "{err}"
+    );
+
+    // An address another process listens on.
+    let taken = std::net::TcpListener::bind(a.0).unwrap();
+    let (code, err) = qstore_within(&["server", "--cluster", two, "--node", "0"], limit);
+    drop(taken);
+    assert_eq!(code, Some(2), "address in use: {err}");
+    assert_one_clean_error_line(&err, "address in use");
+    assert!(
+        err.contains("cluster.addresses[0].peer") && err.contains("cannot listen"),
+        "{err}"
+    );
+
+    // An address of no interface here (TEST-NET-1 is reserved for documentation).
+    let far_dir = scratch("server-far");
+    let far = write_cluster_file(
+        &far_dir,
+        2,
+        &format!(
+            "{}, {}",
+            entry(("192.0.2.1:7100".parse().unwrap(), a.1)),
+            entry(b)
+        ),
+    );
+    let (code, err) = qstore_within(
+        &["server", "--cluster", far.to_str().unwrap(), "--node", "0"],
+        limit,
+    );
+    assert_eq!(code, Some(2), "foreign address: {err}");
+    assert_one_clean_error_line(&err, "foreign address");
+    assert!(err.contains("192.0.2.1:7100"), "{err}");
+
+    // A peer that never comes is a failure of the run, not of the file.
+    let lonely_dir = scratch("server-lonely");
+    let lonely = lonely_dir.join("cluster.toml");
+    let text = std::fs::read_to_string(two).unwrap();
+    std::fs::write(
+        &lonely,
+        text.replace("[cluster]\n", "[cluster]\nconnect_timeout_s = 0.5\n"),
+    )
+    .unwrap();
+    let (code, err) = qstore_within(
+        &[
+            "server",
+            "--cluster",
+            lonely.to_str().unwrap(),
+            "--node",
+            "0",
+        ],
+        limit,
+    );
+    let last = err.lines().last().unwrap_or("").to_string();
+    assert_eq!(code, Some(1), "peer never connects: {err}");
+    assert_one_clean_error_line(&last, "peer never connects");
+    assert!(
+        last.contains("node 0:") && last.contains("peer(s) 1"),
+        "{err}"
+    );
+}
