@@ -507,6 +507,14 @@ impl Default for ClientConfig {
 }
 
 impl ClientConfig {
+    /// Highest open-loop rate (transactions/s). Each load thread spaces its arrivals
+    /// `threads / rate` apart in whole nanoseconds: far above this the spacing rounds to
+    /// nothing and the thread schedules arrivals forever instead of taking answers. No load
+    /// thread issues more than a few million transactions/s anyway.
+    pub const MAX_RATE: f64 = 1e8;
+    /// Lowest open-loop rate other than 0 (closed loop): one arrival per 1000 s.
+    pub const MIN_RATE: f64 = 1e-3;
+
     /// Clients actually started for a cluster of `nodes` nodes.
     pub fn effective_clients(&self, nodes: u32) -> u32 {
         if self.clients == 0 {
@@ -629,10 +637,10 @@ impl RunConfig {
             "must be between 1 and 100000",
         )?;
         check(
-            k.rate.is_finite() && k.rate >= 0.0,
+            k.rate == 0.0 || (ClientConfig::MIN_RATE..=ClientConfig::MAX_RATE).contains(&k.rate),
             "client.rate",
             k.rate,
-            "must be a finite number >= 0 (0 = closed loop)",
+            "must be 0 (closed loop) or between 0.001 and 100000000 transactions/s",
         )?;
         check(
             k.duration_s.is_finite() && k.duration_s >= 0.0 && k.duration_s <= 1e6,
@@ -981,6 +989,15 @@ mod tests {
             invalid(|c| c.client.inflight = 0).setting,
             "client.inflight"
         );
+        for rate in [-1.0, 1e-9, 1.5e8, 1e10, f64::INFINITY, f64::NAN] {
+            let e = invalid(|c| c.client.rate = rate);
+            assert_eq!(e.setting, "client.rate", "{rate}: {e}");
+        }
+        for rate in [0.0, 0.001, 1.0, 1e8] {
+            let mut c = RunConfig::default();
+            c.client.rate = rate;
+            c.validate().unwrap();
+        }
         let e = invalid(|c| {
             c.cluster.nodes = 1;
             c.workload.ycsb.multi_partition_fraction = 0.5;

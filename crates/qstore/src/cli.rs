@@ -287,7 +287,8 @@ struct RunArgs {
     /// Transactions each client keeps in flight (closed loop).
     #[arg(long, help_heading = "Load")]
     inflight: Option<u32>,
-    /// Open-loop target rate in transactions/s for the whole cluster (0 = closed loop).
+    /// Open-loop target rate in transactions/s for the whole cluster: 0.001 to 100000000
+    /// (0 = closed loop). Arrivals the load threads cannot issue in time count as missed.
     #[arg(long, allow_negative_numbers = true, help_heading = "Load")]
     rate: Option<f64>,
     /// Measurement window in seconds (after the warm-up).

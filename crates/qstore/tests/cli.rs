@@ -36,6 +36,14 @@ fn invalid_values_exit_2_with_one_clear_line() {
             &["--config", "/nonexistent/q.toml"],
             "cannot read configuration file",
         ),
+        (&["--rate", "1e10"], "client.rate = 10000000000"),
+        (&["--rate", "-5"], "client.rate = -5"),
+        (&["--rate", "inf"], "client.rate = inf"),
+        (&["--rate", "NaN"], "client.rate = NaN"),
+        (
+            &["--rate", "1e-30"],
+            "client.rate = 0.000000000000000000000000000001",
+        ),
     ];
     for (args, expect) in cases {
         let mut full = vec!["run"];
