@@ -472,8 +472,10 @@ pub struct ClientConfig {
     pub duration_s: f64,
     /// Warm-up in seconds; commits during it are not counted.
     pub warmup_s: f64,
-    /// Stop after this many commits instead of after the duration (0 = use the duration).
-    /// The warm-up is skipped in this mode: every commit counts.
+    /// Stop after this many commits (0 = no count: the duration alone bounds the run). With
+    /// `duration_s` > 0 the run stops at whichever comes first; with `duration_s` = 0 the
+    /// count alone bounds it, and the run also ends once nothing has committed for
+    /// `drain_timeout_s`. The warm-up is skipped in this mode: every commit counts.
     pub txns: u64,
     /// Load-generator threads, each driving a share of the clients (0 = one per core, at most
     /// one per client). The generator shares the machine with the engine: with fewer
@@ -485,7 +487,8 @@ pub struct ClientConfig {
     /// [0, min(max, base * 2^retries)) microseconds.
     pub backoff_base_us: u64,
     pub backoff_max_us: u64,
-    /// Seconds to wait for in-flight transactions after the run before giving up.
+    /// Seconds to wait for in-flight transactions after the run before giving up (and, in a
+    /// run bounded by `txns` alone, for the next commit; at least 1 s there).
     pub drain_timeout_s: f64,
 }
 

@@ -291,13 +291,16 @@ struct RunArgs {
     /// (0 = closed loop). Arrivals the load threads cannot issue in time count as missed.
     #[arg(long, allow_negative_numbers = true, help_heading = "Load")]
     rate: Option<f64>,
-    /// Measurement window in seconds (after the warm-up).
+    /// Measurement window in seconds (after the warm-up); with --txns, the longest the run
+    /// may take.
     #[arg(long, allow_negative_numbers = true, help_heading = "Load")]
     duration: Option<f64>,
     /// Warm-up in seconds before the measurement window.
     #[arg(long, allow_negative_numbers = true, help_heading = "Load")]
     warmup: Option<f64>,
-    /// Stop after this many committed transactions instead of after --duration (no warm-up).
+    /// Stop after this many committed transactions (no warm-up: every commit counts). With
+    /// --duration too, the run stops at whichever comes first; without, it also stops, as a
+    /// failure, once nothing has committed for client.drain_timeout_s (10 s).
     #[arg(long, help_heading = "Load")]
     txns: Option<u64>,
     /// Load-generator threads (0 = one per core, the default).
@@ -425,6 +428,10 @@ impl RunArgs {
         set(&mut k.duration_s, self.duration);
         set(&mut k.warmup_s, self.warmup);
         set(&mut k.txns, self.txns);
+        // --txns alone bounds the run by its count; --duration as well adds a time limit.
+        if self.txns.is_some_and(|n| n > 0) && self.duration.is_none() {
+            k.duration_s = 0.0;
+        }
         set(&mut k.threads, self.client_threads);
         set(&mut k.backoff_base_us, self.backoff_base_us);
         set(&mut k.backoff_max_us, self.backoff_max_us);
@@ -702,6 +709,10 @@ fn client(mut args: ClientArgs) -> i32 {
         return EXIT_FAILURE;
     }
     if args.run.verify && !crate::distributed::verify_remote(&cfg, &outcome) {
+        return EXIT_FAILURE;
+    }
+    if let Some(line) = shortfall(&cfg, report) {
+        eprintln!("{line}");
         return EXIT_FAILURE;
     }
     0
@@ -999,7 +1010,28 @@ fn run(args: RunArgs) -> i32 {
         );
         return EXIT_FAILURE;
     }
+    if let Some(line) = shortfall(&cfg, report) {
+        eprintln!("{line}");
+        return EXIT_FAILURE;
+    }
     0
+}
+
+/// Why a run that otherwise went well is no success: a run bounded by its count alone that
+/// ended short of it.
+fn shortfall(cfg: &RunConfig, r: &qstore_bench::report::RunReport) -> Option<String> {
+    let k = &cfg.client;
+    (k.txns > 0 && k.duration_s == 0.0 && r.committed < k.txns).then(|| {
+        format!(
+            "error: the run ended with {} of the {} transactions asked for committed ({} logic \
+             aborts, {} cc aborts, {} unanswered)",
+            r.committed,
+            k.txns,
+            r.logic_aborts,
+            r.cc_aborts.values().sum::<u64>(),
+            r.unfinished
+        )
+    })
 }
 
 /// Opens the Elle history file if one was asked for; only list-append workloads have one.

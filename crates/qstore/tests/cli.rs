@@ -491,3 +491,60 @@ fn server_configuration_mistakes_exit_2_and_runtime_failures_1_each_in_one_line(
         "{err}"
     );
 }
+
+#[test]
+fn a_run_with_txns_and_duration_stops_at_whichever_comes_first() {
+    let limit = std::time::Duration::from_secs(30);
+    let dir = scratch("txns-first");
+    let json = dir.join("r.json");
+    let small = ["run", "--nodes", "2", "--records", "1000", "-q"];
+    // The duration first: a count no run reaches.
+    let args = [
+        &small[..],
+        &["--txns", "18446744073709551615", "--duration", "1"],
+    ]
+    .concat();
+    let (code, err) = qstore_within(&args, limit);
+    assert_eq!(code, Some(0), "{err}");
+    // The count first.
+    let json_arg = json.to_str().unwrap();
+    let count_first = ["--txns", "300", "--duration", "1000", "--output", json_arg];
+    let (code, err) = qstore_within(&[&small[..], &count_first].concat(), limit);
+    assert_eq!(code, Some(0), "{err}");
+    let r: serde_json::Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
+    assert_eq!(r["committed"], 300);
+}
+
+#[test]
+fn a_run_bounded_by_txns_alone_ends_once_nothing_commits() {
+    // Every transfer from an empty account aborts by its own check: nothing ever commits.
+    let dir = scratch("txns-stall");
+    let cfg = dir.join("q.toml");
+    std::fs::write(&cfg, "[client]\ndrain_timeout_s = 1.0\n").unwrap();
+    let (code, err) = qstore_within(
+        &[
+            "run",
+            "--config",
+            cfg.to_str().unwrap(),
+            "--workload",
+            "bank",
+            "--nodes",
+            "2",
+            "--records",
+            "64",
+            "--initial-balance",
+            "0",
+            "--audit-fraction",
+            "0",
+            "--txns",
+            "1000",
+            "-q",
+        ],
+        std::time::Duration::from_secs(30),
+    );
+    assert_eq!(code, Some(1), "{err}");
+    assert!(
+        err.contains("error: the run ended with 0 of the 1000 transactions asked for committed"),
+        "{err}"
+    );
+}
