@@ -31,6 +31,10 @@ enum Command {
     ///
     /// Settings come from the defaults (see `qstore config --default`), then the --config
     /// file, then the flags below.
+    ///
+    /// Exit code 2 for invalid settings (nothing runs); 1 when the run fails: a check of
+    /// --verify fails, the cluster refuses requests, or nothing commits in the measurement
+    /// window (unless an open loop had no arrival due in it).
     Run(Box<RunArgs>),
     /// Print a configuration as TOML.
     Config(ConfigArgs),
@@ -1018,18 +1022,32 @@ fn run(args: RunArgs) -> i32 {
 }
 
 /// Why a run that otherwise went well is no success: a run bounded by its count alone that
-/// ended short of it.
+/// ended short of it, or a measurement window without a single commit when the load asked
+/// for some (an open loop so slow that no arrival was due in the window asked for none).
 fn shortfall(cfg: &RunConfig, r: &qstore_bench::report::RunReport) -> Option<String> {
     let k = &cfg.client;
-    (k.txns > 0 && k.duration_s == 0.0 && r.committed < k.txns).then(|| {
+    let outcomes = format!(
+        "{} logic aborts, {} cc aborts, {} unanswered",
+        r.logic_aborts,
+        r.cc_aborts.values().sum::<u64>(),
+        r.unfinished
+    );
+    if k.txns > 0 && k.duration_s == 0.0 && r.committed < k.txns {
+        return Some(format!(
+            "error: the run ended with {} of the {} transactions asked for committed ({outcomes})",
+            r.committed, k.txns
+        ));
+    }
+    let due = if k.rate > 0.0 {
+        k.rate * r.window_s
+    } else {
+        f64::INFINITY
+    };
+    (r.committed == 0 && due >= 1.0).then(|| {
         format!(
-            "error: the run ended with {} of the {} transactions asked for committed ({} logic \
-             aborts, {} cc aborts, {} unanswered)",
-            r.committed,
-            k.txns,
-            r.logic_aborts,
-            r.cc_aborts.values().sum::<u64>(),
-            r.unfinished
+            "warning: no transaction committed in the {:.1} s measurement window ({outcomes}): \
+             the figures above measure nothing",
+            r.window_s
         )
     })
 }

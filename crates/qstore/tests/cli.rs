@@ -548,3 +548,48 @@ fn a_run_bounded_by_txns_alone_ends_once_nothing_commits() {
         "{err}"
     );
 }
+
+#[test]
+fn a_measured_run_without_commits_warns_and_fails_unless_none_were_due() {
+    // Every transfer from an empty account aborts by its own check: nothing commits.
+    let o = qstore(&[
+        "run",
+        "--workload",
+        "bank",
+        "--nodes",
+        "2",
+        "--records",
+        "64",
+        "--initial-balance",
+        "0",
+        "--audit-fraction",
+        "0",
+        "--warmup",
+        "0",
+        "--duration",
+        "0.5",
+        "-q",
+    ]);
+    let err = stderr(&o);
+    assert_eq!(o.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains("warning: no transaction committed in the 0.5 s measurement window"),
+        "{err}"
+    );
+    assert_eq!(err.trim_end().lines().count(), 1, "{err}");
+    // An open loop of one arrival per 100 s asks for none in a 1 s window (the first
+    // arrivals fall in the warm-up).
+    let o = qstore(&[
+        "run",
+        "--nodes",
+        "2",
+        "--records",
+        "1000",
+        "--rate",
+        "0.01",
+        "--duration",
+        "1",
+        "-q",
+    ]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+}
