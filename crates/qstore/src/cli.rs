@@ -1,5 +1,6 @@
 //! Command-line interface.
 
+use crate::sizing;
 use clap::{Args, Parser, Subcommand};
 use qstore_bench::{Progress, RunOptions};
 use qstore_core::config::{CalvinLocks, Isolation, Partitioning, QStoreMode};
@@ -235,7 +236,8 @@ struct RunArgs {
     /// Seed of every random choice (same seed, same workload stream).
     #[arg(long, help_heading = "Workload")]
     seed: Option<u64>,
-    /// Rows per partition (ycsb records, bank accounts, append keys).
+    /// Rows per partition (ycsb records, bank accounts, append keys); refused when the
+    /// partitions this process loads cannot fit in the memory available.
     #[arg(long, help_heading = "Workload")]
     records: Option<u64>,
     /// Record accesses per transaction (ycsb, append).
@@ -574,6 +576,10 @@ fn cluster(args: ClusterArgs) -> i32 {
              another --protocol, or use `qstore run --protocol serial`",
         );
     }
+    // Every server runs on this machine, and the client's --verify loads the data again.
+    if let Err(e) = sizing::check(&cfg, sizing::Loads::embedded(&cfg, args.run.verify)) {
+        return usage_error(&e.to_string());
+    }
     let r = &args.run;
     let mut client_args: Vec<std::ffi::OsString> = Vec::new();
     let mut flag = |on: bool, name: &str| {
@@ -637,6 +643,13 @@ fn server(args: ServerArgs) -> i32 {
             cfg.cluster.nodes - 1
         ));
     }
+    let own_partition = sizing::Loads {
+        partitions: 1,
+        oracle: false,
+    };
+    if let Err(e) = sizing::check(&cfg, own_partition) {
+        return usage_error(&e.to_string());
+    }
     match crate::distributed::serve(cfg, args.node, args.record_history) {
         Ok(()) => 0,
         Err(QError::Config(e)) => usage_error(&e.to_string()),
@@ -666,6 +679,14 @@ fn client(mut args: ClientArgs) -> i32 {
         Ok(c) => c,
         Err(e) => return usage_error(&e),
     };
+    // The servers hold the data; --verify's serial oracle loads all of it here again.
+    let oracle = sizing::Loads {
+        partitions: 0,
+        oracle: args.run.verify && sizing::has_oracle(&cfg),
+    };
+    if let Err(e) = sizing::check(&cfg, oracle) {
+        return usage_error(&e.to_string());
+    }
     let elle = match open_elle(&args.run, &cfg) {
         Ok(e) => e,
         Err(e) => return usage_error(&e),
@@ -774,6 +795,12 @@ fn bench(args: BenchArgs) -> i32 {
         Ok(s) => s,
         Err(e) => return usage_error(&e),
     };
+    // Scenarios run one after another: each must fit on its own.
+    for sc in &scenarios {
+        if let Err(e) = sizing::check(&sc.cfg, sizing::Loads::embedded(&sc.cfg, false)) {
+            return usage_error(&format!("scenario {}: {e}", sc.name));
+        }
+    }
     // Round-robin: every round runs every scenario once, so runs compared in a ratio are
     // minutes apart at most.
     let mut runs = Vec::new();
@@ -954,6 +981,9 @@ fn run(args: RunArgs) -> i32 {
         Ok(c) => c,
         Err(e) => return usage_error(&e),
     };
+    if let Err(e) = sizing::check(&cfg, sizing::Loads::embedded(&cfg, args.verify)) {
+        return usage_error(&e.to_string());
+    }
     let printer = ProgressPrinter::new(&args);
     let mut print = |p: &Progress| printer.print(p);
     let elle = match open_elle(&args, &cfg) {

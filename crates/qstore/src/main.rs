@@ -3,6 +3,7 @@
 mod cli;
 mod distributed;
 mod launcher;
+mod sizing;
 
 use mimalloc::MiMalloc;
 use std::io::IsTerminal;

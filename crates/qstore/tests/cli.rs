@@ -593,3 +593,67 @@ fn a_measured_run_without_commits_warns_and_fails_unless_none_were_due() {
     ]);
     assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
 }
+
+#[test]
+fn data_that_cannot_fit_in_memory_is_refused_before_loading() {
+    let meminfo = std::fs::read_to_string("/proc/meminfo").unwrap_or_default();
+    if !meminfo.contains("MemAvailable:") {
+        eprintln!("no MemAvailable in /proc/meminfo: the check is skipped here");
+        return;
+    }
+    // Under an 8 GB address-space limit, so that a run that does try to load 10^10 rows a
+    // partition fails at once instead of taking the machine's memory.
+    let qstore = env!("CARGO_BIN_EXE_qstore");
+    let limited = |args: &[&str]| {
+        let script = format!("ulimit -v 8000000 && exec {qstore} \"$@\"");
+        let o = Command::new("sh")
+            .args(["-c", &script, "qstore"])
+            .args(args)
+            .output()
+            .expect("run sh");
+        (o.status.code(), stderr(&o))
+    };
+    let (code, err) = limited(&["run", "--records", "10000000000"]);
+    assert_eq!(code, Some(2), "{err}");
+    assert_eq!(err.trim_end().lines().count(), 1, "{err}");
+    assert!(
+        err.starts_with(
+            "error: invalid workload.ycsb.records_per_partition = 10000000000: needs about"
+        ) && err.contains("TiB of memory")
+            && err.contains("available"),
+        "{err}"
+    );
+    // Every workload, and a server counts its own partition.
+    let (code, err) = limited(&["run", "--workload", "bank", "--records", "1000000000000"]);
+    assert_eq!(code, Some(2), "{err}");
+    assert!(
+        err.contains("workload.bank.accounts_per_partition"),
+        "{err}"
+    );
+    let (code, err) = limited(&[
+        "run",
+        "--workload",
+        "append",
+        "--max-list-len",
+        "65536",
+        "--records",
+        "100000000",
+    ]);
+    assert_eq!(code, Some(2), "{err}");
+    assert!(err.contains("workload.append.keys_per_partition"), "{err}");
+    let dir = scratch("sizing");
+    let (p, c) = free_addresses();
+    let file = write_cluster_file(&dir, 1, &format!("{{ peer = \"{p}\", client = \"{c}\" }}"));
+    let text = std::fs::read_to_string(&file).unwrap();
+    std::fs::write(
+        &file,
+        text.replace(
+            "records_per_partition = 2000",
+            "records_per_partition = 4000000000",
+        ),
+    )
+    .unwrap();
+    let (code, err) = limited(&["server", "--cluster", file.to_str().unwrap(), "--node", "0"]);
+    assert_eq!(code, Some(2), "{err}");
+    assert!(err.contains("1 partition(s) in this process"), "{err}");
+}
