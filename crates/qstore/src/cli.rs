@@ -1075,8 +1075,8 @@ fn shortfall(cfg: &RunConfig, r: &qstore_bench::report::RunReport) -> Option<Str
     };
     (r.committed == 0 && due >= 1.0).then(|| {
         format!(
-            "warning: no transaction committed in the {:.1} s measurement window ({outcomes}): \
-             the figures above measure nothing",
+            "warning: no transaction committed in the {:.1} s measurement window ({outcomes}); \
+             the run measured nothing",
             r.window_s
         )
     })
