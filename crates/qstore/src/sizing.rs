@@ -2,27 +2,28 @@
 //! cannot fit is a configuration mistake (exit code 2), not an allocation failure minutes
 //! into loading.
 //!
-//! The estimate counts what storage surely allocates for every partition this process loads
-//! (rows, a version per row, the index; see `Table::footprint`) and nothing else, so it is a
-//! lower bound: a run it refuses could not have run. It is weighed against the memory the
-//! kernel says is available without swapping (MemAvailable in /proc/meminfo); where that
-//! cannot be read, only the storage's own limits are checked.
+//! The estimate counts what storage surely allocates for every partition loaded here (rows,
+//! a version per row, the index; see `Table::footprint`) and nothing else, so it is a lower
+//! bound: a run it refuses could not have run without swapping. It is weighed against the
+//! memory the kernel says is available without swapping (MemAvailable in /proc/meminfo);
+//! where that cannot be read, only the storage's own limits are checked.
 
 use qstore_core::{ConfigError, RunConfig};
 use qstore_storage::Table;
 
-/// The data one process loads.
+/// The data one command loads on this machine.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct Loads {
-    /// Partitions it hosts: every node in an embedded run, its own in a server.
+    /// Partitions hosted here: every node's in an embedded run (and for `qstore cluster`,
+    /// whose servers all run here), its own in a server.
     pub partitions: u32,
-    /// Whether it also loads every partition again for the serial oracle of --verify.
+    /// Whether every partition is loaded again for the serial oracle of --verify.
     pub oracle: bool,
 }
 
 impl Loads {
-    /// What `qstore run` loads: every partition, and again for the oracle when `verify` asks
-    /// for it and the protocol has one.
+    /// What `qstore run` (or `qstore cluster`) loads: every partition, and again for the
+    /// oracle when `verify` asks for it and the protocol has one.
     pub fn embedded(cfg: &RunConfig, verify: bool) -> Loads {
         Loads {
             partitions: cfg.cluster.nodes,
@@ -38,7 +39,7 @@ pub fn has_oracle(cfg: &RunConfig) -> bool {
         .any(|p| p.name == cfg.protocol.name && p.deterministic)
 }
 
-/// Refuses `cfg` if what `loads` loads cannot fit in this machine's available memory, or
+/// Refuses `cfg` if what `loads` says cannot fit in this machine's available memory, or
 /// exceeds what a table can hold.
 pub fn check(cfg: &RunConfig, loads: Loads) -> Result<(), ConfigError> {
     check_against(cfg, loads, available_memory())
@@ -62,7 +63,7 @@ fn check_against(cfg: &RunConfig, loads: Loads, available: Option<u64>) -> Resul
             setting,
             rows,
             format!(
-                "needs about {} of memory ({} partition(s) in this process{oracle}, {} bytes per \
+                "needs about {} of memory ({} partition(s) loaded here{oracle}, {} bytes per \
                  row with its version and index), more than the {} available",
                 bytes(needed),
                 loads.partitions,
@@ -169,7 +170,7 @@ mod tests {
         let text = e.to_string();
         assert!(
             text.contains("needs about 5.4 TiB of memory")
-                && text.contains("4 partition(s) in this process")
+                && text.contains("4 partition(s) loaded here")
                 && text.contains(&format!("{per_row} bytes per row"))
                 && text.contains("more than the 16.0 GiB available"),
             "{text}"

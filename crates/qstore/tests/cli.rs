@@ -655,5 +655,5 @@ fn data_that_cannot_fit_in_memory_is_refused_before_loading() {
     .unwrap();
     let (code, err) = limited(&["server", "--cluster", file.to_str().unwrap(), "--node", "0"]);
     assert_eq!(code, Some(2), "{err}");
-    assert!(err.contains("1 partition(s) in this process"), "{err}");
+    assert!(err.contains("1 partition(s) loaded here"), "{err}");
 }
