@@ -175,8 +175,10 @@ impl<'a> Driver<'a> {
             })
             .collect();
         let next_arrival = (cfg.rate > 0.0).then(|| {
+            // Validation keeps the rate where the spacing is at least a few nanoseconds; a
+            // zero spacing would schedule arrivals forever without taking answers.
             let spacing = Duration::from_secs_f64(threads as f64 / cfg.rate);
-            (Instant::now(), spacing, 0)
+            (Instant::now(), spacing.max(Duration::from_nanos(1)), 0)
         });
         let (reply_tx, reply_rx) = unbounded();
         Driver {

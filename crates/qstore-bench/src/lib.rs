@@ -217,9 +217,12 @@ pub fn run_remote(cfg: &RunConfig, opts: RunOptions<'_>) -> Result<RemoteOutcome
     })
 }
 
-/// Paces the run from the calling thread: warm-up, measurement window (or until the
-/// transaction count is reached), progress every second. Returns the window length, the
-/// traffic during the window, and commits per second.
+/// Paces the run from the calling thread: warm-up, measurement window (until the duration
+/// passes or the transaction count is reached, whichever comes first), progress every
+/// second. A run bounded by its count alone also ends once nothing has committed for the
+/// drain timeout (every transaction logic-aborting, or retried forever, would otherwise keep
+/// it going). Returns the window length, the traffic during the window, and commits per
+/// second.
 fn control_run(
     cfg: &RunConfig,
     target: &dyn Target,
@@ -230,29 +233,23 @@ fn control_run(
     let snapshot = || target.traffic();
     let by_count = cfg.client.txns > 0;
     if !by_count {
-        wait_with_progress(
-            start,
-            cfg.client.warmup_s,
-            control,
-            progress,
-            &mut Vec::new(),
-        );
+        let warmup = Window::seconds(cfg.client.warmup_s);
+        wait_with_progress(start, warmup, control, progress, &mut Vec::new());
     }
     let before = snapshot();
     let window_start = if by_count { start } else { Instant::now() };
     control.measuring.store(true, Ordering::Relaxed);
     let mut timeline = Vec::new();
-    let window = if by_count {
-        wait_with_progress(start, f64::INFINITY, control, progress, &mut timeline)
+    // Validation allows a zero duration only when the count bounds the run.
+    let window = if cfg.client.duration_s > 0.0 {
+        Window::seconds(cfg.client.duration_s)
     } else {
-        wait_with_progress(
-            start,
-            cfg.client.duration_s,
-            control,
-            progress,
-            &mut timeline,
-        )
+        Window {
+            seconds: f64::INFINITY,
+            stall: Some(Duration::from_secs_f64(cfg.client.drain_timeout_s.max(1.0))),
+        }
     };
+    let window = wait_with_progress(start, window, control, progress, &mut timeline);
     control.measuring.store(false, Ordering::Relaxed);
     control.stop.store(true, Ordering::Relaxed);
     let after = snapshot();
@@ -268,22 +265,51 @@ fn control_run(
     (window_s, traffic, timeline)
 }
 
-/// Waits `seconds` (or until the run is stopped), reporting progress each second and
+/// How long [`wait_with_progress`] waits.
+struct Window {
+    /// At most this long (infinite: until the run is stopped).
+    seconds: f64,
+    /// Also stop once the commit count has not moved for this long.
+    stall: Option<Duration>,
+}
+
+impl Window {
+    fn seconds(seconds: f64) -> Window {
+        Window {
+            seconds,
+            stall: None,
+        }
+    }
+}
+
+/// Waits as `window` says (or until the run is stopped), reporting progress each second and
 /// appending commits per second to `timeline`. Returns the time waited.
 fn wait_with_progress(
     run_start: Instant,
-    seconds: f64,
+    window: Window,
     control: &Control,
     progress: &mut Option<&mut dyn FnMut(&Progress)>,
     timeline: &mut Vec<u64>,
 ) -> Duration {
     let begin = Instant::now();
-    let end = (seconds.is_finite()).then(|| begin + Duration::from_secs_f64(seconds));
+    let end = (window.seconds.is_finite()).then(|| begin + Duration::from_secs_f64(window.seconds));
     let mut next_tick = begin + Duration::from_secs(1);
     let mut last_commits = control.commits.load(Ordering::Relaxed);
+    let (mut seen_commits, mut last_commit_at) = (last_commits, begin);
     loop {
         let now = Instant::now();
         if end.is_some_and(|e| now >= e) || control.stop.load(Ordering::Relaxed) {
+            return now - begin;
+        }
+        let commits = control.commits.load(Ordering::Relaxed);
+        if commits != seen_commits {
+            (seen_commits, last_commit_at) = (commits, now);
+        }
+        if let Some(stall) = window.stall.filter(|&s| now - last_commit_at >= s) {
+            tracing::warn!(
+                "nothing committed for {:.0} s ({commits} committed so far); ending the run",
+                stall.as_secs_f64()
+            );
             return now - begin;
         }
         if now >= next_tick {
@@ -326,6 +352,71 @@ mod tests {
         fn traffic(&self) -> Vec<(u64, u64)> {
             Vec::new()
         }
+    }
+
+    /// A cluster that answers every request at once with the same outcome.
+    struct Answering(fn() -> qstore_core::txn::TxnOutcome);
+
+    impl Target for Answering {
+        fn submit(&self, _: NodeId, req: TxnRequest) {
+            req.answer((self.0)());
+        }
+        fn traffic(&self) -> Vec<(u64, u64)> {
+            Vec::new()
+        }
+    }
+
+    /// Drives `target` as `cfg` says on another thread; `None` if that takes over `limit`.
+    fn drive_within(cfg: RunConfig, target: Answering, limit: Duration) -> Option<Driven> {
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let workload = qstore_workload::build(&cfg).unwrap();
+            let _ = tx.send(drive(&cfg, &target, workload.as_ref(), &mut None, None));
+        });
+        rx.recv_timeout(limit).ok()
+    }
+
+    fn small() -> RunConfig {
+        let mut cfg = RunConfig::default();
+        cfg.cluster.nodes = 1;
+        cfg.workload.ycsb.records_per_partition = 100;
+        cfg.client.clients = 1;
+        cfg.client.warmup_s = 0.0;
+        cfg
+    }
+
+    #[test]
+    fn a_run_bounded_by_count_and_duration_stops_at_whichever_comes_first() {
+        use qstore_core::txn::TxnOutcome;
+        let commit = || TxnOutcome::Committed(Vec::new());
+        // The duration first: a count no run reaches.
+        let mut cfg = small();
+        cfg.client.txns = u64::MAX;
+        cfg.client.duration_s = 0.3;
+        let d = drive_within(cfg, Answering(commit), Duration::from_secs(20))
+            .expect("the run ignored its duration");
+        assert!(d.stats.commits > 0 && d.window_s < 5.0, "{}", d.window_s);
+        // The count first.
+        let mut cfg = small();
+        cfg.client.txns = 100;
+        cfg.client.duration_s = 1000.0;
+        let d = drive_within(cfg, Answering(commit), Duration::from_secs(20))
+            .expect("the run ignored its count");
+        assert_eq!(d.stats.commits, 100);
+    }
+
+    #[test]
+    fn a_run_bounded_by_count_alone_ends_when_nothing_commits_any_more() {
+        use qstore_core::txn::TxnOutcome;
+        let mut cfg = small();
+        cfg.client.txns = 10;
+        cfg.client.duration_s = 0.0;
+        cfg.client.drain_timeout_s = 0.5;
+        let abort = || TxnOutcome::LogicAbort("always".into());
+        let d = drive_within(cfg, Answering(abort), Duration::from_secs(20))
+            .expect("a run whose transactions all abort never ended");
+        assert_eq!(d.stats.commits, 0);
+        assert!(d.stats.logic_aborts > 0);
     }
 
     #[test]

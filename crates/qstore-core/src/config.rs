@@ -168,7 +168,8 @@ impl ClusterConfig {
     }
 
     /// Checks the addresses of a distributed cluster: one per node, each a valid socket
-    /// address. Resolved addresses in node order: (peer, client).
+    /// address, no two the same (a node's peer and client addresses included). Resolved
+    /// addresses in node order: (peer, client).
     pub fn socket_addresses(
         &self,
     ) -> Result<Vec<(std::net::SocketAddr, std::net::SocketAddr)>, ConfigError> {
@@ -191,11 +192,30 @@ impl ClusterConfig {
                 )
             })
         };
-        self.addresses
+        let addrs: Vec<_> = self
+            .addresses
             .iter()
             .enumerate()
             .map(|(i, a)| Ok((parse(i, "peer", &a.peer)?, parse(i, "client", &a.client)?)))
-            .collect()
+            .collect::<Result<_, ConfigError>>()?;
+        // Two listeners cannot share an address: the second server (or the second listener of
+        // one server) would fail to start, or one node would take another's connections.
+        let mut seen = std::collections::HashMap::new();
+        for (i, (peer, client)) in addrs.iter().enumerate() {
+            for (which, addr) in [("peer", peer), ("client", client)] {
+                let entry = format!("cluster.addresses[{i}].{which}");
+                if let Some(first) = seen.insert(*addr, entry.clone()) {
+                    return Err(ConfigError::new(
+                        &entry,
+                        addr,
+                        format!(
+                            "is also {first}; every node needs its own peer and client addresses"
+                        ),
+                    ));
+                }
+            }
+        }
+        Ok(addrs)
     }
 }
 
@@ -526,8 +546,10 @@ pub struct ClientConfig {
     pub duration_s: f64,
     /// Warm-up in seconds; commits during it are not counted.
     pub warmup_s: f64,
-    /// Stop after this many commits instead of after the duration (0 = use the duration).
-    /// The warm-up is skipped in this mode: every commit counts.
+    /// Stop after this many commits (0 = no count: the duration alone bounds the run). With
+    /// `duration_s` > 0 the run stops at whichever comes first; with `duration_s` = 0 the
+    /// count alone bounds it, and the run also ends once nothing has committed for
+    /// `drain_timeout_s`. The warm-up is skipped in this mode: every commit counts.
     pub txns: u64,
     /// Load-generator threads, each driving a share of the clients (0 = one per core, at most
     /// one per client). The generator shares the machine with the engine: with fewer
@@ -539,7 +561,8 @@ pub struct ClientConfig {
     /// [0, min(max, base * 2^retries)) microseconds.
     pub backoff_base_us: u64,
     pub backoff_max_us: u64,
-    /// Seconds to wait for in-flight transactions after the run before giving up.
+    /// Seconds to wait for in-flight transactions after the run before giving up (and, in a
+    /// run bounded by `txns` alone, for the next commit; at least 1 s there).
     pub drain_timeout_s: f64,
 }
 
@@ -561,6 +584,14 @@ impl Default for ClientConfig {
 }
 
 impl ClientConfig {
+    /// Highest open-loop rate (transactions/s). Each load thread spaces its arrivals
+    /// `threads / rate` apart in whole nanoseconds: far above this the spacing rounds to
+    /// nothing and the thread schedules arrivals forever instead of taking answers. No load
+    /// thread issues more than a few million transactions/s anyway.
+    pub const MAX_RATE: f64 = 1e8;
+    /// Lowest open-loop rate other than 0 (closed loop): one arrival per 1000 s.
+    pub const MIN_RATE: f64 = 1e-3;
+
     /// Clients actually started for a cluster of `nodes` nodes.
     pub fn effective_clients(&self, nodes: u32) -> u32 {
         if self.clients == 0 {
@@ -684,10 +715,10 @@ impl RunConfig {
             "must be between 1 and 100000",
         )?;
         check(
-            k.rate.is_finite() && k.rate >= 0.0,
+            k.rate == 0.0 || (ClientConfig::MIN_RATE..=ClientConfig::MAX_RATE).contains(&k.rate),
             "client.rate",
             k.rate,
-            "must be a finite number >= 0 (0 = closed loop)",
+            "must be 0 (closed loop) or between 0.001 and 100000000 transactions/s",
         )?;
         check(
             k.duration_s.is_finite() && k.duration_s >= 0.0 && k.duration_s <= 1e6,
@@ -1036,6 +1067,15 @@ mod tests {
             invalid(|c| c.client.inflight = 0).setting,
             "client.inflight"
         );
+        for rate in [-1.0, 1e-9, 1.5e8, 1e10, f64::INFINITY, f64::NAN] {
+            let e = invalid(|c| c.client.rate = rate);
+            assert_eq!(e.setting, "client.rate", "{rate}: {e}");
+        }
+        for rate in [0.0, 0.001, 1.0, 1e8] {
+            let mut c = RunConfig::default();
+            c.client.rate = rate;
+            c.validate().unwrap();
+        }
         let e = invalid(|c| {
             c.cluster.nodes = 1;
             c.workload.ycsb.multi_partition_fraction = 0.5;
@@ -1052,6 +1092,87 @@ mod tests {
             c.client.txns = 0;
         });
         assert_eq!(e.setting, "client.duration_s");
+    }
+
+    #[test]
+    fn a_cluster_file_address_used_twice_is_refused_naming_both_entries() {
+        let two = |a: [&str; 4]| {
+            let mut c = RunConfig::default();
+            c.cluster.nodes = 2;
+            c.cluster.addresses = vec![
+                NodeAddress {
+                    peer: a[0].into(),
+                    client: a[1].into(),
+                },
+                NodeAddress {
+                    peer: a[2].into(),
+                    client: a[3].into(),
+                },
+            ];
+            c
+        };
+        let ok = two([
+            "127.0.0.1:7100",
+            "127.0.0.1:7200",
+            "127.0.0.1:7101",
+            "127.0.0.1:7201",
+        ]);
+        ok.validate().unwrap();
+        // Another host may use the same port.
+        two([
+            "10.0.0.1:7100",
+            "10.0.0.1:7200",
+            "10.0.0.2:7100",
+            "10.0.0.2:7200",
+        ])
+        .validate()
+        .unwrap();
+        let cases = [
+            (
+                [
+                    "127.0.0.1:7100",
+                    "127.0.0.1:7200",
+                    "127.0.0.1:7100",
+                    "127.0.0.1:7201",
+                ],
+                "invalid cluster.addresses[1].peer = 127.0.0.1:7100: is also \
+                 cluster.addresses[0].peer",
+            ),
+            (
+                [
+                    "127.0.0.1:7100",
+                    "127.0.0.1:7200",
+                    "127.0.0.1:7101",
+                    "127.0.0.1:7200",
+                ],
+                "invalid cluster.addresses[1].client = 127.0.0.1:7200: is also \
+                 cluster.addresses[0].client",
+            ),
+            (
+                [
+                    "127.0.0.1:7100",
+                    "127.0.0.1:7100",
+                    "127.0.0.1:7101",
+                    "127.0.0.1:7201",
+                ],
+                "invalid cluster.addresses[0].client = 127.0.0.1:7100: is also \
+                 cluster.addresses[0].peer",
+            ),
+            (
+                [
+                    "127.0.0.1:7100",
+                    "127.0.0.1:7200",
+                    "127.0.0.1:7200",
+                    "127.0.0.1:7201",
+                ],
+                "invalid cluster.addresses[1].peer = 127.0.0.1:7200: is also \
+                 cluster.addresses[0].client",
+            ),
+        ];
+        for (addrs, expect) in cases {
+            let e = two(addrs).validate().unwrap_err().to_string();
+            assert!(e.starts_with(expect), "{addrs:?}: {e}");
+        }
     }
 
     #[test]

@@ -10,7 +10,7 @@ use serde::de::DeserializeOwned;
 use serde::Serialize;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// Version of the node-to-node wire format; peers with another version are refused.
 pub const WIRE_FORMAT_VERSION: u32 = 1;
@@ -56,21 +56,22 @@ where
             tcp.handshake_timeout = Duration::from_secs_f64(ctx.cfg.server.handshake_timeout_s);
             let (tx, rx) = unbounded();
             let transport = TcpTransport::start(tcp, listener, tx, node.events.clone())?;
-            let started = Instant::now();
             let timeout = Duration::from_secs_f64(ctx.cfg.cluster.connect_timeout_s);
             let cancelled = || node.cancel.load(Ordering::Relaxed);
+            // The transport's message names this node, the wait and the missing peers.
             transport
                 .wait_connected_unless(timeout, &cancelled)
                 .map_err(|e| {
                     if cancelled() {
-                        return QError::Interrupted(e);
+                        QError::Interrupted(e)
+                    } else if e.contains("restarted") {
+                        QError::Other(e)
+                    } else {
+                        QError::Other(format!(
+                            "{e}; start every node of the cluster file \
+                             (cluster.connect_timeout_s sets how long to wait)"
+                        ))
                     }
-                    QError::Other(format!(
-                        "node {}: peers not reachable after {:.0} s: {e}; start every node of \
-                         the cluster file (cluster.connect_timeout_s sets how long to wait)",
-                        node.me,
-                        started.elapsed().as_secs_f64()
-                    ))
                 })?;
             Ok(NodeNet {
                 transport: Arc::new(transport),

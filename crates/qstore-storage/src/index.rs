@@ -38,13 +38,23 @@ impl Index {
     /// An index for up to `capacity` keys (sized at twice that, rounded to a power of two, so
     /// probe sequences stay short).
     pub fn new(capacity: usize) -> Self {
-        let slots = (capacity.max(1) * 2).next_power_of_two();
+        let slots = Self::slots(capacity);
         Index {
             keys: (0..slots).map(|_| AtomicU64::new(EMPTY)).collect(),
             rids: (0..slots).map(|_| AtomicU32::new(0)).collect(),
             mask: slots - 1,
             writer: Mutex::new(()),
         }
+    }
+
+    fn slots(capacity: usize) -> usize {
+        (capacity.max(1) * 2).next_power_of_two()
+    }
+
+    /// Bytes an index for `capacity` keys takes: a key and a row id per slot.
+    pub fn footprint(capacity: usize) -> u128 {
+        let slot = (std::mem::size_of::<AtomicU64>() + std::mem::size_of::<AtomicU32>()) as u128;
+        Self::slots(capacity) as u128 * slot
     }
 
     /// The row of `key`, if present.

@@ -103,9 +103,26 @@ impl Drop for Table {
 }
 
 impl Table {
+    /// Most rows a table can hold: row ids are 32 bits.
+    pub const MAX_ROWS: usize = RowId::MAX as usize + 1;
+
+    /// Bytes a table of `schema` takes once loaded: its rows, a version per row and its
+    /// index. What a process can check against the memory it has before loading anything.
+    /// `schema.capacity_per_partition` must be at most [`Table::MAX_ROWS`].
+    pub fn footprint(schema: &TableSchema) -> u128 {
+        let capacity = schema.capacity_per_partition.max(1);
+        let per_row = schema.row_size + std::mem::size_of::<AtomicU64>();
+        capacity as u128 * per_row as u128 + Index::footprint(capacity)
+    }
+
     /// An empty table with room for `schema.capacity_per_partition` rows.
     pub fn new(schema: TableSchema) -> Self {
         let capacity = schema.capacity_per_partition.max(1);
+        assert!(
+            capacity <= Self::MAX_ROWS,
+            "table {} of {capacity} rows: row ids are 32 bits",
+            schema.name
+        );
         let len = capacity
             .checked_mul(schema.row_size)
             .expect("table size overflows");
@@ -386,6 +403,21 @@ mod tests {
             writer: TxnId(writer),
             seq: 0,
         }
+    }
+
+    #[test]
+    fn footprint_counts_rows_versions_and_index_slots() {
+        // 1000 rows of 16 bytes and an 8-byte version each; 2048 index slots of 12 bytes.
+        assert_eq!(Table::footprint(&schema(1000)), 1000 * 24 + 2048 * 12);
+        // A table of 2^32 rows, as big as row ids allow, is weighed without overflow.
+        let most = Table::footprint(&schema(Table::MAX_ROWS));
+        assert_eq!(most, (1u128 << 32) * 24 + (1u128 << 33) * 12);
+    }
+
+    #[test]
+    #[should_panic(expected = "row ids are 32 bits")]
+    fn a_table_beyond_32_bit_row_ids_is_refused() {
+        Table::new(schema(Table::MAX_ROWS + 1));
     }
 
     #[test]

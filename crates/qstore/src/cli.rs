@@ -1,5 +1,6 @@
 //! Command-line interface.
 
+use crate::sizing;
 use clap::{Args, Parser, Subcommand};
 use qstore_bench::{Progress, RunOptions};
 use qstore_core::config::{CalvinLocks, Isolation, Partitioning, QStoreMode};
@@ -31,6 +32,10 @@ enum Command {
     ///
     /// Settings come from the defaults (see `qstore config --default`), then the --config
     /// file, then the flags below.
+    ///
+    /// Exit code 2 for invalid settings (nothing runs); 1 when the run fails: a check of
+    /// --verify fails, the cluster refuses requests, or nothing commits in the measurement
+    /// window (unless an open loop had no arrival due in it).
     Run(Box<RunArgs>),
     /// Print a configuration as TOML.
     Config(ConfigArgs),
@@ -58,6 +63,10 @@ enum Command {
     /// names the cluster's secret (`secret_file = "cluster.secret"`, made by `qstore secret`),
     /// which every peer and client must prove it holds. Client limits are under [server].
     /// `qstore cluster` writes one and starts everything on this machine.
+    ///
+    /// Exit code 2 for a mistake in the cluster file or the flags (an invalid value, an
+    /// address used twice or that this host cannot listen on, a --node the file does not
+    /// have), 1 when the server fails while starting or serving (e.g. a peer never comes).
     Server(ServerArgs),
     /// Run the load generator against the servers of a distributed cluster and print the same
     /// results as `qstore run`, with the servers' message counts.
@@ -101,7 +110,7 @@ struct ServerArgs {
     /// Cluster file (TOML).
     #[arg(long, value_name = "FILE")]
     cluster: PathBuf,
-    /// Which node of the cluster file this server is.
+    /// Which node of the cluster file this server is (0 to its nodes - 1).
     #[arg(long)]
     node: u32,
     /// Record this node's part of the engine history, for `qstore client --verify`.
@@ -242,7 +251,8 @@ struct RunArgs {
     /// Seed of every random choice (same seed, same workload stream).
     #[arg(long, help_heading = "Workload")]
     seed: Option<u64>,
-    /// Rows per partition (ycsb records, bank accounts, append keys).
+    /// Rows per partition (ycsb records, bank accounts, append keys); refused when the
+    /// partitions this process loads cannot fit in the memory available.
     #[arg(long, help_heading = "Workload")]
     records: Option<u64>,
     /// Record accesses per transaction (ycsb, append).
@@ -298,16 +308,20 @@ struct RunArgs {
     /// Transactions each client keeps in flight (closed loop).
     #[arg(long, help_heading = "Load")]
     inflight: Option<u32>,
-    /// Open-loop target rate in transactions/s for the whole cluster (0 = closed loop).
+    /// Open-loop target rate in transactions/s for the whole cluster: 0.001 to 100000000
+    /// (0 = closed loop). Arrivals the load threads cannot issue in time count as missed.
     #[arg(long, allow_negative_numbers = true, help_heading = "Load")]
     rate: Option<f64>,
-    /// Measurement window in seconds (after the warm-up).
+    /// Measurement window in seconds (after the warm-up); with --txns, the longest the run
+    /// may take.
     #[arg(long, allow_negative_numbers = true, help_heading = "Load")]
     duration: Option<f64>,
     /// Warm-up in seconds before the measurement window.
     #[arg(long, allow_negative_numbers = true, help_heading = "Load")]
     warmup: Option<f64>,
-    /// Stop after this many committed transactions instead of after --duration (no warm-up).
+    /// Stop after this many committed transactions (no warm-up: every commit counts). With
+    /// --duration too, the run stops at whichever comes first; without, it also stops, as a
+    /// failure, once nothing has committed for client.drain_timeout_s (10 s).
     #[arg(long, help_heading = "Load")]
     txns: Option<u64>,
     /// Load-generator threads (0 = one per core, the default).
@@ -435,6 +449,10 @@ impl RunArgs {
         set(&mut k.duration_s, self.duration);
         set(&mut k.warmup_s, self.warmup);
         set(&mut k.txns, self.txns);
+        // --txns alone bounds the run by its count; --duration as well adds a time limit.
+        if self.txns.is_some_and(|n| n > 0) && self.duration.is_none() {
+            k.duration_s = 0.0;
+        }
         set(&mut k.threads, self.client_threads);
         set(&mut k.backoff_base_us, self.backoff_base_us);
         set(&mut k.backoff_max_us, self.backoff_max_us);
@@ -597,6 +615,10 @@ fn cluster(args: ClusterArgs) -> i32 {
              another --protocol, or use `qstore run --protocol serial`",
         );
     }
+    // Every server runs on this machine, and the client's --verify loads the data again.
+    if let Err(e) = sizing::check(&cfg, sizing::Loads::embedded(&cfg, args.run.verify)) {
+        return usage_error(&e.to_string());
+    }
     let r = &args.run;
     let mut client_args: Vec<std::ffi::OsString> = Vec::new();
     let mut flag = |on: bool, name: &str| {
@@ -652,13 +674,38 @@ fn server(args: ServerArgs) -> i32 {
             args.cluster.display()
         ));
     }
+    if args.node >= cfg.cluster.nodes {
+        return usage_error(&format!(
+            "invalid --node = {}: {} has nodes 0 to {}",
+            args.node,
+            args.cluster.display(),
+            cfg.cluster.nodes - 1
+        ));
+    }
+    let own_partition = sizing::Loads {
+        partitions: 1,
+        oracle: false,
+    };
+    if let Err(e) = sizing::check(&cfg, own_partition) {
+        return usage_error(&e.to_string());
+    }
     match crate::distributed::serve(cfg, args.node, args.record_history) {
         Ok(()) => 0,
         Err(QError::Config(e)) => usage_error(&e.to_string()),
         Err(e) => {
-            eprintln!("error: node {}: {e}", args.node);
+            eprintln!("error: {}", naming_node(args.node, &e.to_string()));
             EXIT_FAILURE
         }
+    }
+}
+
+/// `msg` as a line about node `node`: prefixed with `node N: ` unless it already says which
+/// node it is about (the engine's messages often do).
+fn naming_node(node: u32, msg: &str) -> String {
+    if msg.starts_with(&format!("node {node}:")) || msg.starts_with(&format!("node n{node}:")) {
+        msg.to_string()
+    } else {
+        format!("node {node}: {msg}")
     }
 }
 
@@ -671,6 +718,14 @@ fn client(mut args: ClientArgs) -> i32 {
         Ok(c) => c,
         Err(e) => return usage_error(&e),
     };
+    // The servers hold the data; --verify's serial oracle loads all of it here again.
+    let oracle = sizing::Loads {
+        partitions: 0,
+        oracle: args.run.verify && sizing::has_oracle(&cfg),
+    };
+    if let Err(e) = sizing::check(&cfg, oracle) {
+        return usage_error(&e.to_string());
+    }
     let elle = match open_elle(&args.run, &cfg) {
         Ok(e) => e,
         Err(e) => return usage_error(&e),
@@ -718,6 +773,10 @@ fn client(mut args: ClientArgs) -> i32 {
         return EXIT_FAILURE;
     }
     if args.run.verify && !crate::distributed::verify_remote(&cfg, &outcome) {
+        return EXIT_FAILURE;
+    }
+    if let Some(line) = shortfall(&cfg, report) {
+        eprintln!("{line}");
         return EXIT_FAILURE;
     }
     0
@@ -775,6 +834,12 @@ fn bench(args: BenchArgs) -> i32 {
         Ok(s) => s,
         Err(e) => return usage_error(&e),
     };
+    // Scenarios run one after another: each must fit on its own.
+    for sc in &scenarios {
+        if let Err(e) = sizing::check(&sc.cfg, sizing::Loads::embedded(&sc.cfg, false)) {
+            return usage_error(&format!("scenario {}: {e}", sc.name));
+        }
+    }
     // Round-robin: every round runs every scenario once, so runs compared in a ratio are
     // minutes apart at most.
     let mut runs = Vec::new();
@@ -793,6 +858,10 @@ fn bench(args: BenchArgs) -> i32 {
                 Ok(o) => {
                     eprintln!("{:.0} txn/s", o.report.throughput_tps);
                     round.push(o.report);
+                }
+                Err(QError::Config(e)) => {
+                    eprintln!();
+                    return usage_error(&format!("scenario {}: {e}", sc.name));
                 }
                 Err(e) => {
                     eprintln!("\nerror: scenario {}: {e}", sc.name);
@@ -951,6 +1020,9 @@ fn run(args: RunArgs) -> i32 {
         Ok(c) => c,
         Err(e) => return usage_error(&e),
     };
+    if let Err(e) = sizing::check(&cfg, sizing::Loads::embedded(&cfg, args.verify)) {
+        return usage_error(&e.to_string());
+    }
     let printer = ProgressPrinter::new(&args);
     let mut print = |p: &Progress| printer.print(p);
     let elle = match open_elle(&args, &cfg) {
@@ -1011,7 +1083,42 @@ fn run(args: RunArgs) -> i32 {
         );
         return EXIT_FAILURE;
     }
+    if let Some(line) = shortfall(&cfg, report) {
+        eprintln!("{line}");
+        return EXIT_FAILURE;
+    }
     0
+}
+
+/// Why a run that otherwise went well is no success: a run bounded by its count alone that
+/// ended short of it, or a measurement window without a single commit when the load asked
+/// for some (an open loop so slow that no arrival was due in the window asked for none).
+fn shortfall(cfg: &RunConfig, r: &qstore_bench::report::RunReport) -> Option<String> {
+    let k = &cfg.client;
+    let outcomes = format!(
+        "{} logic aborts, {} cc aborts, {} unanswered",
+        r.logic_aborts,
+        r.cc_aborts.values().sum::<u64>(),
+        r.unfinished
+    );
+    if k.txns > 0 && k.duration_s == 0.0 && r.committed < k.txns {
+        return Some(format!(
+            "error: the run ended with {} of the {} transactions asked for committed ({outcomes})",
+            r.committed, k.txns
+        ));
+    }
+    let due = if k.rate > 0.0 {
+        k.rate * r.window_s
+    } else {
+        f64::INFINITY
+    };
+    (r.committed == 0 && due >= 1.0).then(|| {
+        format!(
+            "warning: no transaction committed in the {:.1} s measurement window ({outcomes}); \
+             the run measured nothing",
+            r.window_s
+        )
+    })
 }
 
 /// Opens the Elle history file if one was asked for; only list-append workloads have one.

@@ -1,10 +1,11 @@
 //! `qstore server` and `qstore client`: one node of a distributed cluster, and the load
 //! generator driving the servers of one, both described by a cluster file.
 
-use qstore_core::{NodeId, PartitionId, QError, RunConfig};
+use qstore_core::{ConfigError, NodeId, PartitionId, QError, RunConfig};
 use qstore_engine::server::{ClientEndpoint, EndpointLimits, PeerHealth};
 use qstore_engine::{Cluster, Hosting, NodeHosting};
-use std::net::TcpListener;
+use std::io::ErrorKind;
+use std::net::{SocketAddr, TcpListener};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -23,17 +24,25 @@ pub fn serve(cfg: RunConfig, node: u32, record_history: bool) -> Result<(), QErr
             addrs.len().saturating_sub(1)
         )));
     };
-    let bind = |what: &str, a| {
+    // An address this host cannot listen on is a mistake in the cluster file (exit code 2).
+    let bind = |which: &str, a: SocketAddr| {
         TcpListener::bind(a).map_err(|e| {
-            QError::Other(format!(
-                "node {node}: cannot listen for {what} on {a}: {e} (is another server using it?)"
+            let hint = match e.kind() {
+                ErrorKind::AddrInUse => "; is another server using it?",
+                ErrorKind::AddrNotAvailable => "; the address is not one of this host's",
+                _ => "",
+            };
+            QError::Config(ConfigError::new(
+                &format!("cluster.addresses[{node}].{which}"),
+                a,
+                format!("node {node} cannot listen there: {e}{hint}"),
             ))
         })
     };
     let secret = qstore_bench::remote::load_secret(&cfg)?;
     // Bound before loading, so a taken port fails at once.
-    let peers = bind("peers", peer_addr)?;
-    let clients = bind("clients", client_addr)?;
+    let peers = bind("peer", peer_addr)?;
+    let clients = bind("client", client_addr)?;
     let stop = Arc::new(AtomicBool::new(false));
     for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
         signal_hook::flag::register(sig, stop.clone())?;

@@ -776,7 +776,11 @@ mod tests {
         assert_ne!(cfg.cluster.cluster_id, 0);
         let file = ClusterFile::write(&cfg, None).unwrap();
         let text = std::fs::read_to_string(file.path()).unwrap();
-        let back = RunConfig::from_toml(&text).unwrap();
+        let mut back = RunConfig::from_toml(&text).unwrap();
+        // A new secret, private, beside the cluster file.
+        assert_eq!(back.cluster.secret_file, "cluster.toml.secret");
+        ClusterSecret::load(&file.path().with_file_name("cluster.toml.secret")).unwrap();
+        back.cluster.secret_file.clear();
         assert_eq!(back, cfg);
         assert_eq!(back.cluster.socket_addresses().unwrap().len(), 3);
         let dir = file.temp_dir.clone().unwrap();
@@ -794,6 +798,11 @@ mod tests {
         drop(ClusterFile::write(&cfg, Some(&path)).unwrap());
         let back = RunConfig::from_toml(&std::fs::read_to_string(&path).unwrap()).unwrap();
         assert_eq!(back.cluster.cluster_id, cfg.cluster.cluster_id);
+        // The kept file's secret is kept too, and used again by the next launch.
+        let secret = dir.0.join("cluster.toml.secret");
+        let before = std::fs::read(&secret).unwrap();
+        drop(ClusterFile::write(&cfg, Some(&path)).unwrap());
+        assert_eq!(std::fs::read(&secret).unwrap(), before);
         assert!((0..100).all(|_| random_cluster_id() <= i64::MAX as u64));
     }
 

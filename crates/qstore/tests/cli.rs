@@ -36,6 +36,14 @@ fn invalid_values_exit_2_with_one_clear_line() {
             &["--config", "/nonexistent/q.toml"],
             "cannot read configuration file",
         ),
+        (&["--rate", "1e10"], "client.rate = 10000000000"),
+        (&["--rate", "-5"], "client.rate = -5"),
+        (&["--rate", "inf"], "client.rate = inf"),
+        (&["--rate", "NaN"], "client.rate = NaN"),
+        (
+            &["--rate", "1e-30"],
+            "client.rate = 0.000000000000000000000000000001",
+        ),
     ];
     for (args, expect) in cases {
         let mut full = vec!["run"];
@@ -240,4 +248,450 @@ fn run_help_names_every_protocol() {
     for name in names.lines() {
         assert!(help.contains(name), "`run --help` does not name {name}");
     }
+}
+
+/// A scratch directory unique to this test process and `name`.
+fn scratch(name: &str) -> std::path::PathBuf {
+    let dir = std::env::temp_dir().join(format!("qstore-cli-{name}-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+/// Two loopback addresses that were free a moment ago.
+fn free_addresses() -> (std::net::SocketAddr, std::net::SocketAddr) {
+    let a = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let b = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    (a.local_addr().unwrap(), b.local_addr().unwrap())
+}
+
+/// Writes a cluster file of `nodes` Q-Store nodes with small data, and its secret beside
+/// it; `addresses` is the TOML array of address entries.
+fn write_cluster_file(dir: &std::path::Path, nodes: u32, addresses: &str) -> std::path::PathBuf {
+    let path = dir.join("cluster.toml");
+    let secret = dir.join("secret");
+    if !secret.exists() {
+        qstore_net::auth::ClusterSecret::create_file(&secret).unwrap();
+    }
+    std::fs::write(
+        &path,
+        format!(
+            "[cluster]\nnodes = {nodes}\nworkers = 1\naddresses = [{addresses}]\n\
+             secret_file = \"secret\"\n\
+             [protocol]\nname = \"qstore\"\n[workload.ycsb]\nrecords_per_partition = 2000\n"
+        ),
+    )
+    .unwrap();
+    path
+}
+
+#[test]
+fn a_missing_or_readable_secret_file_is_a_configuration_error() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = scratch("secret-file");
+    let (peer, client) = free_addresses();
+    let file = write_cluster_file(
+        &dir,
+        1,
+        &format!("{{ peer = \"{peer}\", client = \"{client}\" }}"),
+    );
+    let limit = std::time::Duration::from_secs(20);
+    let args = ["server", "--cluster", file.to_str().unwrap(), "--node", "0"];
+    let secret = dir.join("secret");
+    std::fs::set_permissions(&secret, std::fs::Permissions::from_mode(0o644)).unwrap();
+    let (code, err) = qstore_within(&args, limit);
+    assert_eq!(code, Some(2), "{err}");
+    assert_one_clean_error_line(&err, "readable secret");
+    assert!(err.contains("chmod 600"), "{err}");
+    std::fs::remove_file(&secret).unwrap();
+    let (code, err) = qstore_within(&args, limit);
+    assert_eq!(code, Some(2), "{err}");
+    assert!(err.contains("cluster.secret_file"), "{err}");
+    // No secret named at all.
+    let text = std::fs::read_to_string(&file)
+        .unwrap()
+        .replace("secret_file = \"secret\"\n", "");
+    std::fs::write(&file, text).unwrap();
+    let (code, err) = qstore_within(&args, limit);
+    assert_eq!(code, Some(2), "{err}");
+    assert!(err.contains("qstore secret"), "{err}");
+}
+
+/// A `qstore server` process whose stderr is collected as it arrives; killed when dropped.
+struct Server {
+    child: std::process::Child,
+    stderr: std::sync::Arc<std::sync::Mutex<String>>,
+}
+
+impl Server {
+    fn start(cluster: &std::path::Path, rust_log: Option<&str>) -> Server {
+        use std::io::BufRead;
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_qstore"));
+        cmd.args(["server", "--node", "0", "--cluster"])
+            .arg(cluster)
+            .env_remove("RUST_LOG")
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::piped());
+        if let Some(filter) = rust_log {
+            cmd.env("RUST_LOG", filter);
+        }
+        let mut child = cmd.spawn().expect("start qstore server");
+        let stderr = std::sync::Arc::new(std::sync::Mutex::new(String::new()));
+        let pipe = child.stderr.take().unwrap();
+        let text = stderr.clone();
+        std::thread::spawn(move || {
+            for line in std::io::BufReader::new(pipe).lines().map_while(Result::ok) {
+                let mut t = text.lock().unwrap();
+                t.push_str(&line);
+                t.push('\n');
+            }
+        });
+        Server { child, stderr }
+    }
+
+    /// Waits up to `secs` seconds for stderr to contain `what`; the stderr so far either way.
+    fn wait_for(&self, what: &str, secs: u64) -> (bool, String) {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(secs);
+        loop {
+            let text = self.stderr.lock().unwrap().clone();
+            if text.contains(what) || std::time::Instant::now() >= deadline {
+                return (text.contains(what), text);
+            }
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Connects to `addr` and sends bytes that are no valid frame or handshake.
+fn send_garbage(addr: std::net::SocketAddr) {
+    use std::io::Write;
+    let mut s = std::net::TcpStream::connect(addr).unwrap();
+    let _ = s.write_all(&[0xFF; 64]);
+    let _ = s.shutdown(std::net::Shutdown::Write);
+}
+
+#[test]
+fn warnings_reach_stderr_without_rust_log_and_rust_log_still_overrides() {
+    let dir = scratch("warn");
+    let (peer, client) = free_addresses();
+    let file = write_cluster_file(
+        &dir,
+        1,
+        &format!("{{ peer = \"{peer}\", client = \"{client}\" }}"),
+    );
+    for (rust_log, shown) in [(None, true), (Some("off"), false)] {
+        let server = Server::start(&file, rust_log);
+        let (ready, text) = server.wait_for("serving clients", 20);
+        assert!(ready, "server did not start: {text}");
+        send_garbage(peer);
+        // The warning comes within milliseconds; when it must not come, 2 s is long enough.
+        let (warned, text) = server.wait_for("WARN", if shown { 20 } else { 2 });
+        assert_eq!(warned, shown, "RUST_LOG={rust_log:?}: {text}");
+        drop(server);
+    }
+}
+
+/// Runs qstore with `args` for at most `limit`; its exit code (`None` if it had to be
+/// killed) and its stderr.
+fn qstore_within(args: &[&str], limit: std::time::Duration) -> (Option<i32>, String) {
+    use std::io::Read;
+    let mut child = Command::new(env!("CARGO_BIN_EXE_qstore"))
+        .args(args)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("run qstore");
+    let mut pipe = child.stderr.take().unwrap();
+    let reader = std::thread::spawn(move || {
+        let mut text = String::new();
+        let _ = pipe.read_to_string(&mut text);
+        text
+    });
+    let deadline = std::time::Instant::now() + limit;
+    let code = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status.code();
+        }
+        if std::time::Instant::now() >= deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            break None;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    };
+    (code, reader.join().unwrap())
+}
+
+/// Asserts that `err` is one `error: ` line that does not say which node twice.
+fn assert_one_clean_error_line(err: &str, what: &str) {
+    assert!(err.starts_with("error: "), "{what}: {err}");
+    assert_eq!(err.trim_end().lines().count(), 1, "{what}: {err}");
+    for n in 0..8 {
+        let prefix = format!("node {n}:");
+        assert!(err.matches(&prefix).count() <= 1, "{what}: {err}");
+    }
+}
+
+#[test]
+fn server_configuration_mistakes_exit_2_and_runtime_failures_1_each_in_one_line() {
+    let dir = scratch("server-errors");
+    let entry = |(p, c): (std::net::SocketAddr, std::net::SocketAddr)| {
+        format!("{{ peer = \"{p}\", client = \"{c}\" }}")
+    };
+    let (a, b) = (free_addresses(), free_addresses());
+    let two = write_cluster_file(&dir, 2, &format!("{}, {}", entry(a), entry(b)));
+    let two = two.to_str().unwrap();
+    let limit = std::time::Duration::from_secs(20);
+
+    let (code, err) = qstore_within(&["server", "--cluster", two, "--node", "5"], limit);
+    assert_eq!(code, Some(2), "--node 5: {err}");
+    assert_one_clean_error_line(&err, "--node 5");
+    assert!(
+        err.contains("--node = 5") && err.contains("nodes 0 to 1"),
+        "{err}"
+    );
+
+    // The same address twice (node 1's client is node 0's client).
+    let dup_dir = scratch("server-dup");
+    let dup = write_cluster_file(&dup_dir, 2, &format!("{}, {}", entry(a), entry((b.0, a.1))));
+    let (code, err) = qstore_within(
+        &["server", "--cluster", dup.to_str().unwrap(), "--node", "0"],
+        limit,
+    );
+    assert_eq!(code, Some(2), "duplicate address: {err}");
+    assert_one_clean_error_line(&err, "duplicate address");
+    assert!(
+        err.contains("cluster.addresses[1].client") && err.contains("cluster.addresses[0].client"),
+        "{err}"
+    );
+
+    // An address another process listens on.
+    let taken = std::net::TcpListener::bind(a.0).unwrap();
+    let (code, err) = qstore_within(&["server", "--cluster", two, "--node", "0"], limit);
+    drop(taken);
+    assert_eq!(code, Some(2), "address in use: {err}");
+    assert_one_clean_error_line(&err, "address in use");
+    assert!(
+        err.contains("cluster.addresses[0].peer") && err.contains("cannot listen"),
+        "{err}"
+    );
+
+    // An address of no interface here (TEST-NET-1 is reserved for documentation).
+    let far_dir = scratch("server-far");
+    let far = write_cluster_file(
+        &far_dir,
+        2,
+        &format!(
+            "{}, {}",
+            entry(("192.0.2.1:7100".parse().unwrap(), a.1)),
+            entry(b)
+        ),
+    );
+    let (code, err) = qstore_within(
+        &["server", "--cluster", far.to_str().unwrap(), "--node", "0"],
+        limit,
+    );
+    assert_eq!(code, Some(2), "foreign address: {err}");
+    assert_one_clean_error_line(&err, "foreign address");
+    assert!(err.contains("192.0.2.1:7100"), "{err}");
+
+    // A peer that never comes is a failure of the run, not of the file.
+    let lonely_dir = scratch("server-lonely");
+    let lonely = lonely_dir.join("cluster.toml");
+    let text = std::fs::read_to_string(two).unwrap();
+    std::fs::write(
+        &lonely,
+        text.replace("[cluster]\n", "[cluster]\nconnect_timeout_s = 0.5\n"),
+    )
+    .unwrap();
+    std::fs::copy(dir.join("secret"), lonely_dir.join("secret")).unwrap();
+    let (code, err) = qstore_within(
+        &[
+            "server",
+            "--cluster",
+            lonely.to_str().unwrap(),
+            "--node",
+            "0",
+        ],
+        limit,
+    );
+    let last = err.lines().last().unwrap_or("").to_string();
+    assert_eq!(code, Some(1), "peer never connects: {err}");
+    assert_one_clean_error_line(&last, "peer never connects");
+    assert!(
+        last.contains("node 0:") && last.contains("peer(s) 1"),
+        "{err}"
+    );
+}
+
+#[test]
+fn a_run_with_txns_and_duration_stops_at_whichever_comes_first() {
+    let limit = std::time::Duration::from_secs(30);
+    let dir = scratch("txns-first");
+    let json = dir.join("r.json");
+    let small = ["run", "--nodes", "2", "--records", "1000", "-q"];
+    // The duration first: a count no run reaches.
+    let args = [
+        &small[..],
+        &["--txns", "18446744073709551615", "--duration", "1"],
+    ]
+    .concat();
+    let (code, err) = qstore_within(&args, limit);
+    assert_eq!(code, Some(0), "{err}");
+    // The count first.
+    let json_arg = json.to_str().unwrap();
+    let count_first = ["--txns", "300", "--duration", "1000", "--output", json_arg];
+    let (code, err) = qstore_within(&[&small[..], &count_first].concat(), limit);
+    assert_eq!(code, Some(0), "{err}");
+    let r: serde_json::Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
+    assert_eq!(r["committed"], 300);
+}
+
+#[test]
+fn a_run_bounded_by_txns_alone_ends_once_nothing_commits() {
+    // Every transfer from an empty account aborts by its own check: nothing ever commits.
+    let dir = scratch("txns-stall");
+    let cfg = dir.join("q.toml");
+    std::fs::write(&cfg, "[client]\ndrain_timeout_s = 1.0\n").unwrap();
+    let (code, err) = qstore_within(
+        &[
+            "run",
+            "--config",
+            cfg.to_str().unwrap(),
+            "--workload",
+            "bank",
+            "--nodes",
+            "2",
+            "--records",
+            "64",
+            "--initial-balance",
+            "0",
+            "--audit-fraction",
+            "0",
+            "--txns",
+            "1000",
+            "-q",
+        ],
+        std::time::Duration::from_secs(30),
+    );
+    assert_eq!(code, Some(1), "{err}");
+    assert!(
+        err.contains("error: the run ended with 0 of the 1000 transactions asked for committed"),
+        "{err}"
+    );
+}
+
+#[test]
+fn a_measured_run_without_commits_warns_and_fails_unless_none_were_due() {
+    // Every transfer from an empty account aborts by its own check: nothing commits.
+    let o = qstore(&[
+        "run",
+        "--workload",
+        "bank",
+        "--nodes",
+        "2",
+        "--records",
+        "64",
+        "--initial-balance",
+        "0",
+        "--audit-fraction",
+        "0",
+        "--warmup",
+        "0",
+        "--duration",
+        "0.5",
+        "-q",
+    ]);
+    let err = stderr(&o);
+    assert_eq!(o.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains("warning: no transaction committed in the 0.5 s measurement window"),
+        "{err}"
+    );
+    assert_eq!(err.trim_end().lines().count(), 1, "{err}");
+    // An open loop of one arrival per 100 s asks for none in a 1 s window (the first
+    // arrivals fall in the warm-up).
+    let o = qstore(&[
+        "run",
+        "--nodes",
+        "2",
+        "--records",
+        "1000",
+        "--rate",
+        "0.01",
+        "--duration",
+        "1",
+        "-q",
+    ]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+}
+
+#[test]
+fn data_that_cannot_fit_in_memory_is_refused_before_loading() {
+    let meminfo = std::fs::read_to_string("/proc/meminfo").unwrap_or_default();
+    if !meminfo.contains("MemAvailable:") {
+        eprintln!("no MemAvailable in /proc/meminfo: the check is skipped here");
+        return;
+    }
+    // Under an 8 GB address-space limit, so that a run that does try to load 10^10 rows a
+    // partition fails at once instead of taking the machine's memory.
+    let qstore = env!("CARGO_BIN_EXE_qstore");
+    let limited = |args: &[&str]| {
+        let script = format!("ulimit -v 8000000 && exec {qstore} \"$@\"");
+        let o = Command::new("sh")
+            .args(["-c", &script, "qstore"])
+            .args(args)
+            .output()
+            .expect("run sh");
+        (o.status.code(), stderr(&o))
+    };
+    let (code, err) = limited(&["run", "--records", "10000000000"]);
+    assert_eq!(code, Some(2), "{err}");
+    assert_eq!(err.trim_end().lines().count(), 1, "{err}");
+    assert!(
+        err.starts_with(
+            "error: invalid workload.ycsb.records_per_partition = 10000000000: needs about"
+        ) && err.contains("TiB of memory")
+            && err.contains("available"),
+        "{err}"
+    );
+    // Every workload, and a server counts its own partition.
+    let (code, err) = limited(&["run", "--workload", "bank", "--records", "1000000000000"]);
+    assert_eq!(code, Some(2), "{err}");
+    assert!(
+        err.contains("workload.bank.accounts_per_partition"),
+        "{err}"
+    );
+    let (code, err) = limited(&[
+        "run",
+        "--workload",
+        "append",
+        "--max-list-len",
+        "65536",
+        "--records",
+        "100000000",
+    ]);
+    assert_eq!(code, Some(2), "{err}");
+    assert!(err.contains("workload.append.keys_per_partition"), "{err}");
+    let dir = scratch("sizing");
+    let (p, c) = free_addresses();
+    let file = write_cluster_file(&dir, 1, &format!("{{ peer = \"{p}\", client = \"{c}\" }}"));
+    let text = std::fs::read_to_string(&file).unwrap();
+    std::fs::write(
+        &file,
+        text.replace(
+            "records_per_partition = 2000",
+            "records_per_partition = 4000000000",
+        ),
+    )
+    .unwrap();
+    let (code, err) = limited(&["server", "--cluster", file.to_str().unwrap(), "--node", "0"]);
+    assert_eq!(code, Some(2), "{err}");
+    assert!(err.contains("1 partition(s) loaded here"), "{err}");
 }
