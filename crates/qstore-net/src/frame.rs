@@ -183,6 +183,19 @@ impl FrameEncoder {
     }
 }
 
+/// A frame with no messages, which encoders never produce otherwise: a node sends it as the
+/// last frame of a link when it shuts down on purpose, so that its peer can tell a stop from
+/// a failure.
+pub fn goodbye_frame() -> [u8; HEADER_LEN + COUNT_LEN] {
+    let payload = 0u32.to_le_bytes();
+    let mut f = [0u8; HEADER_LEN + COUNT_LEN];
+    f[..4].copy_from_slice(&MAGIC);
+    f[4..8].copy_from_slice(&(COUNT_LEN as u32).to_le_bytes());
+    f[8..12].copy_from_slice(&checksum(&payload).to_le_bytes());
+    f[12..].copy_from_slice(&payload);
+    f
+}
+
 /// Reads frames from a byte stream, reusing one buffer.
 #[derive(Debug)]
 pub struct FrameDecoder {

@@ -180,6 +180,8 @@ pub enum PeerEventKind {
     Up,
     /// The outgoing connection was lost, with the reason; messages in flight may be lost.
     Down(String),
+    /// The peer shut down on purpose (it said goodbye before closing); like `Down` otherwise.
+    Stopped,
     /// The peer came back as a new process (another incarnation): it lost its state, and this
     /// node no longer talks to it. The reason is meant for clients and operators.
     Restarted(String),

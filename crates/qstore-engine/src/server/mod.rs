@@ -74,6 +74,13 @@ impl PeerHealth {
                 );
                 self.down.lock().insert(e.peer, why);
             }
+            PeerEventKind::Stopped => {
+                tracing::info!(
+                    "node {me}: peer node {} stopped; new transactions are refused",
+                    e.peer.0
+                );
+                self.down.lock().insert(e.peer, "it stopped".into());
+            }
             PeerEventKind::Up => {
                 if self.down.lock().remove(&e.peer).is_some() {
                     tracing::warn!("node {me}: peer node {} is back", e.peer.0);

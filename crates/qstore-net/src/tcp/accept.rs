@@ -164,8 +164,13 @@ fn read_frames<M: DeserializeOwned>(
     let me = shared.cfg.me.0;
     let mut reader = BufReader::with_capacity(DEFAULT_FLUSH_BYTES, stream);
     let mut decoder = FrameDecoder::new(shared.cfg.max_frame);
+    shared.set_goodbye(peer, false);
     loop {
         match decoder.read_frame::<M, _>(&mut reader) {
+            Ok(Some(msgs)) if msgs.is_empty() => {
+                tracing::debug!("node {me}: peer {} is stopping", peer.0);
+                shared.set_goodbye(peer, true);
+            }
             Ok(Some(msgs)) => {
                 for msg in msgs {
                     if inbox.send(Envelope { from: peer, msg }).is_err() {

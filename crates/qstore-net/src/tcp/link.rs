@@ -10,7 +10,7 @@ use qstore_core::rng::Rng;
 use qstore_core::NodeId;
 use rand::Rng as _;
 use serde::Serialize;
-use std::io;
+use std::io::{self, Write};
 use std::net::{Shutdown, SocketAddr, TcpStream};
 use std::sync::Arc;
 use std::thread::JoinHandle;
@@ -190,14 +190,17 @@ impl<M: Serialize> Link<M> {
 
     fn lost(&mut self, conn: Conn, e: io::Error) {
         let _ = conn.stream.shutdown(Shutdown::Both);
-        let reason = format!(
-            "connection to peer {} ({}) lost: {e}",
-            self.peer.0, self.addr
-        );
-        tracing::warn!("node {}: {reason}", self.me().0);
+        let (me, peer) = (self.me().0, self.peer.0);
+        let kind = if self.shared.said_goodbye(self.peer) {
+            tracing::info!("node {me}: peer {peer} ({}) stopped", self.addr);
+            PeerEventKind::Stopped
+        } else {
+            let reason = format!("connection to peer {peer} ({}) lost: {e}", self.addr);
+            tracing::warn!("node {me}: {reason}");
+            PeerEventKind::Down(reason)
+        };
         if std::mem::take(&mut self.up) {
-            self.shared
-                .link_changed(self.peer, PeerEventKind::Down(reason));
+            self.shared.link_changed(self.peer, kind);
         }
     }
 
@@ -317,7 +320,9 @@ impl<M: Serialize> Link<M> {
                 return;
             }
         }
-        let _ = self.write(conn);
+        if self.write(conn).is_ok() {
+            let _ = conn.write_all(&crate::frame::goodbye_frame());
+        }
     }
 
     fn me(&self) -> NodeId {

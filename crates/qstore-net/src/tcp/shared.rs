@@ -22,6 +22,8 @@ pub(super) struct Shared {
     pub incoming: Vec<IncomingSlot>,
     /// The incarnation each peer had when this node first met it.
     pub incarnations: Incarnations,
+    /// Peers that said goodbye (shut down on purpose) since they last connected.
+    goodbyes: Vec<AtomicBool>,
     /// Whether the outgoing connection to each peer is up (this node counts as up).
     links_up: Mutex<Vec<bool>>,
     /// Set when this node can never join its cluster (its peers refused it as a restarted
@@ -41,6 +43,7 @@ impl Shared {
             counters: NetCounters::new(n),
             incoming: (0..n).map(|_| IncomingSlot::default()).collect(),
             incarnations: Incarnations::new(n),
+            goodbyes: (0..n).map(|_| AtomicBool::new(false)).collect(),
             links_up: Mutex::new(links_up),
             fatal: Mutex::new(None),
             links_changed: Condvar::new(),
@@ -60,6 +63,20 @@ impl Shared {
                 recv(self.stop.receiver()) -> _ => {}
             }
         }
+    }
+
+    /// Records that `peer` is shutting down on purpose (`true`), or connected again.
+    pub fn set_goodbye(&self, peer: NodeId, said: bool) {
+        if let Some(g) = self.goodbyes.get(peer.index()) {
+            g.store(said, Ordering::Release);
+        }
+    }
+
+    /// Whether `peer` said goodbye since it last connected.
+    pub fn said_goodbye(&self, peer: NodeId) -> bool {
+        self.goodbyes
+            .get(peer.index())
+            .is_some_and(|g| g.load(Ordering::Acquire))
     }
 
     /// Records that this node can never join its cluster, and why; wakes waiters.
