@@ -108,6 +108,18 @@ impl Access {
     }
 }
 
+/// Why a call whose program has no accesses is refused (by [`Program::validate`], so by
+/// every protocol, where it builds the program).
+///
+/// Refused rather than committed at once: such a call is almost surely a client's mistake
+/// (an empty argument list), and a transaction that touches no record has no place in a
+/// deterministic protocol's schedule. Q-Store places accesses in execution queues and answers
+/// a batch when the nodes holding its queues acknowledge them; a transaction with no access
+/// is in no queue, so a batch of only such transactions would wait for acknowledgements that
+/// never come. Refusing it where every protocol builds programs decides it in one place,
+/// before any protocol's machinery sees it.
+pub const EMPTY_PROGRAM: &str = "the call produced a transaction with no record accesses";
+
 /// The ordered accesses of one transaction.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct Program {
@@ -120,11 +132,15 @@ impl Program {
         self.accesses.iter().any(|a| a.may_abort)
     }
 
-    /// Checks, in one pass, the rules every protocol relies on: at most `u16::MAX` accesses,
-    /// tables among the first `tables`, no reserved keys, dependencies on earlier accesses
-    /// only, and accesses that may abort only when `may_abort` (the procedure's promise).
-    /// Procedures build programs from untrusted arguments, so this is enforced.
+    /// Checks, in one pass, the rules every protocol relies on: at least one and at most
+    /// `u16::MAX` accesses, tables among the first `tables`, no reserved keys, dependencies
+    /// on earlier accesses only, and accesses that may abort only when `may_abort` (the
+    /// procedure's promise). Procedures build programs from untrusted arguments, so this is
+    /// enforced.
     pub fn validate(&self, tables: usize, may_abort: bool) -> Result<(), String> {
+        if self.accesses.is_empty() {
+            return Err(EMPTY_PROGRAM.into());
+        }
         if self.accesses.len() > u16::MAX as usize {
             return Err(format!(
                 "{} accesses (at most {})",
@@ -492,6 +508,12 @@ mod tests {
         };
         let p = Program { accesses: vec![a] };
         assert!(p.validate(1, true).is_err());
+    }
+
+    #[test]
+    fn programs_without_accesses_are_refused() {
+        let err = Program::default().validate(1, true).unwrap_err();
+        assert_eq!(err, EMPTY_PROGRAM);
     }
 
     #[test]

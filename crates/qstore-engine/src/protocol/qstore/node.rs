@@ -14,7 +14,7 @@ use crossbeam_channel::{bounded, Receiver, RecvTimeoutError};
 use crossbeam_utils::CachePadded;
 use parking_lot::{Condvar, Mutex, MutexGuard, RwLock};
 use qstore_core::config::{Isolation, QStoreMode};
-use qstore_core::txn::{CcAbortCause, Program, RowRef, TxnOutcome, Value};
+use qstore_core::txn::{CcAbortCause, Program, RowRef, TxnOutcome, Value, EMPTY_PROGRAM};
 use qstore_core::{NodeId, PartitionId, QError, TableId};
 use qstore_net::{Envelope, NetCounters, Transport};
 use qstore_storage::RowVersion;
@@ -482,6 +482,15 @@ impl QNode {
                 reply(&req, TxnOutcome::Rejected(e.to_string()));
                 continue;
             }
+            // Validation refuses programs with no accesses. One would be placed in no queue,
+            // so no node would acknowledge it: alone in its batch, the batch would never be
+            // answered, and its place in the ring would stall every planner of the cluster.
+            // Should one get here anyway, it is refused like the others.
+            debug_assert!(!program.accesses.is_empty(), "{}", EMPTY_PROGRAM);
+            if program.accesses.is_empty() {
+                reply(&req, TxnOutcome::Rejected(EMPTY_PROGRAM.into()));
+                continue;
+            }
             let seq = txns.len() as u32;
             let placed = plan.place(seq, req.id, self.id, &program, &ctx.pmap, shape);
             for &n in placed.nodes {
@@ -497,6 +506,8 @@ impl QNode {
             .filter(|&n| involved[n as usize])
             .map(NodeId)
             .collect();
+        // Every transaction planned has an access, so some node acknowledges the batch.
+        debug_assert!(txns.is_empty() || !involved.is_empty());
         if !txns.is_empty() {
             let home = HomeBatch {
                 txns,
