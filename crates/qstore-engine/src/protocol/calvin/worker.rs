@@ -17,7 +17,9 @@ use super::node::{CalvinNode, POLL};
 use super::txn::Txn;
 use crate::exec::{run_access, TxnScratch};
 use crossbeam_channel::{Receiver, RecvTimeoutError};
-use qstore_core::txn::{Access, AccessKind, LogicAbort, RowRef, StepRegistry, Value};
+use qstore_core::txn::{
+    Access, AccessKind, LogicAbort, RowRef, StepRegistry, Value, KEY_NOT_FOUND,
+};
 use qstore_core::NodeId;
 use std::sync::atomic::Ordering;
 
@@ -274,9 +276,22 @@ impl<'a> Executor<'a> {
 }
 
 /// An access against a copy of a remote record, as [`run_access`] would run it against the
-/// record itself: the same step, the same missing-key and duplicate-key aborts. Inserts and
-/// deletes change the copy, so later accesses of the program see them.
+/// record itself: the same step, the same failures for a missing or (for an insert) existing
+/// record, settled by the same rule (only an abortable access aborts). Inserts and deletes
+/// change the copy, so later accesses of the program see them.
 fn run_on_copy(
+    steps: &StepRegistry,
+    a: &Access,
+    row: &mut [u8],
+    present: &mut bool,
+    outputs: &[Value],
+) -> Result<Value, LogicAbort> {
+    a.as_ref()
+        .settle(apply_on_copy(steps, a, row, present, outputs))
+}
+
+/// [`run_on_copy`] before its failure is settled.
+fn apply_on_copy(
     steps: &StepRegistry,
     a: &Access,
     row: &mut [u8],
@@ -292,7 +307,7 @@ fn run_on_copy(
             *present = true;
             steps.run(a.as_ref(), RowRef::Write(row), outputs)
         }
-        _ if !*present => Err(LogicAbort("key not found")),
+        _ if !*present => Err(KEY_NOT_FOUND),
         AccessKind::Read => steps.run(a.as_ref(), RowRef::Read(row), outputs),
         AccessKind::Delete => {
             let out = steps.run(a.as_ref(), RowRef::Read(row), outputs)?;

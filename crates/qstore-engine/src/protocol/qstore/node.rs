@@ -14,7 +14,9 @@ use crossbeam_channel::{bounded, Receiver, RecvTimeoutError};
 use crossbeam_utils::CachePadded;
 use parking_lot::{Condvar, Mutex, MutexGuard, RwLock};
 use qstore_core::config::{Isolation, QStoreMode};
-use qstore_core::txn::{CcAbortCause, Program, RowRef, TxnOutcome, Value, EMPTY_PROGRAM};
+use qstore_core::txn::{
+    CcAbortCause, Program, RowRef, TxnOutcome, Value, EMPTY_PROGRAM, KEY_NOT_FOUND,
+};
 use qstore_core::{NodeId, PartitionId, QError, TableId};
 use qstore_net::{Envelope, NetCounters, Transport};
 use qstore_storage::RowVersion;
@@ -630,14 +632,19 @@ impl QNode {
             if op.may_abort {
                 votes.push(result.as_ref().err().map(|e| e.0.to_string()));
             }
-            // A failed access that was not declared abortable (a missing key) cannot abort the
-            // transaction: its output is Null. One that was dooms it: conservative execution
-            // stops here (every node skips the rest once the verdict is known), speculative
-            // execution goes on, so the fragments waiting for its values do not wait forever,
-            // and the home aborts it with everything built on it.
+            // Only an access declared abortable fails here (`run_access` settles the others'
+            // failures as Null outputs, as every protocol does). Its failure dooms the
+            // transaction: conservative execution stops here (every node skips the rest once
+            // the verdict is known), speculative execution goes on, so the fragments waiting
+            // for its values do not wait forever, and the home aborts it with everything
+            // built on it.
+            debug_assert!(
+                op.may_abort || result.is_ok(),
+                "only abortable accesses fail"
+            );
             let value = match result {
                 Ok(v) => v,
-                Err(_) if op.may_abort && !self.speculate => break,
+                Err(_) if !self.speculate => break,
                 Err(_) => Value::Null,
             };
             let values = needs_values.then_some(&mut s.outputs[..]);
@@ -755,23 +762,28 @@ impl QNode {
                 .images
                 .get(&(a.table, a.key))
                 .and_then(|v| v.iter().find(|(b, _, _)| *b >= pos.batch));
-            let (version, bytes): (RowVersion, &[u8]) = match copy {
-                Some((_, v, bytes)) => (*v, bytes),
-                None => match t.lookup(a.key) {
-                    // SAFETY: every batch before this one is done, and a writer of a later
-                    // batch keeps a copy under the node lock (held here) before it writes.
-                    Some(rid) => (t.version(rid), unsafe { t.row(rid) }),
-                    None => continue,
-                },
+            let found: Option<(RowVersion, &[u8])> = match copy {
+                Some((_, v, bytes)) => Some((*v, bytes)),
+                // SAFETY: every batch before this one is done, and a writer of a later
+                // batch keeps a copy under the node lock (held here) before it writes.
+                None => t
+                    .lookup(a.key)
+                    .map(|rid| (t.version(rid), unsafe { t.row(rid) })),
             };
-            if ctx.history.is_some() {
-                s.trace.read(a.table, a.key, version);
-            }
-            let value = ctx
-                .catalog
-                .steps
-                .run(a, RowRef::Read(bytes), &s.outputs)
-                .unwrap_or(Value::Null);
+            let result = match found {
+                Some((version, bytes)) => {
+                    if ctx.history.is_some() {
+                        s.trace.read(a.table, a.key, version);
+                    }
+                    ctx.catalog.steps.run(a, RowRef::Read(bytes), &s.outputs)
+                }
+                None => Err(KEY_NOT_FOUND),
+            };
+            // Read-only queues hold no access that may abort (see `BatchPlan::place`), so a
+            // failure is a Null output, as on every protocol; it is published like any
+            // other, or a fragment waiting for it would wait forever.
+            debug_assert!(!op.may_abort, "an abortable access in a read-only queue");
+            let value = a.settle(result).unwrap_or(Value::Null);
             s.outputs[op.idx as usize] = value.clone();
             produced.push((op.idx, value));
         }
