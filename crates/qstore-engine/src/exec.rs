@@ -115,7 +115,9 @@ impl UndoLog {
     /// Undoes every recorded change, newest first, then forgets them.
     ///
     /// # Safety
-    /// The caller must still hold exclusive access to every row the transaction changed.
+    /// The caller must still hold exclusive access to every row (and, for inserts and
+    /// deletes, every key) the transaction changed, and hold no reference to their bytes: the
+    /// rollback writes them.
     pub unsafe fn rollback<'a>(&mut self, store: impl Fn(PartitionId) -> &'a PartitionStore) {
         for e in self.entries.drain(..).rev() {
             match e {
@@ -131,7 +133,9 @@ impl UndoLog {
                         .lookup(key)
                         .expect("an updated row stays while its writer runs");
                     let size = t.row_size();
-                    // SAFETY: exclusive access per this function's contract.
+                    // SAFETY: `rid` is live (just looked up), and the caller holds the row
+                    // exclusively with no reference to its bytes (this function's contract),
+                    // so this `&mut` is the only reference to them.
                     unsafe { t.row_mut(rid) }.copy_from_slice(&self.arena[at..at + size]);
                     t.set_version(rid, version);
                 }
@@ -149,7 +153,9 @@ impl UndoLog {
                     let size = t.row_size();
                     // Re-inserting into the slot the delete freed cannot fail for lack of room.
                     if let Ok(Some(rid)) = t.insert(key, version) {
-                        // SAFETY: the row was just created by us and is not yet shared.
+                        // SAFETY: `insert` just created the row, and the caller holds the key
+                        // exclusively (this function's contract), so no other thread looks it
+                        // up: this `&mut` is the only reference to its bytes.
                         unsafe { t.row_mut(rid) }.copy_from_slice(&self.arena[at..at + size]);
                     }
                 }
@@ -206,7 +212,8 @@ pub unsafe fn run_access(
         !a.may_abort || !a.kind.is_write() || undo.is_some(),
         "an abortable write must keep its before-image"
     );
-    // SAFETY: this function's contract, forwarded unchanged.
+    // SAFETY: `apply_access` has the same contract as this function, which the caller
+    // upholds.
     let result = unsafe { apply_access(store, steps, txn, a, outputs, undo, trace) };
     a.settle(result)
 }
@@ -226,7 +233,7 @@ unsafe fn apply_access(
 ) -> Result<Value, LogicAbort> {
     let table = store.table(a.table);
     if a.kind == AccessKind::Insert {
-        // SAFETY: forwarded contract.
+        // SAFETY: `run_insert` has the contract of this function, which the caller upholds.
         return unsafe { run_insert(store, steps, txn, a, outputs, undo, trace) };
     }
     let rid = table.lookup(a.key).ok_or(KEY_NOT_FOUND)?;
@@ -257,11 +264,12 @@ unsafe fn apply_access(
         });
     };
     match a.kind {
-        // SAFETY: the contract guarantees no concurrent writer of the row while we read it.
+        // SAFETY: `rid` is live (just looked up), and the contract guarantees that nobody
+        // writes the row while the step reads it.
         AccessKind::Read => steps.run(a, RowRef::Read(unsafe { table.row(rid) }), outputs),
         AccessKind::Delete => {
-            // SAFETY: the contract gives this transaction the row exclusively (a delete
-            // writes), so nobody changes it while the step reads it.
+            // SAFETY: `rid` is live (just looked up), and the contract gives this transaction
+            // the row exclusively (a delete writes), so nobody changes it while it is read.
             let row = unsafe { table.row(rid) };
             let out = steps.run(a, RowRef::Read(row), outputs)?;
             if let Some(u) = undo {
@@ -274,8 +282,9 @@ unsafe fn apply_access(
             Ok(out)
         }
         _ => {
-            // SAFETY: the contract gives this transaction the row exclusively (the access
-            // writes), so this is the only reference to its bytes while the step runs.
+            // SAFETY: `rid` is live (just looked up), and the contract gives this transaction
+            // the row exclusively (the access writes), so this `&mut` is the only reference
+            // to its bytes while the step runs.
             let row = unsafe { table.row_mut(rid) };
             if let Some(u) = undo {
                 before_image(u, row, false);
@@ -376,11 +385,15 @@ pub unsafe fn run_program_alone<'a>(
         let part = store(pmap.partition_of(a.table, a.key));
         let undo = keep_undo.then_some(&mut s.undo);
         let t = trace.then_some(&mut s.trace);
-        // SAFETY: the caller guarantees this thread is alone on these partitions.
+        // SAFETY: no other thread touches these partitions while this runs (this function's
+        // contract), so this transaction has every row exclusively, as `run_access` needs;
+        // `undo` is kept whenever the program has an abortable access.
         match unsafe { run_access(part, steps, txn, a.as_ref(), &s.outputs, undo, t) } {
             Ok(v) => s.outputs.push(v),
             Err(abort) => {
-                // SAFETY: as above.
+                // SAFETY: still no other thread on these partitions, and `run_access` keeps
+                // no reference to a row past its return: the rows and keys this transaction
+                // changed are this thread's alone.
                 unsafe { s.undo.rollback(&store) };
                 return Err(abort);
             }
@@ -467,6 +480,7 @@ pub(crate) mod tests {
     ) -> Result<(), LogicAbort> {
         let program = Program { accesses };
         let store = |p: PartitionId| &stores[p.index()];
+        // SAFETY: the stores were made by this test and are used by its thread alone.
         unsafe {
             run_program_alone(
                 store,

@@ -150,8 +150,10 @@ impl<'a> Executor<'a> {
         for r in txn.records.iter().filter(|r| r.node == me) {
             let t = store.table(r.table);
             match t.lookup(r.key) {
-                // SAFETY: this transaction holds a lock on the record here: nobody writes it.
                 Some(rid) => {
+                    // SAFETY: `rid` is live (just looked up), and this transaction holds a
+                    // lock on the record here, granted by the scheduler and kept until this
+                    // node is done with the transaction: nobody writes the row meanwhile.
                     rows.extend_from_slice(unsafe { t.row(rid) });
                     present.push(true);
                 }
@@ -198,8 +200,10 @@ impl<'a> Executor<'a> {
             let result = if rec.node == me {
                 let undo = keep_undo.then_some(&mut s.undo);
                 let trace = history.is_some().then_some(&mut s.trace);
-                // SAFETY: the transaction holds this node's locks on its records: exclusive
-                // ones on those it writes, shared ones on those it only reads.
+                // SAFETY: the transaction holds this node's locks on its records until it
+                // reports done: exclusive ones on those it writes (no other reference to
+                // their bytes), shared ones on those it only reads (no writer); `undo` is kept
+                // whenever the program has an abortable access.
                 unsafe { run_access(store, steps, t.id, a.as_ref(), &s.outputs, undo, trace) }
             } else {
                 let p = t
@@ -216,7 +220,9 @@ impl<'a> Executor<'a> {
             match result {
                 Ok(v) => s.outputs.push(v),
                 Err(e) => {
-                    // SAFETY: the exclusive locks on the rows it changed are still held.
+                    // SAFETY: the exclusive locks on the records it changed here are held until
+                    // `done` is sent below, and `run_access` keeps no reference to a row past
+                    // its return: those rows and keys are this executor's alone.
                     unsafe { s.undo.rollback(|_| store) };
                     abort = Some(e);
                     break;

@@ -725,7 +725,10 @@ impl QNode {
             }
             let t = table(a);
             if let Some(rid) = t.lookup(a.key) {
-                // SAFETY: this executor's queue owns the record; nobody writes it meanwhile.
+                // SAFETY: `rid` is live (just looked up). The fragment about to write the record
+                // runs in this executor's queue, which owns the record's sub-partition: no
+                // other queue writes it until this one finishes, and read-only queues read it
+                // under the node lock, held here.
                 let bytes: Box<[u8]> = unsafe { t.row(rid) }.into();
                 images.push((batch, t.version(rid), bytes));
             }
@@ -764,8 +767,10 @@ impl QNode {
                 .and_then(|v| v.iter().find(|(b, _, _)| *b >= pos.batch));
             let found: Option<(RowVersion, &[u8])> = match copy {
                 Some((_, v, bytes)) => Some((*v, bytes)),
-                // SAFETY: every batch before this one is done, and a writer of a later
-                // batch keeps a copy under the node lock (held here) before it writes.
+                // SAFETY: `rid` is live (just looked up). Every batch before this one is done
+                // here, and a writer of this batch or a later one keeps a copy of the record
+                // under the node lock (held here) before it writes: with no such copy, no
+                // writer has started on the record, and none can start while the lock is held.
                 None => t
                     .lookup(a.key)
                     .map(|rid| (t.version(rid), unsafe { t.row(rid) })),
@@ -808,7 +813,9 @@ impl QNode {
             .entry(pos)
             .or_insert_with(|| TxnFate::new(needed));
         if fate.aborted.is_some() {
-            // SAFETY: the records are in this executor's queue, which is still running.
+            // SAFETY: the fragment wrote these records from this executor's queue, which
+            // still owns their sub-partition: no other queue has touched them since, and
+            // `run_access` keeps no reference to their bytes.
             unsafe { undo.rollback(|_| self.store()) };
             return;
         }
