@@ -198,31 +198,7 @@ impl TxnScratch {
 /// The caller's concurrency control must give this transaction exclusive access to the row of
 /// `a.key` for writing accesses, and guarantee no concurrent writer for reads. For an abortable
 /// writing access, `undo` must be given (so that the caller can roll back its effect).
-#[inline]
 pub unsafe fn run_access(
-    store: &PartitionStore,
-    steps: &StepRegistry,
-    txn: TxnId,
-    a: AccessRef<'_>,
-    outputs: &[Value],
-    undo: Option<&mut UndoLog>,
-    trace: Option<&mut TxnTrace>,
-) -> Result<Value, LogicAbort> {
-    debug_assert!(
-        !a.may_abort || !a.kind.is_write() || undo.is_some(),
-        "an abortable write must keep its before-image"
-    );
-    // SAFETY: `apply_access` has the same contract as this function, which the caller
-    // upholds.
-    let result = unsafe { apply_access(store, steps, txn, a, outputs, undo, trace) };
-    a.settle(result)
-}
-
-/// [`run_access`] before its failure is settled: every failure is an error here.
-///
-/// # Safety
-/// As for [`run_access`].
-unsafe fn apply_access(
     store: &PartitionStore,
     steps: &StepRegistry,
     txn: TxnId,
@@ -231,12 +207,20 @@ unsafe fn apply_access(
     undo: Option<&mut UndoLog>,
     mut trace: Option<&mut TxnTrace>,
 ) -> Result<Value, LogicAbort> {
+    debug_assert!(
+        !a.may_abort || !a.kind.is_write() || undo.is_some(),
+        "an abortable write must keep its before-image"
+    );
+    // Each failure is settled where it happens, so the common path (success) moves its
+    // output once, straight into the result.
     let table = store.table(a.table);
     if a.kind == AccessKind::Insert {
         // SAFETY: `run_insert` has the contract of this function, which the caller upholds.
-        return unsafe { run_insert(store, steps, txn, a, outputs, undo, trace) };
+        return a.settle(unsafe { run_insert(store, steps, txn, a, outputs, undo, trace) });
     }
-    let rid = table.lookup(a.key).ok_or(KEY_NOT_FOUND)?;
+    let Some(rid) = table.lookup(a.key) else {
+        return a.settle(Err(KEY_NOT_FOUND));
+    };
     let version = table.version(rid);
     if let Some(t) = trace.as_deref_mut() {
         if a.kind != AccessKind::Write {
@@ -264,14 +248,20 @@ unsafe fn apply_access(
         });
     };
     match a.kind {
-        // SAFETY: `rid` is live (just looked up), and the contract guarantees that nobody
-        // writes the row while the step reads it.
-        AccessKind::Read => steps.run(a, RowRef::Read(unsafe { table.row(rid) }), outputs),
+        AccessKind::Read => {
+            // SAFETY: `rid` is live (just looked up), and the contract guarantees that nobody
+            // writes the row while the step reads it.
+            let row = unsafe { table.row(rid) };
+            a.settle(steps.run(a, RowRef::Read(row), outputs))
+        }
         AccessKind::Delete => {
             // SAFETY: `rid` is live (just looked up), and the contract gives this transaction
             // the row exclusively (a delete writes), so nobody changes it while it is read.
             let row = unsafe { table.row(rid) };
-            let out = steps.run(a, RowRef::Read(row), outputs)?;
+            let out = match steps.run(a, RowRef::Read(row), outputs) {
+                Ok(out) => out,
+                Err(e) => return a.settle(Err(e)),
+            };
             if let Some(u) = undo {
                 before_image(u, row, true);
             }
@@ -296,7 +286,7 @@ unsafe fn apply_access(
             // Also when the step refused: it may have changed the row first. An abort rolls
             // the version back with the row.
             table.set_version(rid, version.next_for(txn));
-            out
+            a.settle(out)
         }
     }
 }
