@@ -231,7 +231,8 @@ pub fn check_final(
         for store in ctx.hosted() {
             let t = store.table(table);
             t.for_each(|key, rid| {
-                // SAFETY: the cluster is stopped; nothing writes rows any more.
+                // SAFETY: `rid` is live (the index holds it), and the cluster is stopped:
+                // nothing writes rows any more.
                 f(key, unsafe { t.row(rid) })
             });
         }

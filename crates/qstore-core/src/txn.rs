@@ -9,6 +9,16 @@
 //! Deterministic protocols read the whole read/write set from the program up front and split
 //! it into fragments; interactive protocols walk it access by access. Programs are plain data
 //! (serde), so they and their fragments can cross the network.
+//!
+//! Two rules hold on every protocol, so that the same request gets the same answer whichever
+//! runs it:
+//!
+//! * a call whose program has no accesses is refused ([`Program::validate`], see
+//!   [`EMPTY_PROGRAM`]);
+//! * an access that fails (its record does not exist, an insert's key already does, or its
+//!   step refuses) aborts the transaction only if it is declared abortable
+//!   ([`Access::may_abort`]); otherwise it has no effect and outputs [`Value::Null`]
+//!   ([`AccessRef::settle`]).
 
 use crate::ids::{Key, TableId, TxnId};
 use crate::QError;
@@ -79,7 +89,9 @@ pub struct Access {
     pub arg: Value,
     /// Indices of earlier accesses of the same program whose outputs this step needs.
     pub deps: Vec<u16>,
-    /// Whether the step may return a logic-induced abort.
+    /// Whether the access may abort the transaction (a logic-induced abort): when its step
+    /// refuses, or its record is missing (for an insert: already there). An access that
+    /// cannot abort outputs `Null` on such a failure instead ([`AccessRef::settle`]).
     pub may_abort: bool,
 }
 
@@ -93,6 +105,8 @@ pub struct AccessRef<'a> {
     pub step: StepId,
     pub arg: &'a Value,
     pub deps: &'a [u16],
+    /// Whether a failure of the access aborts the transaction (see [`AccessRef::settle`]).
+    pub may_abort: bool,
 }
 
 impl Access {
@@ -104,9 +118,49 @@ impl Access {
             step: self.step,
             arg: &self.arg,
             deps: &self.deps,
+            may_abort: self.may_abort,
         }
     }
 }
+
+impl AccessRef<'_> {
+    /// What a failure of this access (`result` an error: its record does not exist, an
+    /// insert's key already does, or its step refused) means for the transaction: an abort
+    /// if the access is declared abortable, otherwise nothing: the access outputs `Null` and
+    /// the transaction goes on. Every protocol runs accesses through here (storage does it in
+    /// `qstore_engine::exec::run_access`), so they all answer a request the same way.
+    ///
+    /// Why not abort on every failure: a procedure that declares an access cannot abort lets
+    /// the engines skip what aborting it would need. Q-Store sends no verdicts and keeps no
+    /// before-images or held records for it, and the serial and Calvin executors keep no undo
+    /// log for a program none of whose accesses may abort; aborting such a program halfway
+    /// could not be undone. A failed access that cannot abort is what a SQL `UPDATE` or
+    /// `SELECT` of a missing row is: zero rows affected, and the transaction commits. An
+    /// integrity check that needs the record (a debit of an account) declares its access
+    /// abortable and then aborts with the record's absence (`"key not found"`).
+    #[inline]
+    pub fn settle(&self, result: Result<Value, LogicAbort>) -> Result<Value, LogicAbort> {
+        match result {
+            Err(_) if !self.may_abort => Ok(Value::Null),
+            result => result,
+        }
+    }
+}
+
+/// Why a call whose program has no accesses is refused (by [`Program::validate`], so by
+/// every protocol, where it builds the program).
+///
+/// Refused rather than committed at once: such a call is almost surely a client's mistake
+/// (an empty argument list), and a transaction that touches no record has no place in a
+/// deterministic protocol's schedule. Q-Store places accesses in execution queues and answers
+/// a batch when the nodes holding its queues acknowledge them; a transaction with no access
+/// is in no queue, so a batch of only such transactions would wait for acknowledgements that
+/// never come. Refusing it where every protocol builds programs decides it in one place,
+/// before any protocol's machinery sees it.
+pub const EMPTY_PROGRAM: &str = "the call produced a transaction with no record accesses";
+
+/// A record an access needs does not exist: the abort of an abortable access to it.
+pub const KEY_NOT_FOUND: LogicAbort = LogicAbort("key not found");
 
 /// The ordered accesses of one transaction.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
@@ -120,11 +174,15 @@ impl Program {
         self.accesses.iter().any(|a| a.may_abort)
     }
 
-    /// Checks, in one pass, the rules every protocol relies on: at most `u16::MAX` accesses,
-    /// tables among the first `tables`, no reserved keys, dependencies on earlier accesses
-    /// only, and accesses that may abort only when `may_abort` (the procedure's promise).
-    /// Procedures build programs from untrusted arguments, so this is enforced.
+    /// Checks, in one pass, the rules every protocol relies on: at least one and at most
+    /// `u16::MAX` accesses, tables among the first `tables`, no reserved keys, dependencies
+    /// on earlier accesses only, and accesses that may abort only when `may_abort` (the
+    /// procedure's promise). Procedures build programs from untrusted arguments, so this is
+    /// enforced.
     pub fn validate(&self, tables: usize, may_abort: bool) -> Result<(), String> {
+        if self.accesses.is_empty() {
+            return Err(EMPTY_PROGRAM.into());
+        }
         if self.accesses.len() > u16::MAX as usize {
             return Err(format!(
                 "{} accesses (at most {})",
@@ -492,6 +550,29 @@ mod tests {
         };
         let p = Program { accesses: vec![a] };
         assert!(p.validate(1, true).is_err());
+    }
+
+    #[test]
+    fn programs_without_accesses_are_refused() {
+        let err = Program::default().validate(1, true).unwrap_err();
+        assert_eq!(err, EMPTY_PROGRAM);
+    }
+
+    #[test]
+    fn only_accesses_that_may_abort_abort_on_failure() {
+        let mut a = Access {
+            table: 0,
+            key: 1,
+            kind: AccessKind::ReadModifyWrite,
+            step: StepId(0),
+            arg: Value::Null,
+            deps: vec![],
+            may_abort: false,
+        };
+        assert_eq!(a.as_ref().settle(Err(KEY_NOT_FOUND)), Ok(Value::Null));
+        assert_eq!(a.as_ref().settle(Ok(Value::Int(3))), Ok(Value::Int(3)));
+        a.may_abort = true;
+        assert_eq!(a.as_ref().settle(Err(KEY_NOT_FOUND)), Err(KEY_NOT_FOUND));
     }
 
     #[test]

@@ -6,7 +6,7 @@
 use crate::history::TxnTrace;
 use qstore_core::partition::PartitionMap;
 use qstore_core::txn::{
-    Access, AccessKind, AccessRef, LogicAbort, Program, RowRef, StepRegistry, Value,
+    Access, AccessKind, AccessRef, LogicAbort, Program, RowRef, StepRegistry, Value, KEY_NOT_FOUND,
 };
 use qstore_core::{PartitionId, TableId, TxnId};
 use qstore_storage::{PartitionStore, RowVersion, Table};
@@ -115,7 +115,9 @@ impl UndoLog {
     /// Undoes every recorded change, newest first, then forgets them.
     ///
     /// # Safety
-    /// The caller must still hold exclusive access to every row the transaction changed.
+    /// The caller must still hold exclusive access to every row (and, for inserts and
+    /// deletes, every key) the transaction changed, and hold no reference to their bytes: the
+    /// rollback writes them.
     pub unsafe fn rollback<'a>(&mut self, store: impl Fn(PartitionId) -> &'a PartitionStore) {
         for e in self.entries.drain(..).rev() {
             match e {
@@ -131,7 +133,9 @@ impl UndoLog {
                         .lookup(key)
                         .expect("an updated row stays while its writer runs");
                     let size = t.row_size();
-                    // SAFETY: exclusive access per this function's contract.
+                    // SAFETY: `rid` is live (just looked up), and the caller holds the row
+                    // exclusively with no reference to its bytes (this function's contract),
+                    // so this `&mut` is the only reference to them.
                     unsafe { t.row_mut(rid) }.copy_from_slice(&self.arena[at..at + size]);
                     t.set_version(rid, version);
                 }
@@ -149,7 +153,9 @@ impl UndoLog {
                     let size = t.row_size();
                     // Re-inserting into the slot the delete freed cannot fail for lack of room.
                     if let Ok(Some(rid)) = t.insert(key, version) {
-                        // SAFETY: the row was just created by us and is not yet shared.
+                        // SAFETY: `insert` just created the row, and the caller holds the key
+                        // exclusively (this function's contract), so no other thread looks it
+                        // up: this `&mut` is the only reference to its bytes.
                         unsafe { t.row_mut(rid) }.copy_from_slice(&self.arena[at..at + size]);
                     }
                 }
@@ -178,12 +184,20 @@ impl TxnScratch {
 
 /// Runs access `a` of transaction `txn` against partition `store`, with the outputs of the
 /// transaction's earlier accesses in `outputs`. When `undo` is given, before-images are
-/// recorded there; when `trace` is given, the version read and the record written. Missing rows (and inserts of existing keys) are logic-induced aborts: they
-/// are deterministic given the order of transactions.
+/// recorded there; when `trace` is given, the versions read and the records written.
+///
+/// A failure (a missing record, an insert of an existing key, a step that refuses) is a
+/// logic-induced abort only for an access declared abortable; any other access so failing
+/// outputs `Null` ([`AccessRef::settle`], the rule every protocol follows). Either way the
+/// failure is deterministic given the order of transactions. A failed access has no effect,
+/// except a refusing step of a writing access, which may have changed the row before it
+/// refused: the row keeps that (a new version) unless the transaction aborts and is rolled
+/// back.
 ///
 /// # Safety
 /// The caller's concurrency control must give this transaction exclusive access to the row of
-/// `a.key` for writing accesses, and guarantee no concurrent writer for reads.
+/// `a.key` for writing accesses, and guarantee no concurrent writer for reads. For an abortable
+/// writing access, `undo` must be given (so that the caller can roll back its effect).
 pub unsafe fn run_access(
     store: &PartitionStore,
     steps: &StepRegistry,
@@ -191,24 +205,26 @@ pub unsafe fn run_access(
     a: AccessRef<'_>,
     outputs: &[Value],
     undo: Option<&mut UndoLog>,
-    trace: Option<&mut TxnTrace>,
+    mut trace: Option<&mut TxnTrace>,
 ) -> Result<Value, LogicAbort> {
+    debug_assert!(
+        !a.may_abort || !a.kind.is_write() || undo.is_some(),
+        "an abortable write must keep its before-image"
+    );
+    // Each failure is settled where it happens, so the common path (success) moves its
+    // output once, straight into the result.
     let table = store.table(a.table);
     if a.kind == AccessKind::Insert {
-        if let Some(t) = trace {
-            t.write(a.table, a.key);
-        }
-        // SAFETY: forwarded contract.
-        return unsafe { run_insert(store, steps, txn, a, outputs, undo) };
+        // SAFETY: `run_insert` has the contract of this function, which the caller upholds.
+        return a.settle(unsafe { run_insert(store, steps, txn, a, outputs, undo, trace) });
     }
-    let rid = table.lookup(a.key).ok_or(LogicAbort("key not found"))?;
+    let Some(rid) = table.lookup(a.key) else {
+        return a.settle(Err(KEY_NOT_FOUND));
+    };
     let version = table.version(rid);
-    if let Some(t) = trace {
+    if let Some(t) = trace.as_deref_mut() {
         if a.kind != AccessKind::Write {
             t.read(a.table, a.key, version);
-        }
-        if a.kind.is_write() {
-            t.write(a.table, a.key);
         }
     }
     let before_image = |u: &mut UndoLog, row: &[u8], delete: bool| {
@@ -232,30 +248,54 @@ pub unsafe fn run_access(
         });
     };
     match a.kind {
-        // SAFETY (all arms): the contract gives the access the row, exclusively if it writes.
-        AccessKind::Read => steps.run(a, RowRef::Read(unsafe { table.row(rid) }), outputs),
-        AccessKind::Delete => {
+        AccessKind::Read => {
+            // SAFETY: `rid` is live (just looked up), and the contract guarantees that nobody
+            // writes the row while the step reads it.
             let row = unsafe { table.row(rid) };
-            let out = steps.run(a, RowRef::Read(row), outputs)?;
+            a.settle(steps.run(a, RowRef::Read(row), outputs))
+        }
+        AccessKind::Delete => {
+            // SAFETY: `rid` is live (just looked up), and the contract gives this transaction
+            // the row exclusively (a delete writes), so nobody changes it while it is read.
+            let row = unsafe { table.row(rid) };
+            let out = match steps.run(a, RowRef::Read(row), outputs) {
+                Ok(out) => out,
+                Err(e) => return a.settle(Err(e)),
+            };
             if let Some(u) = undo {
                 before_image(u, row, true);
             }
             table.remove(a.key);
+            if let Some(t) = trace {
+                t.write(a.table, a.key);
+            }
             Ok(out)
         }
         _ => {
+            // SAFETY: `rid` is live (just looked up), and the contract gives this transaction
+            // the row exclusively (the access writes), so this `&mut` is the only reference
+            // to its bytes while the step runs.
             let row = unsafe { table.row_mut(rid) };
             if let Some(u) = undo {
                 before_image(u, row, false);
             }
-            let out = steps.run(a, RowRef::Write(row), outputs)?;
+            if let Some(t) = trace {
+                t.write(a.table, a.key);
+            }
+            let out = steps.run(a, RowRef::Write(row), outputs);
+            // Also when the step refused: it may have changed the row first. An abort rolls
+            // the version back with the row.
             table.set_version(rid, version.next_for(txn));
-            Ok(out)
+            a.settle(out)
         }
     }
 }
 
-/// The Insert arm of [`run_access`]; an existing key is a logic-induced abort.
+/// The Insert arm of [`run_access`]; an existing key (or a full table) is a failure.
+///
+/// # Safety
+/// As for [`run_access`]: the caller's concurrency control gives this transaction the key
+/// `a.key` exclusively, so no other thread inserts, reads or removes it meanwhile.
 unsafe fn run_insert(
     store: &PartitionStore,
     steps: &StepRegistry,
@@ -263,6 +303,7 @@ unsafe fn run_insert(
     a: AccessRef<'_>,
     outputs: &[Value],
     undo: Option<&mut UndoLog>,
+    trace: Option<&mut TxnTrace>,
 ) -> Result<Value, LogicAbort> {
     let table = store.table(a.table);
     let version = RowVersion {
@@ -278,7 +319,11 @@ unsafe fn run_insert(
         let (part, table, key) = (store.id, a.table, a.key);
         u.entries.push(UndoEntry::Insert { part, table, key });
     }
-    // SAFETY: the row was just created by this transaction.
+    if let Some(t) = trace {
+        t.write(a.table, a.key);
+    }
+    // SAFETY: the row was created just now by this transaction, which holds its key
+    // exclusively (the contract): no other reference to its bytes exists.
     steps.run(a, RowRef::Write(unsafe { table.row_mut(rid) }), outputs)
 }
 
@@ -330,11 +375,15 @@ pub unsafe fn run_program_alone<'a>(
         let part = store(pmap.partition_of(a.table, a.key));
         let undo = keep_undo.then_some(&mut s.undo);
         let t = trace.then_some(&mut s.trace);
-        // SAFETY: the caller guarantees this thread is alone on these partitions.
+        // SAFETY: no other thread touches these partitions while this runs (this function's
+        // contract), so this transaction has every row exclusively, as `run_access` needs;
+        // `undo` is kept whenever the program has an abortable access.
         match unsafe { run_access(part, steps, txn, a.as_ref(), &s.outputs, undo, t) } {
             Ok(v) => s.outputs.push(v),
             Err(abort) => {
-                // SAFETY: as above.
+                // SAFETY: still no other thread on these partitions, and `run_access` keeps
+                // no reference to a row past its return: the rows and keys this transaction
+                // changed are this thread's alone.
                 unsafe { s.undo.rollback(&store) };
                 return Err(abort);
             }
@@ -421,6 +470,7 @@ pub(crate) mod tests {
     ) -> Result<(), LogicAbort> {
         let program = Program { accesses };
         let store = |p: PartitionId| &stores[p.index()];
+        // SAFETY: the stores were made by this test and are used by its thread alone.
         unsafe {
             run_program_alone(
                 store,
@@ -494,15 +544,56 @@ pub(crate) mod tests {
                 seq: 1
             }
         );
-        let missing = vec![access(&cat, AccessKind::Read, 9_999, 0)];
+        // An access that cannot abort does nothing to a missing record, or to an existing
+        // one it would insert, and outputs Null; one that may abort aborts.
+        let may_abort = |mut a: Access| {
+            a.may_abort = true;
+            a
+        };
+        let missing = access(&cat, AccessKind::ReadModifyWrite, 9, 1);
+        let dup = access(&cat, AccessKind::Insert, 2, 1);
+        let both = vec![missing.clone(), dup.clone()];
+        run(&cat, &pmap, &stores, 10, both, &mut s).unwrap();
+        assert_eq!(s.outputs, vec![Value::Null, Value::Null]);
+        assert!(stores[0].table(0).lookup(9).is_none());
         assert_eq!(
-            run(&cat, &pmap, &stores, 10, missing, &mut s),
+            run(&cat, &pmap, &stores, 11, vec![may_abort(missing)], &mut s),
             Err(LogicAbort("key not found"))
         );
-        let dup = vec![access(&cat, AccessKind::Insert, 2, 1)];
         assert_eq!(
-            run(&cat, &pmap, &stores, 11, dup, &mut s),
+            run(&cat, &pmap, &stores, 12, vec![may_abort(dup)], &mut s),
             Err(LogicAbort("duplicate key"))
         );
+        let t = stores[0].table(0);
+        assert_eq!(
+            counter_of(t, 2),
+            5,
+            "neither insert changed the existing row"
+        );
+    }
+
+    /// A non-abortable access to a missing key in the middle of a program that cannot abort
+    /// leaves the program's other writes in place: the program commits.
+    #[test]
+    fn a_missing_key_does_not_cut_a_program_that_cannot_abort_short() {
+        let (cat, pmap, stores) = fixture();
+        let mut s = TxnScratch::default();
+        let accesses = vec![
+            access(&cat, AccessKind::ReadModifyWrite, 1, 1),
+            access(&cat, AccessKind::ReadModifyWrite, 18, 1),
+            access(&cat, AccessKind::ReadModifyWrite, 11, 1),
+        ];
+        run(&cat, &pmap, &stores, 5, accesses, &mut s).unwrap();
+        assert_eq!(s.outputs, vec![Value::Int(6), Value::Null, Value::Int(6)]);
+        assert_eq!(counter_of(stores[0].table(0), 1), 6);
+        assert_eq!(counter_of(stores[1].table(0), 11), 6);
+    }
+
+    fn counter_of(t: &Table, key: u64) -> i64 {
+        let rid = t.lookup(key).expect("the key exists");
+        // SAFETY: the test's partitions are private to its thread, and nothing runs on them
+        // while it reads.
+        let row = unsafe { t.row(rid) };
+        i64::from_le_bytes(row[..8].try_into().unwrap())
     }
 }

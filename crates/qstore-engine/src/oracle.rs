@@ -33,7 +33,8 @@ pub fn replay(
     let mut divergent = Vec::new();
     for t in order {
         let program = catalog.program(&t.call)?;
-        // SAFETY: the stores are private to this function and this is its only thread.
+        // SAFETY: this function loaded the stores and never shares them: only this thread
+        // touches their rows.
         let result = unsafe {
             run_program_alone(
                 store,

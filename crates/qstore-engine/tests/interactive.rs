@@ -154,7 +154,8 @@ impl Client {
 fn value(stopped: &StoppedCluster, k: u64) -> i64 {
     let t = stopped.ctx().store(PartitionId((k / KEYS) as u32)).table(0);
     let rid = t.lookup(k).unwrap();
-    // SAFETY: the cluster's threads have stopped; nothing writes the table any more.
+    // SAFETY: `rid` is live (just looked up), and the cluster's threads have stopped: nothing
+    // writes the table any more.
     counter(unsafe { t.row(rid) })
 }
 

@@ -130,7 +130,8 @@ fn run(mode: QStoreMode) -> (Vec<TxnOutcome>, [i64; 4]) {
     let value = |k: u64| {
         let t = stopped.ctx().store(PartitionId((k / KEYS) as u32)).table(0);
         let rid = t.lookup(k).unwrap();
-        // SAFETY: the cluster's threads have stopped; nothing writes the table any more.
+        // SAFETY: `rid` is live (just looked up), and the cluster's threads have stopped:
+        // nothing writes the table any more.
         counter(unsafe { t.row(rid) })
     };
     let outcomes = outcomes.into_iter().map(Option::unwrap).collect();

@@ -11,7 +11,9 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 #[inline(always)]
 pub(crate) fn prefetch_read(ptr: *const u8) {
     #[cfg(target_arch = "x86_64")]
-    // SAFETY: prefetching never faults and reads nothing observable, even for bad addresses.
+    // SAFETY: `_mm_prefetch` needs only SSE, which every x86_64 CPU has; it is a hint that
+    // never faults and neither reads nor writes memory the program can observe, whatever the
+    // address.
     unsafe {
         std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(ptr as *const i8)
     };
@@ -83,16 +85,26 @@ pub struct Table {
     live: AtomicUsize,
 }
 
-// SAFETY: `data` is an owned heap buffer (like a Box<[u8]>) that is freed only in Drop.
-// Shared access to row bytes goes through the `unsafe` accessors below, whose callers uphold
-// the no-concurrent-write contract; everything else is atomics and locks.
+// SAFETY: `NonNull` alone is what keeps `Table` from being `Send`. `data` is a heap buffer
+// the table owns outright (like a `Box<[u8]>`, freed only in `Drop`), with no tie to the
+// thread that allocated it, so moving the table to another thread moves that ownership whole;
+// every other field is `Send`.
 unsafe impl Send for Table {}
+// SAFETY: through `&Table`, row bytes are reached only (a) by the `unsafe` accessors `row` and
+// `row_mut`, whose callers guarantee that nobody writes a row while anyone else reads or
+// writes it, and (b) inside `insert` and `load`, which write only a slot they just took from
+// `allocate`: one never handed out, or one whose key `remove` took out of the index. A
+// remove writes the row, so by the same contract nobody else held its bytes then, and
+// afterwards no lookup leads to the slot. `prefetch` reads nothing. Every other field is
+// atomics, a lock, or never written after `new`.
 unsafe impl Sync for Table {}
 
 impl Drop for Table {
     fn drop(&mut self) {
-        let len = self.capacity * self.schema.row_size;
-        // SAFETY: `data` came from `Box::<[u8]>::into_raw` of exactly `len` bytes in `new`.
+        let len = Self::buffer_len(self.capacity, self.schema.row_size);
+        // SAFETY: `data` came from `Box::<[u8]>::into_raw` of a buffer of exactly `len` bytes
+        // in `new` (the same `buffer_len` of the same capacity and row size), and `drop` runs
+        // once, so the box is rebuilt with its own length and freed exactly once.
         unsafe {
             drop(Box::from_raw(std::ptr::slice_from_raw_parts_mut(
                 self.data.as_ptr(),
@@ -128,18 +140,26 @@ impl Table {
             .expect("table size overflows");
         // vec! of zeros comes from calloc: pages are zeroed lazily by the kernel.
         let buffer: Box<[u8]> = vec![0u8; len.max(1)].into_boxed_slice();
+        let capacity = if len == 0 { 0 } else { capacity };
+        debug_assert_eq!(buffer.len(), Self::buffer_len(capacity, schema.row_size));
         let data = NonNull::new(Box::into_raw(buffer) as *mut u8).expect("non-null allocation");
         let versions = (0..capacity).map(|_| AtomicU64::new(0)).collect();
         Table {
             index: Index::new(capacity),
             schema,
             data,
-            capacity: if len == 0 { 0 } else { capacity },
+            capacity,
             versions,
             allocated: AtomicUsize::new(0),
             free: Mutex::new(Vec::new()),
             live: AtomicUsize::new(0),
         }
+    }
+
+    /// Bytes of the row buffer of a table of `capacity` rows of `row_size` bytes: at least
+    /// one, so that the buffer is a real allocation.
+    fn buffer_len(capacity: usize, row_size: usize) -> usize {
+        (capacity * row_size).max(1)
     }
 
     pub fn schema(&self) -> &TableSchema {
@@ -193,8 +213,9 @@ impl Table {
             for line in (first..end).step_by(64) {
                 // The first line may begin before the row: start at the row itself there.
                 let at = line.max(offset);
-                // SAFETY: offset <= at < offset + size <= capacity * row_size: inside the
-                // buffer; nothing is read.
+                // SAFETY: `rid` is live (just looked up), so `rid < capacity` and
+                // offset <= at < offset + size <= capacity * size: the pointer stays inside
+                // the buffer, as `add` requires. Prefetching it reads nothing.
                 prefetch_read(unsafe { self.data.as_ptr().add(at) });
             }
             // Every access reads the version too; it lives in an array of its own.
@@ -211,7 +232,10 @@ impl Table {
     pub unsafe fn row(&self, rid: RowId) -> &[u8] {
         debug_assert!((rid as usize) < self.capacity);
         let size = self.schema.row_size;
-        // SAFETY: rid < capacity, so the range lies inside the buffer; aliasing per contract.
+        // SAFETY: a live row's id is below `capacity` (`allocate` hands out no other), so its
+        // `size` bytes at `rid * size` lie inside the `capacity * size`-byte buffer, which is
+        // initialised (zeroed at creation) and lives as long as `&self`. Nobody writes them
+        // while the slice lives, by this function's contract.
         unsafe { std::slice::from_raw_parts(self.data.as_ptr().add(rid as usize * size), size) }
     }
 
@@ -225,7 +249,9 @@ impl Table {
     pub unsafe fn row_mut(&self, rid: RowId) -> &mut [u8] {
         debug_assert!((rid as usize) < self.capacity);
         let size = self.schema.row_size;
-        // SAFETY: as for `row`, with exclusivity guaranteed by the caller.
+        // SAFETY: the bytes lie inside the buffer and are initialised, as in `row`; the caller
+        // guarantees no other reference to them exists while the returned slice lives, so
+        // the `&mut` is unique.
         unsafe { std::slice::from_raw_parts_mut(self.data.as_ptr().add(rid as usize * size), size) }
     }
 
@@ -266,8 +292,9 @@ impl Table {
             return Ok(None);
         }
         let rid = self.allocate()?;
-        // SAFETY: the slot was free (never handed out or returned by `remove`), so nobody else
-        // references it.
+        // SAFETY: `rid` comes from `allocate`, so it is below `capacity`, and the slot was free
+        // (never handed out, or given back by `remove` after its key left the index): no
+        // lookup leads to it until the index insert below, so nobody else references it.
         unsafe { self.row_mut(rid).fill(0) };
         self.set_version(rid, version);
         if !self.index.insert(key, rid) {
@@ -302,7 +329,8 @@ impl Table {
                 )));
             }
             let rid = self.allocate()?;
-            // SAFETY: freshly allocated slot, not yet in the index: nobody else can see it.
+            // SAFETY: `rid` comes from `allocate` (below `capacity`) and is not in the index
+            // yet, so no lookup leads another thread to it: this is the only reference.
             fill(key, unsafe { self.row_mut(rid) });
             self.set_version(rid, RowVersion::INITIAL);
             if !self.index.insert(key, rid) {
@@ -323,7 +351,9 @@ impl Table {
         let mut sum = 0u64;
         let mut count = 0u64;
         self.index.for_each(|key, rid| {
-            // SAFETY: quiescent table per the contract above; rid is live (in the index).
+            // SAFETY: `rid` is live (the index holds it), and the caller runs this only while
+            // no transaction writes the table (see above), so nothing writes the row while
+            // it is hashed.
             let bytes = unsafe { self.row(rid) };
             sum = sum.wrapping_add(xxhash_rust::xxh3::xxh3_64_with_seed(bytes, key));
             count += 1;
@@ -463,6 +493,8 @@ mod tests {
             .unwrap();
         for k in 0..100u64 {
             let rid = t.lookup(k).unwrap();
+            // SAFETY: `rid` is live (just looked up) and this test's thread is the only one
+            // using the table.
             let row = unsafe { t.row(rid) };
             assert_eq!(u64::from_le_bytes(row[..8].try_into().unwrap()), k);
         }
@@ -477,10 +509,14 @@ mod tests {
         b.load((0..10).rev(), |k, r| r[0] = k as u8).unwrap();
         assert_eq!(a.content_hash(), b.content_hash());
         let rid = b.lookup(3).unwrap();
+        // SAFETY: `rid` is live, and this test's thread, the only one using the table, holds
+        // no other reference to the row.
         unsafe { b.row_mut(rid)[1] = 9 };
         assert_ne!(a.content_hash(), b.content_hash());
         // Versions are not content.
         a.set_version(a.lookup(4).unwrap(), v(77));
+        // SAFETY: `rid` is still live, and the slice written through above is gone: this is
+        // again the only reference to the row.
         unsafe { b.row_mut(rid)[1] = 0 };
         assert_eq!(a.content_hash(), b.content_hash());
     }

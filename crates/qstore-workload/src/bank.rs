@@ -242,6 +242,8 @@ impl Bank {
             capacity_per_partition: cfg.accounts_per_partition as usize,
             keys_per_partition: cfg.accounts_per_partition,
         });
+        let pmap = PartitionMap::new(run.cluster.nodes, run.cluster.partitioning, &catalog.tables);
+        let layout = Layout::new(&cfg, pmap);
         let read = catalog.steps.register("bank_read", bank_read);
         let debit = catalog.steps.register("bank_debit", bank_debit);
         let credit = catalog.steps.register("bank_credit", bank_credit);
@@ -249,11 +251,14 @@ impl Bank {
             debit,
             credit,
             max_amount: cfg.max_amount,
+            layout: layout.clone(),
         }));
-        let audit = catalog.add_procedure(Arc::new(Audit { read }));
-        let pmap = PartitionMap::new(run.cluster.nodes, run.cluster.partitioning, &catalog.tables);
+        let audit = catalog.add_procedure(Arc::new(Audit {
+            read,
+            layout: layout.clone(),
+        }));
         Ok(Bank {
-            layout: Layout::new(&cfg, pmap),
+            layout,
             catalog: Arc::new(catalog),
             cfg,
             seed: run.seed,
@@ -558,12 +563,16 @@ impl TxnGenerator for BankGenerator {
     }
 }
 
-/// The account keys of a call: non-negative integers, no account twice.
-fn account_keys(args: &[Value]) -> Result<Vec<Key>, String> {
+/// The account keys of a call: keys of accounts that exist, no account twice. Credits and
+/// audit reads cannot abort, and an access that cannot abort does nothing to a missing
+/// record (see `qstore_core::txn`): a transfer to a key that is no account would lose its
+/// money, so such calls are refused here.
+fn account_keys(layout: &Layout, args: &[Value]) -> Result<Vec<Key>, String> {
     let keys = args
         .iter()
         .map(|v| match v.as_int() {
-            Some(k) if k >= 0 => Ok(k as Key),
+            Some(k) if k >= 0 && layout.index_of(k as Key).is_some() => Ok(k as Key),
+            Some(k) if k >= 0 => Err(format!("no account has key {k}")),
             _ => Err(format!("account keys must be integers >= 0, got {v:?}")),
         })
         .collect::<Result<Vec<_>, _>>()?;
@@ -594,6 +603,7 @@ struct Transfer {
     credit: StepId,
     /// Amounts are bounded so that no balance can overflow (configuration bounds the total).
     max_amount: i64,
+    layout: Layout,
 }
 
 impl Procedure for Transfer {
@@ -614,7 +624,7 @@ impl Procedure for Transfer {
                 ))
             }
         };
-        let keys = account_keys(accounts)?;
+        let keys = account_keys(&self.layout, accounts)?;
         if keys.len() < 2 {
             return Err(format!(
                 "need a source and a destination, got {} accounts",
@@ -647,6 +657,7 @@ impl Procedure for Transfer {
 /// `audit(key1, ..., keyN)`: reads the balances of the accounts (a whole branch).
 struct Audit {
     read: StepId,
+    layout: Layout,
 }
 
 impl Procedure for Audit {
@@ -659,7 +670,7 @@ impl Procedure for Audit {
     }
 
     fn program(&self, args: &[Value]) -> Result<Program, String> {
-        let keys = account_keys(args)?;
+        let keys = account_keys(&self.layout, args)?;
         if keys.is_empty() {
             return Err("an audit reads at least one account".into());
         }
@@ -1193,6 +1204,8 @@ mod tests {
             vec![Value::Null, i(1), i(2)],
             vec![i(5), i(1), Value::Bytes(vec![2])],
             vec![i(5), i(-1), i(2)],
+            // Key 800 is no account (one partition of 800): its credit would do nothing.
+            vec![i(5), i(1), i(800)],
         ];
         for args in bad_transfers {
             let call = ProcCall {
@@ -1206,6 +1219,7 @@ mod tests {
             vec![i(1), i(1)],
             vec![Value::Bytes(vec![])],
             vec![i(-2)],
+            vec![i(3), i(800)],
         ] {
             let call = ProcCall {
                 proc: b.audit,
@@ -1213,5 +1227,10 @@ mod tests {
             };
             assert!(b.catalog.program(&call).is_err(), "{call:?}");
         }
+        let edge = ProcCall {
+            proc: b.transfer,
+            args: vec![i(5), i(0), i(799)],
+        };
+        assert!(b.catalog.program(&edge).is_ok(), "the last account exists");
     }
 }

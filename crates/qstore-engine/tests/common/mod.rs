@@ -30,6 +30,7 @@ pub fn counter_catalog() -> Catalog {
 }
 
 /// Loads partition `p` of the counter table (range partitioning): key k holds k.
+#[allow(dead_code)]
 pub fn load_counters(p: PartitionId, l: &mut dyn RowLoader) -> Result<(), QError> {
     let mut keys = (0..KEYS).map(|i| p.0 as u64 * KEYS + i);
     l.load_rows(0, &mut keys, &mut |k, row| {

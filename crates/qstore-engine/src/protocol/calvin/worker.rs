@@ -17,7 +17,9 @@ use super::node::{CalvinNode, POLL};
 use super::txn::Txn;
 use crate::exec::{run_access, TxnScratch};
 use crossbeam_channel::{Receiver, RecvTimeoutError};
-use qstore_core::txn::{Access, AccessKind, LogicAbort, RowRef, StepRegistry, Value};
+use qstore_core::txn::{
+    Access, AccessKind, LogicAbort, RowRef, StepRegistry, Value, KEY_NOT_FOUND,
+};
 use qstore_core::NodeId;
 use std::sync::atomic::Ordering;
 
@@ -148,8 +150,10 @@ impl<'a> Executor<'a> {
         for r in txn.records.iter().filter(|r| r.node == me) {
             let t = store.table(r.table);
             match t.lookup(r.key) {
-                // SAFETY: this transaction holds a lock on the record here: nobody writes it.
                 Some(rid) => {
+                    // SAFETY: `rid` is live (just looked up), and this transaction holds a
+                    // lock on the record here, granted by the scheduler and kept until this
+                    // node is done with the transaction: nobody writes the row meanwhile.
                     rows.extend_from_slice(unsafe { t.row(rid) });
                     present.push(true);
                 }
@@ -196,8 +200,10 @@ impl<'a> Executor<'a> {
             let result = if rec.node == me {
                 let undo = keep_undo.then_some(&mut s.undo);
                 let trace = history.is_some().then_some(&mut s.trace);
-                // SAFETY: the transaction holds this node's locks on its records: exclusive
-                // ones on those it writes, shared ones on those it only reads.
+                // SAFETY: the transaction holds this node's locks on its records until it
+                // reports done: exclusive ones on those it writes (no other reference to
+                // their bytes), shared ones on those it only reads (no writer); `undo` is kept
+                // whenever the program has an abortable access.
                 unsafe { run_access(store, steps, t.id, a.as_ref(), &s.outputs, undo, trace) }
             } else {
                 let p = t
@@ -214,7 +220,9 @@ impl<'a> Executor<'a> {
             match result {
                 Ok(v) => s.outputs.push(v),
                 Err(e) => {
-                    // SAFETY: the exclusive locks on the rows it changed are still held.
+                    // SAFETY: the exclusive locks on the records it changed here are held until
+                    // `done` is sent below, and `run_access` keeps no reference to a row past
+                    // its return: those rows and keys are this executor's alone.
                     unsafe { s.undo.rollback(|_| store) };
                     abort = Some(e);
                     break;
@@ -274,9 +282,22 @@ impl<'a> Executor<'a> {
 }
 
 /// An access against a copy of a remote record, as [`run_access`] would run it against the
-/// record itself: the same step, the same missing-key and duplicate-key aborts. Inserts and
-/// deletes change the copy, so later accesses of the program see them.
+/// record itself: the same step, the same failures for a missing or (for an insert) existing
+/// record, settled by the same rule (only an abortable access aborts). Inserts and deletes
+/// change the copy, so later accesses of the program see them.
 fn run_on_copy(
+    steps: &StepRegistry,
+    a: &Access,
+    row: &mut [u8],
+    present: &mut bool,
+    outputs: &[Value],
+) -> Result<Value, LogicAbort> {
+    a.as_ref()
+        .settle(apply_on_copy(steps, a, row, present, outputs))
+}
+
+/// [`run_on_copy`] before its failure is settled.
+fn apply_on_copy(
     steps: &StepRegistry,
     a: &Access,
     row: &mut [u8],
@@ -292,7 +313,7 @@ fn run_on_copy(
             *present = true;
             steps.run(a.as_ref(), RowRef::Write(row), outputs)
         }
-        _ if !*present => Err(LogicAbort("key not found")),
+        _ if !*present => Err(KEY_NOT_FOUND),
         AccessKind::Read => steps.run(a.as_ref(), RowRef::Read(row), outputs),
         AccessKind::Delete => {
             let out = steps.run(a.as_ref(), RowRef::Read(row), outputs)?;

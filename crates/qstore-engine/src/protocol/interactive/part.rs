@@ -241,8 +241,10 @@ impl<C: Cc> Node<C> {
             t.wrote |= write;
             let undo = write.then_some(&mut t.undo);
             let trace = tracing.then_some(&mut t.trace);
-            // SAFETY: the concurrency control granted this access (exclusively if it writes),
-            // and the transaction keeps that grant until it commits or aborts.
+            // SAFETY: the concurrency control granted this access (exclusively if it writes:
+            // no other reference to the row's bytes; shared otherwise: no writer), and the
+            // transaction keeps that grant until it commits or aborts. Every write keeps its
+            // before-image in `undo`.
             match unsafe { run_access(store, steps, txn, a.as_ref(), &g.outs, undo, trace) } {
                 Ok(v) => g.outs[idx as usize] = v,
                 Err(abort) => {
@@ -297,7 +299,9 @@ impl<C: Cc> Node<C> {
             return;
         };
         let store = self.store();
-        // SAFETY: the transaction still holds every record it changed here.
+        // SAFETY: the transaction's grants here, exclusive on every record it changed, are
+        // released only below, after the rollback; none of its accesses is running (its
+        // state was just taken out of the table), so nothing references those rows' bytes.
         unsafe { t.undo.rollback(|_| store) };
         let mut woken = Vec::new();
         self.cc.release(txn, &mut t.held, &mut woken);

@@ -130,6 +130,7 @@ impl<'a> FragRef<'a> {
             step: op.step,
             arg,
             deps,
+            may_abort: op.may_abort,
         }
     }
 

@@ -14,7 +14,9 @@ use crossbeam_channel::{bounded, Receiver, RecvTimeoutError};
 use crossbeam_utils::CachePadded;
 use parking_lot::{Condvar, Mutex, MutexGuard, RwLock};
 use qstore_core::config::{Isolation, QStoreMode};
-use qstore_core::txn::{CcAbortCause, Program, RowRef, TxnOutcome, Value};
+use qstore_core::txn::{
+    CcAbortCause, Program, RowRef, TxnOutcome, Value, EMPTY_PROGRAM, KEY_NOT_FOUND,
+};
 use qstore_core::{NodeId, PartitionId, QError, TableId};
 use qstore_net::{Envelope, NetCounters, Transport};
 use qstore_storage::RowVersion;
@@ -482,6 +484,15 @@ impl QNode {
                 reply(&req, TxnOutcome::Rejected(e.to_string()));
                 continue;
             }
+            // Validation refuses programs with no accesses. One would be placed in no queue,
+            // so no node would acknowledge it: alone in its batch, the batch would never be
+            // answered, and its place in the ring would stall every planner of the cluster.
+            // Should one get here anyway, it is refused like the others.
+            debug_assert!(!program.accesses.is_empty(), "{}", EMPTY_PROGRAM);
+            if program.accesses.is_empty() {
+                reply(&req, TxnOutcome::Rejected(EMPTY_PROGRAM.into()));
+                continue;
+            }
             let seq = txns.len() as u32;
             let placed = plan.place(seq, req.id, self.id, &program, &ctx.pmap, shape);
             for &n in placed.nodes {
@@ -497,6 +508,8 @@ impl QNode {
             .filter(|&n| involved[n as usize])
             .map(NodeId)
             .collect();
+        // Every transaction planned has an access, so some node acknowledges the batch.
+        debug_assert!(txns.is_empty() || !involved.is_empty());
         if !txns.is_empty() {
             let home = HomeBatch {
                 txns,
@@ -619,14 +632,19 @@ impl QNode {
             if op.may_abort {
                 votes.push(result.as_ref().err().map(|e| e.0.to_string()));
             }
-            // A failed access that was not declared abortable (a missing key) cannot abort the
-            // transaction: its output is Null. One that was dooms it: conservative execution
-            // stops here (every node skips the rest once the verdict is known), speculative
-            // execution goes on, so the fragments waiting for its values do not wait forever,
-            // and the home aborts it with everything built on it.
+            // Only an access declared abortable fails here (`run_access` settles the others'
+            // failures as Null outputs, as every protocol does). Its failure dooms the
+            // transaction: conservative execution stops here (every node skips the rest once
+            // the verdict is known), speculative execution goes on, so the fragments waiting
+            // for its values do not wait forever, and the home aborts it with everything
+            // built on it.
+            debug_assert!(
+                op.may_abort || result.is_ok(),
+                "only abortable accesses fail"
+            );
             let value = match result {
                 Ok(v) => v,
-                Err(_) if op.may_abort && !self.speculate => break,
+                Err(_) if !self.speculate => break,
                 Err(_) => Value::Null,
             };
             let values = needs_values.then_some(&mut s.outputs[..]);
@@ -707,7 +725,10 @@ impl QNode {
             }
             let t = table(a);
             if let Some(rid) = t.lookup(a.key) {
-                // SAFETY: this executor's queue owns the record; nobody writes it meanwhile.
+                // SAFETY: `rid` is live (just looked up). The fragment about to write the record
+                // runs in this executor's queue, which owns the record's sub-partition: no
+                // other queue writes it until this one finishes, and read-only queues read it
+                // under the node lock, held here.
                 let bytes: Box<[u8]> = unsafe { t.row(rid) }.into();
                 images.push((batch, t.version(rid), bytes));
             }
@@ -744,23 +765,30 @@ impl QNode {
                 .images
                 .get(&(a.table, a.key))
                 .and_then(|v| v.iter().find(|(b, _, _)| *b >= pos.batch));
-            let (version, bytes): (RowVersion, &[u8]) = match copy {
-                Some((_, v, bytes)) => (*v, bytes),
-                None => match t.lookup(a.key) {
-                    // SAFETY: every batch before this one is done, and a writer of a later
-                    // batch keeps a copy under the node lock (held here) before it writes.
-                    Some(rid) => (t.version(rid), unsafe { t.row(rid) }),
-                    None => continue,
-                },
+            let found: Option<(RowVersion, &[u8])> = match copy {
+                Some((_, v, bytes)) => Some((*v, bytes)),
+                // SAFETY: `rid` is live (just looked up). Every batch before this one is done
+                // here, and a writer of this batch or a later one keeps a copy of the record
+                // under the node lock (held here) before it writes: with no such copy, no
+                // writer has started on the record, and none can start while the lock is held.
+                None => t
+                    .lookup(a.key)
+                    .map(|rid| (t.version(rid), unsafe { t.row(rid) })),
             };
-            if ctx.history.is_some() {
-                s.trace.read(a.table, a.key, version);
-            }
-            let value = ctx
-                .catalog
-                .steps
-                .run(a, RowRef::Read(bytes), &s.outputs)
-                .unwrap_or(Value::Null);
+            let result = match found {
+                Some((version, bytes)) => {
+                    if ctx.history.is_some() {
+                        s.trace.read(a.table, a.key, version);
+                    }
+                    ctx.catalog.steps.run(a, RowRef::Read(bytes), &s.outputs)
+                }
+                None => Err(KEY_NOT_FOUND),
+            };
+            // Read-only queues hold no access that may abort (see `BatchPlan::place`), so a
+            // failure is a Null output, as on every protocol; it is published like any
+            // other, or a fragment waiting for it would wait forever.
+            debug_assert!(!op.may_abort, "an abortable access in a read-only queue");
+            let value = a.settle(result).unwrap_or(Value::Null);
             s.outputs[op.idx as usize] = value.clone();
             produced.push((op.idx, value));
         }
@@ -785,7 +813,9 @@ impl QNode {
             .entry(pos)
             .or_insert_with(|| TxnFate::new(needed));
         if fate.aborted.is_some() {
-            // SAFETY: the records are in this executor's queue, which is still running.
+            // SAFETY: the fragment wrote these records from this executor's queue, which
+            // still owns their sub-partition: no other queue has touched them since, and
+            // `run_access` keeps no reference to their bytes.
             unsafe { undo.rollback(|_| self.store()) };
             return;
         }

@@ -118,7 +118,9 @@ impl BatchPlan {
     }
 
     /// Places the program of transaction `seq` of the batch, planned at node `home`. A
-    /// read-only transaction goes to the read-only queues when `shape` has them.
+    /// read-only transaction none of whose accesses may abort goes to the read-only queues
+    /// when `shape` has them (they cast no verdicts: one that may abort runs in the
+    /// ordinary queues, where its verdicts are counted).
     pub fn place(
         &mut self,
         seq: u32,
@@ -135,7 +137,7 @@ impl BatchPlan {
         let accesses = &program.accesses;
         let n = accesses.len() as u16;
         let offset = match read_only_from {
-            Some(from) if accesses.iter().all(|a| !a.kind.is_write()) => from,
+            Some(from) if accesses.iter().all(|a| !a.kind.is_write() && !a.may_abort) => from,
             _ => 0,
         };
         let per_node = self.per_node;

@@ -151,7 +151,8 @@ impl Executor {
         let history = ctx.history.as_deref();
         let store = |p: PartitionId| ctx.store(p);
         let steps = &ctx.catalog.steps;
-        // SAFETY: this is the only thread that touches any row while the cluster runs.
+        // SAFETY: the serial protocol runs every transaction of the cluster on this one
+        // executor thread; no other thread reads or writes a row while the cluster runs.
         let result = unsafe {
             run_program_alone(
                 store,
