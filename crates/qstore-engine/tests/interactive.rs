@@ -22,31 +22,10 @@ use std::time::Duration;
 
 mod common;
 
-use common::{access, add, counter, counter_catalog, int, load_counters, read, take, KEYS};
+use common::{access, add, counter, counter_catalog, int, load_counters, read, take, Pay, KEYS};
 
 const NODES: u32 = 3;
 const PROTOCOLS: [&str; 3] = ["no_wait", "wait_die", "hstore"];
-
-/// `pay(src, dst, amount)`: credits dst, then debits src if it has enough.
-struct Pay {
-    add: StepId,
-    take: StepId,
-}
-
-impl Procedure for Pay {
-    fn name(&self) -> &'static str {
-        "pay"
-    }
-    fn program(&self, args: &[Value]) -> Result<Program, String> {
-        let amount = Value::Int(int(args, 2)?);
-        let rmw = AccessKind::ReadModifyWrite;
-        let mut debit = access(int(args, 0)?, rmw, self.take, amount.clone(), vec![]);
-        debit.may_abort = true;
-        Ok(Program {
-            accesses: vec![access(int(args, 1)?, rmw, self.add, amount, vec![]), debit],
-        })
-    }
-}
 
 /// `copy(from, to)`: adds from's value to to (a data dependency).
 struct Copy {

@@ -24,7 +24,7 @@ use std::time::Duration;
 
 mod common;
 
-use common::{access, add, counter_catalog, int, read, take, KEYS};
+use common::{access, add, counter_catalog, int, read, take, Pay, KEYS};
 
 /// How long one request may take before its node counts as wedged.
 const ANSWER_TIMEOUT: Duration = Duration::from_secs(10);
@@ -91,29 +91,6 @@ impl Procedure for Ops {
     }
 }
 
-/// `bump_take(a, b, amount)`: adds `amount` to a (cannot abort), then takes it from b
-/// (an integrity check that may abort).
-struct BumpTake {
-    add: StepId,
-    take: StepId,
-}
-
-impl Procedure for BumpTake {
-    fn name(&self) -> &'static str {
-        "bump_take"
-    }
-
-    fn program(&self, args: &[Value]) -> Result<Program, String> {
-        let amount = Value::Int(int(args, 2)?);
-        let rmw = AccessKind::ReadModifyWrite;
-        let mut check = access(int(args, 1)?, rmw, self.take, amount.clone(), vec![]);
-        check.may_abort = true;
-        Ok(Program {
-            accesses: vec![access(int(args, 0)?, rmw, self.add, amount, vec![]), check],
-        })
-    }
-}
-
 /// `must_read(key)`: reads the key, an access that may abort (so aborts if it is missing).
 struct MustRead {
     read: StepId,
@@ -143,7 +120,7 @@ fn catalog() -> Catalog {
     let add = c.steps.register("add", add);
     let take = c.steps.register("take", take);
     c.add_procedure(Arc::new(Ops { read, add }));
-    c.add_procedure(Arc::new(BumpTake { add, take }));
+    c.add_procedure(Arc::new(Pay { add, take }));
     c.add_procedure(Arc::new(MustRead { read }));
     c
 }
@@ -243,13 +220,13 @@ fn requests(nodes: u32) -> Vec<Request> {
         req(
             "check (may abort) of a missing key",
             far,
-            ("bump_take", &[there, gone_here, 1]),
+            ("pay", &[gone_here, there, 1]),
             not_found(),
         ),
         req(
             "check (may abort) of a missing key after a write elsewhere",
             0,
-            ("bump_take", &[here, gone_there, 1]),
+            ("pay", &[gone_there, here, 1]),
             not_found(),
         ),
         // Both aborted checks had their writes undone; the multi-partition call's stayed.

@@ -2,7 +2,8 @@
 //! partition, where key k starts at k.
 
 use qstore_core::txn::{
-    Access, AccessKind, Catalog, Inputs, LogicAbort, RowLoader, RowRef, StepId, TableSchema, Value,
+    Access, AccessKind, Catalog, Inputs, LogicAbort, Procedure, Program, RowLoader, RowRef, StepId,
+    TableSchema, Value,
 };
 use qstore_core::{PartitionId, QError};
 
@@ -84,5 +85,27 @@ pub fn access(key: i64, kind: AccessKind, step: StepId, arg: Value, deps: Vec<u1
         arg,
         deps,
         may_abort: false,
+    }
+}
+
+/// `pay(src, dst, amount)`: credits dst, then debits src if it has enough.
+#[allow(dead_code)] // used by some of the test binaries that share this module
+pub struct Pay {
+    pub add: StepId,
+    pub take: StepId,
+}
+
+impl Procedure for Pay {
+    fn name(&self) -> &'static str {
+        "pay"
+    }
+    fn program(&self, args: &[Value]) -> Result<Program, String> {
+        let amount = Value::Int(int(args, 2)?);
+        let rmw = AccessKind::ReadModifyWrite;
+        let mut debit = access(int(args, 0)?, rmw, self.take, amount.clone(), vec![]);
+        debit.may_abort = true;
+        Ok(Program {
+            accesses: vec![access(int(args, 1)?, rmw, self.add, amount, vec![]), debit],
+        })
     }
 }
