@@ -855,6 +855,13 @@ impl QNode {
     /// an abort rolls back its writes on this node, and either way its records are released.
     fn on_vote(&self, pos: TxnPos, needed: u16, abort: Option<String>) {
         let mut state = self.state.lock();
+        if pos.batch < state.retired {
+            // Its batch is done here, so the transaction was decided here (a batch holding an
+            // undecided fate does not retire) and its fate forgotten: the first abort decides,
+            // and the other verdicts may arrive after that. Counted as a new fate, this one
+            // would never be decided, and would hold the ring (and every planner) forever.
+            return;
+        }
         let fate = state
             .fates
             .entry(pos)
