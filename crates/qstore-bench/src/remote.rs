@@ -24,8 +24,11 @@ use std::net::{Shutdown, SocketAddr, TcpStream};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-/// How long a control request (stats, collect) may take.
-const CONTROL_TIMEOUT: Duration = Duration::from_secs(30);
+/// How long a statistics request may take: a live server answers it at once.
+const STATS_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// How long a collect request may take: the server encodes its whole history.
+const COLLECT_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// Connections to every node of a distributed cluster.
 pub struct RemoteCluster {
@@ -94,7 +97,7 @@ impl RemoteCluster {
     pub fn stats(&self) -> Result<Vec<ServerStats>, QError> {
         self.conns
             .iter()
-            .map(|c| match c.ask(ClientRequest::Stats)? {
+            .map(|c| match c.ask(ClientRequest::Stats, STATS_TIMEOUT)? {
                 ClientResponse::Stats(s) => Ok(s),
                 other => Err(c.unexpected(other)),
             })
@@ -105,7 +108,7 @@ impl RemoteCluster {
     pub fn collect(&self) -> Result<Vec<Collected>, QError> {
         self.conns
             .iter()
-            .map(|c| match c.ask(ClientRequest::Collect)? {
+            .map(|c| match c.ask(ClientRequest::Collect, COLLECT_TIMEOUT)? {
                 ClientResponse::Collected(s) => Ok(s),
                 other => Err(c.unexpected(other)),
             })
@@ -242,18 +245,19 @@ impl Conn {
         });
     }
 
-    /// Sends a control request and waits for its answer.
-    fn ask(&self, r: ClientRequest) -> Result<ClientResponse, QError> {
+    /// Sends a control request and waits up to `timeout` for its answer. A server that does
+    /// not answer in time is taken for hung: its connection is marked failed, so later
+    /// requests fail at once instead of each waiting out its timeout again.
+    fn ask(&self, r: ClientRequest, timeout: Duration) -> Result<ClientResponse, QError> {
         let control = self.control.lock();
         if let Some(why) = self.state.lock().down.clone() {
             return Err(QError::Other(why));
         }
         let _ = self.requests.send(r);
-        control.recv_timeout(CONTROL_TIMEOUT).map_err(|_| {
-            QError::Other(format!(
-                "node {}: no answer to a control request",
-                self.node
-            ))
+        control.recv_timeout(timeout).map_err(|_| {
+            let why = format!("no answer to a control request in {} s", timeout.as_secs());
+            fail(self.node, &self.state, why);
+            QError::Other(self.state.lock().down.clone().unwrap_or_default())
         })
     }
 

@@ -2,6 +2,7 @@
 //! it through the serial oracle (deterministic protocols), and check the workload's
 //! invariants. Each check prints one line; any failure makes the verification fail.
 
+use crate::report::RunReport;
 use qstore_check::{AnomalyClass, Report};
 use qstore_core::{QError, RunConfig};
 use qstore_engine::history::{HistoryPart, HistoryRecorder};
@@ -24,6 +25,9 @@ pub struct Verification {
     /// Violations seen by clients in committed answers (e.g. a bank audit's sum).
     pub client_violations: u64,
     pub first_client_violation: Option<String>,
+    /// Transactions the cluster never answered: the checks above cover only what did commit,
+    /// so a run that left any unanswered fails whatever they say.
+    pub unanswered: u64,
 }
 
 pub struct OracleVerdict {
@@ -54,6 +58,7 @@ impl Verification {
                 .is_none_or(|o| o.hashes_match && o.divergent == 0)
             && !matches!(self.invariants, Some(Err(_)))
             && self.client_violations == 0
+            && self.unanswered == 0
     }
 }
 
@@ -101,16 +106,24 @@ impl fmt::Display for Verification {
                 self.first_client_violation.as_deref().unwrap_or("")
             )?;
         }
+        if self.unanswered > 0 {
+            writeln!(
+                f,
+                "answers: {} transaction(s) UNANSWERED when the run ended",
+                self.unanswered
+            )?;
+        }
         Ok(())
     }
 }
 
-/// Verifies a finished run whose cluster recorded its history.
+/// Verifies a finished run whose cluster recorded its history; `clients` is what the load
+/// generator saw (violations in answers, transactions never answered).
 pub fn verify(
     cfg: &RunConfig,
     workload: &dyn Workload,
     cluster: &StoppedCluster,
-    client_violations: (u64, Option<String>),
+    clients: &RunReport,
 ) -> Result<Verification, QError> {
     let recorder = cluster
         .ctx()
@@ -122,7 +135,7 @@ pub fn verify(
         workload,
         recorder,
         &cluster.partition_hashes(),
-        client_violations,
+        clients,
     )?;
     v.invariants = check_final(workload, cluster);
     Ok(v)
@@ -134,7 +147,7 @@ pub fn verify_remote(
     cfg: &RunConfig,
     workload: &dyn Workload,
     collected: &[Collected],
-    client_violations: (u64, Option<String>),
+    clients: &RunReport,
 ) -> Result<Verification, QError> {
     let parts = collected
         .iter()
@@ -153,7 +166,7 @@ pub fn verify_remote(
         .collect::<Result<Vec<_>, _>>()?;
     let recorder = HistoryRecorder::merge(workload.partition_map().clone(), parts);
     let hashes: Vec<u64> = collected.iter().map(|c| c.partition_hash).collect();
-    let mut v = verify_recorded(cfg, workload, &recorder, &hashes, client_violations)?;
+    let mut v = verify_recorded(cfg, workload, &recorder, &hashes, clients)?;
     let deterministic =
         qstore_engine::protocol::info(&cfg.protocol.name).is_some_and(|p| p.deterministic);
     v.invariants_skipped = Some(if deterministic {
@@ -171,7 +184,7 @@ fn verify_recorded(
     workload: &dyn Workload,
     recorder: &HistoryRecorder,
     run_hashes: &[u64],
-    client_violations: (u64, Option<String>),
+    clients: &RunReport,
 ) -> Result<Verification, QError> {
     let history = qstore_check::check(&recorder.history());
     let deterministic =
@@ -208,8 +221,9 @@ fn verify_recorded(
         oracle,
         invariants: None,
         invariants_skipped: None,
-        client_violations: client_violations.0,
-        first_client_violation: client_violations.1,
+        client_violations: clients.invariant_violations,
+        first_client_violation: clients.first_violation.clone(),
+        unanswered: clients.unfinished,
     })
 }
 

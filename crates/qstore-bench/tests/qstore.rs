@@ -36,8 +36,7 @@ fn verified(cfg: &RunConfig) -> (Verification, qstore_bench::report::RunReport) 
         (r.committed, r.rejected, r.unfinished),
         (cfg.client.txns, 0, 0)
     );
-    let violations = (r.invariant_violations, r.first_violation.clone());
-    let v = verify(cfg, out.workload.as_ref(), &out.cluster, violations).unwrap();
+    let v = verify(cfg, out.workload.as_ref(), &out.cluster, r).unwrap();
     (v, out.report)
 }
 

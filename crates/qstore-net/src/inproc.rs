@@ -1,5 +1,5 @@
 //! The in-process transport: one channel per node, and, when a delay is configured, a delay
-//! line thread that holds each message until its delivery time.
+//! line thread that holds each message until its delivery time. Loss can be injected too.
 
 use crate::{encoded_len, Envelope, NetCounters, Transport};
 use crossbeam_channel::{unbounded, Receiver, RecvTimeoutError, Sender};
@@ -9,6 +9,7 @@ use rand::Rng as _;
 use serde::Serialize;
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
@@ -16,7 +17,34 @@ use std::time::{Duration, Instant};
 pub struct InProcNetwork<M> {
     inboxes: Vec<Sender<Envelope<M>>>,
     delay_line: Option<(Sender<Delayed<M>>, JoinHandle<()>)>,
+    loss: Option<Loss>,
     counters: NetCounters,
+}
+
+/// Injected message loss: message `n` between nodes is lost when a hash of (seed, n) falls
+/// below `threshold`. Senders on many threads share one counter, so which messages are lost
+/// depends on their interleaving, but the fraction does not.
+struct Loss {
+    threshold: u64,
+    seed: u64,
+    sent: AtomicU64,
+}
+
+impl Loss {
+    fn new(fraction: f64, seed: u64) -> Option<Loss> {
+        (fraction > 0.0).then(|| Loss {
+            // 2^64 * fraction, saturating at 1.0.
+            threshold: (fraction * u64::MAX as f64) as u64,
+            seed,
+            sent: AtomicU64::new(0),
+        })
+    }
+
+    fn lose(&self) -> bool {
+        let n = self.sent.fetch_add(1, Ordering::Relaxed);
+        qstore_core::rng::splitmix64(self.seed ^ n.wrapping_mul(0x9e37_79b9_7f4a_7c15))
+            < self.threshold
+    }
 }
 
 struct Delayed<M> {
@@ -42,6 +70,7 @@ impl<M: Serialize + Send + 'static> InProcNetwork<M> {
         let network = InProcNetwork {
             inboxes,
             delay_line,
+            loss: Loss::new(net.drop_fraction, seed),
             counters: NetCounters::new(nodes),
         };
         (network, receivers)
@@ -60,6 +89,9 @@ impl<M> Drop for InProcNetwork<M> {
 impl<M: Serialize + Send + 'static> Transport<M> for InProcNetwork<M> {
     fn send(&self, from: NodeId, to: NodeId, msg: M) {
         self.counters.record(from.index(), encoded_len(&msg));
+        if from != to && self.loss.as_ref().is_some_and(Loss::lose) {
+            return;
+        }
         let env = Envelope { from, msg };
         // A send fails only when the receiving node has shut down; its messages are moot then.
         match &self.delay_line {
@@ -192,6 +224,7 @@ mod tests {
         let cfg = NetConfig {
             delay_us: 2_000,
             jitter_us: 1_000,
+            ..Default::default()
         };
         let (net, rx) = InProcNetwork::<u32>::new(2, &cfg, 1);
         let start = Instant::now();
@@ -201,5 +234,25 @@ mod tests {
         let got: Vec<u32> = (0..50).map(|_| rx[1].recv().unwrap().msg).collect();
         assert!(start.elapsed() >= Duration::from_micros(2_000));
         assert_eq!(got, (0..50).collect::<Vec<_>>());
+    }
+
+    #[test]
+    fn injected_loss_drops_about_its_fraction_between_nodes_only() {
+        let cfg = NetConfig {
+            drop_fraction: 0.25,
+            ..Default::default()
+        };
+        let (net, rx) = InProcNetwork::<u32>::new(2, &cfg, 7);
+        for i in 0..4_000 {
+            net.send(NodeId(0), NodeId(1), i);
+            net.send(NodeId(0), NodeId(0), i);
+        }
+        let delivered = rx[1].try_iter().count();
+        assert!((2_800..3_200).contains(&delivered), "{delivered} of 4000");
+        assert_eq!(
+            rx[0].try_iter().count(),
+            4_000,
+            "a node's own messages are never lost"
+        );
     }
 }

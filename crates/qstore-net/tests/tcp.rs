@@ -382,6 +382,7 @@ fn injected_delay_holds_messages_and_keeps_the_link_fifo() {
     let delay = NetConfig {
         delay_us: 20_000,
         jitter_us: 5_000,
+        ..Default::default()
     };
     let nodes = cluster(2, |me, addrs| TcpConfig {
         net: delay.clone(),

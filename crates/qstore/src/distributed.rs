@@ -100,13 +100,10 @@ pub fn serve(cfg: RunConfig, node: u32, record_history: bool) -> Result<(), QErr
 /// `--verify` against a distributed cluster: the merged history of every node, checked, and
 /// the serial oracle against the nodes' partition hashes. True when all checks pass.
 pub fn verify_remote(cfg: &RunConfig, outcome: &qstore_bench::RemoteOutcome) -> bool {
-    let r = &outcome.report;
-    let violations = (r.invariant_violations, r.first_violation.clone());
-    let workload = outcome.workload.as_ref();
     crate::cli::print_verification(qstore_bench::verify::verify_remote(
         cfg,
-        workload,
+        outcome.workload.as_ref(),
         &outcome.collected,
-        violations,
+        &outcome.report,
     ))
 }

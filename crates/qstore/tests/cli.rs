@@ -695,3 +695,48 @@ fn data_that_cannot_fit_in_memory_is_refused_before_loading() {
     assert_eq!(code, Some(2), "{err}");
     assert!(err.contains("1 partition(s) loaded here"), "{err}");
 }
+
+#[test]
+fn a_run_that_leaves_transactions_unanswered_fails_verify_and_exits_1_on_every_protocol() {
+    // Lost messages (injected) leave some transactions unanswered on every protocol whose
+    // nodes talk to each other. What did commit may well check out: the run must fail anyway.
+    let dir = scratch("unanswered");
+    let cfg = dir.join("q.toml");
+    std::fs::write(&cfg, "[client]\ndrain_timeout_s = 0.5\n").unwrap();
+    let out = qstore(&["protocols", "--names"]);
+    let names = String::from_utf8(out.stdout).unwrap();
+    // `serial` runs every partition on one thread: it sends no messages to lose.
+    for protocol in names.split_whitespace().filter(|&p| p != "serial") {
+        let o = qstore(&[
+            "run",
+            "--config",
+            cfg.to_str().unwrap(),
+            "--protocol",
+            protocol,
+            "--nodes",
+            "2",
+            "--records",
+            "1000",
+            "--mp-fraction",
+            "0.5",
+            "--drop-fraction",
+            "0.02",
+            "--duration",
+            "0.5",
+            "--warmup",
+            "0",
+            "--verify",
+            "-q",
+        ]);
+        let (out, err) = (String::from_utf8_lossy(&o.stdout), stderr(&o));
+        assert_eq!(o.status.code(), Some(1), "{protocol}:\n{out}\n{err}");
+        assert!(
+            out.contains("transaction(s) UNANSWERED when the run ended"),
+            "{protocol}: --verify must name the unanswered transactions:\n{out}\n{err}"
+        );
+        assert!(
+            err.contains("unanswered when the run ended"),
+            "{protocol}: {err}"
+        );
+    }
+}

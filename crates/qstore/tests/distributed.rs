@@ -479,3 +479,38 @@ fn a_key_the_index_cannot_hold_touches_no_row() {
     let first_row_after = committed_value(c.call(ycsb_call(ycsb, 0, 0)));
     assert_eq!(first_row_after, first_row, "key 0 after the refused write");
 }
+
+#[test]
+fn a_frozen_server_fails_the_run_and_its_verification() {
+    // A server that stops answering but keeps its connections open (SIGSTOP: a hung process,
+    // not a dead one) leaves transactions unanswered: the client ends the run after its drain
+    // and fails it, --verify included, whatever the part that committed looks like.
+    let mut cluster = Cluster::start("frozen", 2, "multi_partition_fraction = 0.5");
+    let mut client = Proc::spawn(
+        "client",
+        &mut cluster.client(&["--duration", "2", "--warmup", "0", "--verify", "--progress"]),
+        None,
+    );
+    let started = Instant::now();
+    while !client.stderr.text().contains("committed") {
+        assert!(
+            client.running() && started.elapsed() < Duration::from_secs(20),
+            "the client never made progress\n{}\n{}",
+            client.output(),
+            cluster.outputs()
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let pid = cluster.servers[1].child.id().to_string();
+    let signal = |sig: &str| {
+        let ok = Command::new("kill").args([sig, &pid]).status().unwrap();
+        assert!(ok.success(), "kill {sig} {pid}");
+    };
+    signal("-STOP");
+    let status = client.wait_for_exit(Duration::from_secs(30));
+    signal("-CONT");
+    let status = status.unwrap_or_else(|| panic!("the client hangs\n{}", client.output()));
+    let (out, err) = (client.stdout.text(), client.stderr.text());
+    assert_eq!(status.code(), Some(1), "{out}\n{err}");
+    assert!(err.contains("transaction(s) unanswered"), "{err}");
+}
