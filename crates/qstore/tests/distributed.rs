@@ -485,7 +485,7 @@ fn a_frozen_server_fails_the_run_and_its_verification() {
     // A server that stops answering but keeps its connections open (SIGSTOP: a hung process,
     // not a dead one) leaves transactions unanswered: the client ends the run after its drain
     // and fails it, --verify included, whatever the part that committed looks like.
-    let mut cluster = Cluster::start("frozen", 2, "multi_partition_fraction = 0.5");
+    let cluster = Cluster::start("frozen", 2, "multi_partition_fraction = 0.5");
     let mut client = Proc::spawn(
         "client",
         &mut cluster.client(&["--duration", "2", "--warmup", "0", "--verify", "--progress"]),
