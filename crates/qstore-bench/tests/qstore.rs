@@ -131,8 +131,10 @@ fn read_committed_readers_never_see_uncommitted_writes() {
 /// hit full lists (logic aborts) on a handful of hot keys, one transaction in flight per
 /// client.
 fn full_lists_conservative(seed: u64) -> RunConfig {
-    let mut c = RunConfig::default();
-    c.seed = seed;
+    let mut c = RunConfig {
+        seed,
+        ..Default::default()
+    };
     c.protocol.name = "qstore".into();
     c.protocol.qstore.mode = QStoreMode::Conservative;
     c.cluster.nodes = 2;
