@@ -63,6 +63,27 @@ for protocol in $("$QSTORE" protocols --names); do
     adya check -m list-append -c serializable "$h"
 done
 
+echo "== Q-Store regressions, ${SEEDS:=20} seeds each (SEEDS=N to change)"
+for seed in $(seq 1 "$SEEDS"); do
+  # Multi-partition appends that hit full lists in conservative mode: every transaction
+  # answered (the run used to stall after a few hundred commits).
+  expect_exit 0 "^serializable: yes" "qstore conservative full-list aborts, seed $seed" -- \
+    "$QSTORE" run --workload append --protocol qstore --qstore-mode conservative --nodes 2 \
+    --records 8 --active-keys 4 --ops 2 --clients 2 --inflight 1 --mp-fraction 0.5 \
+    --max-list-len 32 --txns 2000 --seed "$seed" --verify -q
+  # Read committed: a read sees every append answered before it was sent, and never less
+  # than a read answered before it (adya: no G-single-item-realtime on top of read committed).
+  h="$work/rc-$seed.jsonl"
+  expect_exit 0 "^read committed: yes" "qstore read-committed --verify, seed $seed" -- \
+    "$QSTORE" run --workload append --protocol qstore --isolation read-committed \
+    --read-fraction 0.8 --nodes 2 --records 16 --active-keys 8 --ops 3 --clients 4 \
+    --inflight 2 --max-list-len 256 --mp-fraction 0.5 --txns 3000 --seed "$seed" \
+    --history "$h" --verify -q
+  expect_exit 0 "" "adya: qstore read-committed reads are recent, seed $seed" -- \
+    adya check -m list-append -c read-committed,read-your-writes,monotonic-reads \
+    -a G-single-item-realtime "$h"
+done
+
 echo "== distributed mode (one process per node over TCP): --verify and adya"
 for protocol in $("$QSTORE" protocols --names); do
   [ "$protocol" = serial ] && continue # in-process only, by design

@@ -135,17 +135,18 @@ impl Batches {
     }
 
     /// Takes the first queue that may run now, scanning batches oldest first and
-    /// sub-partitions from `start` (spreading executors over sub-partitions). Read-only queues
-    /// of a batch run only when every batch below `done_below` is done (so that batch is at
-    /// most `done_below`).
-    pub fn claim(&mut self, start: u32, done_below: u64) -> Option<Claim> {
+    /// sub-partitions from `start` (spreading executors over sub-partitions). A read-only
+    /// queue runs only once every writer before it in the global order (earlier batches, and
+    /// lower planner ranks of its batch) has run and been decided here, which the caller
+    /// says by `readable`: queues at positions (batch, rank) up to it may run.
+    pub fn claim(&mut self, start: u32, readable: (u64, u32)) -> Option<Claim> {
         let ranks = self.ranks;
         // Sub-partitions still busy in an older batch may not start a newer one.
         let mut blocked = vec![false; self.subs as usize];
         for (&batch, slot) in self.slots.iter_mut() {
             for k in 0..self.subs {
                 let e = ((start + k) % self.subs) as usize;
-                if blocked[e] || (e as u32 >= self.read_only_from && batch > done_below) {
+                if blocked[e] {
                     continue;
                 }
                 let arrived = &slot.arrived;
@@ -163,7 +164,11 @@ impl Batches {
                     continue;
                 }
                 blocked[e] = true;
-                if q.running || q.stalled_at == Some(self.events) {
+                let read_only = e as u32 >= self.read_only_from;
+                if q.running
+                    || q.stalled_at == Some(self.events)
+                    || (read_only && (batch, q.next_rank) > readable)
+                {
                     continue;
                 }
                 if let Some(eq) = q.eqs[q.next_rank as usize].take() {
@@ -179,6 +184,39 @@ impl Batches {
             }
         }
         None
+    }
+
+    /// The first position (batch, planner rank), from batch `from` on, whose writer queues
+    /// have not all run here: its plan has not arrived, or one of its writer queues waits or
+    /// runs. Batches below the oldest slot have run here (slots are dropped oldest first, and
+    /// a planner's plans arrive in order, so no slot is missing between oldest and newest).
+    pub fn writers_done_before(&self, from: u64) -> (u64, u32) {
+        let oldest = self.slots.keys().next().copied();
+        let mut b = from.max(oldest.unwrap_or(from));
+        while let Some(slot) = self.slots.get(&b) {
+            let writers = &slot.subs[..self.read_only_from as usize];
+            let first_undone = |q: &SubQueue| {
+                if q.running {
+                    return q.next_rank;
+                }
+                (q.next_rank..self.ranks)
+                    .find(|&r| !slot.arrived[r as usize] || q.eqs[r as usize].is_some())
+                    .unwrap_or(self.ranks)
+            };
+            // Ranks that no writer queue here waits on may still have to arrive.
+            let arrived = slot
+                .arrived
+                .iter()
+                .position(|&a| !a)
+                .unwrap_or(slot.arrived.len());
+            let undone = writers.iter().map(first_undone).min().unwrap_or(self.ranks);
+            let undone = undone.min(arrived as u32);
+            if undone < self.ranks {
+                return (b, undone);
+            }
+            b += 1;
+        }
+        (b, 0)
     }
 
     /// Returns a queue that stalled at fragment `cursor` (it resumes there later) because of
@@ -280,6 +318,9 @@ impl Batches {
 mod tests {
     use super::*;
 
+    /// Read-only queues anywhere in the order may run.
+    const ANY: (u64, u32) = (u64::MAX, u32::MAX);
+
     fn eq(sub: u32, n: usize) -> Eq {
         Eq {
             sub,
@@ -298,17 +339,14 @@ mod tests {
         let mut b = Batches::new(2, 2);
         // Rank 1's queue for sub 0 arrives first: it must wait for rank 0's plan.
         assert!(!b.install(0, 1, vec![eq(0, 1)]));
-        assert!(b.claim(0, u64::MAX).is_none());
+        assert!(b.claim(0, ANY).is_none());
         // Rank 0 has nothing for sub 0 but a queue for sub 1.
         b.install(0, 0, vec![eq(1, 2)]);
-        let c1 = b.claim(1, u64::MAX).unwrap();
+        let c1 = b.claim(1, ANY).unwrap();
         assert_eq!((c1.sub, c1.rank), (1, 0));
-        let c0 = b.claim(0, u64::MAX).unwrap();
+        let c0 = b.claim(0, ANY).unwrap();
         assert_eq!((c0.sub, c0.rank), (0, 1), "rank 0 was empty for sub 0");
-        assert!(
-            b.claim(0, u64::MAX).is_none(),
-            "both sub-partitions are running"
-        );
+        assert!(b.claim(0, ANY).is_none(), "both sub-partitions are running");
         assert!(b.finish(0, 0, 1, vec![]).ack.is_some());
         assert!(b.finish(0, 1, 0, vec![]).ack.is_some());
         assert_eq!(b.retire_done(1), 1);
@@ -334,34 +372,50 @@ mod tests {
         let mut b = Batches::new(1, 1);
         b.install(0, 0, vec![eq(0, 1)]);
         b.install(1, 0, vec![eq(0, 1)]);
-        let c = b.claim(0, u64::MAX).unwrap();
+        let c = b.claim(0, ANY).unwrap();
         assert_eq!(c.batch, 0);
-        assert!(b.claim(0, u64::MAX).is_none());
+        assert!(b.claim(0, ANY).is_none());
         // A stalled queue comes back with its cursor, once something has happened.
         let seen = b.events();
         b.stall(Claim { cursor: 1, ..c }, seen);
-        assert!(b.claim(0, u64::MAX).is_none());
+        assert!(b.claim(0, ANY).is_none());
         b.event();
-        let c = b.claim(0, u64::MAX).unwrap();
+        let c = b.claim(0, ANY).unwrap();
         assert_eq!((c.batch, c.cursor), (0, 1));
         b.finish(0, 0, 0, vec![]);
-        assert_eq!(b.claim(0, u64::MAX).unwrap().batch, 1);
+        assert_eq!(b.claim(0, ANY).unwrap().batch, 1);
         assert_eq!(b.retire_done(2), 1);
     }
 
     #[test]
-    fn read_only_queues_wait_for_earlier_batches_but_not_for_writers() {
-        let mut b = Batches::with_read_only(1, 1, 1);
-        b.install(0, 0, vec![eq(0, 1)]);
-        b.install(1, 0, vec![eq(0, 1), eq(1, 1)]);
-        let writer = b.claim(0, 0).unwrap();
-        assert_eq!((writer.batch, writer.sub), (0, 0));
-        assert!(b.claim(1, 0).is_none(), "batch 1 readers wait for batch 0");
-        let reader = b.claim(1, 1).unwrap();
-        assert_eq!(
-            (reader.batch, reader.sub),
-            (1, 1),
-            "readers run beside batch 0's writer"
-        );
+    fn read_only_queues_wait_for_the_writers_before_them_only() {
+        // One writer and one read-only sub-partition; two planners.
+        let mut b = Batches::with_read_only(1, 1, 2);
+        b.install(0, 0, vec![eq(0, 1), eq(1, 1)]);
+        b.install(0, 1, vec![eq(0, 1), eq(1, 1)]);
+        b.install(1, 0, vec![eq(1, 1)]);
+        // No writer comes before rank 0's readers of batch 0.
+        assert_eq!(b.writers_done_before(0), (0, 0));
+        let reader = b.claim(1, b.writers_done_before(0)).unwrap();
+        assert_eq!((reader.batch, reader.sub, reader.rank), (0, 1, 0));
+        b.finish(0, 1, 0, vec![]);
+        // Rank 1's readers wait for rank 0's writer, which runs.
+        let writer = b.claim(1, b.writers_done_before(0)).unwrap();
+        assert_eq!((writer.batch, writer.sub, writer.rank), (0, 0, 0));
+        assert!(b.claim(1, b.writers_done_before(0)).is_none());
+        b.finish(0, 0, 0, vec![]);
+        assert_eq!(b.writers_done_before(0), (0, 1));
+        // Now they run, beside rank 1's writer; batch 1's readers wait for that writer.
+        let reader = b.claim(1, b.writers_done_before(0)).unwrap();
+        assert_eq!((reader.batch, reader.sub, reader.rank), (0, 1, 1));
+        b.finish(0, 1, 1, vec![]);
+        let writer = b.claim(1, b.writers_done_before(0)).unwrap();
+        assert_eq!((writer.batch, writer.rank), (0, 1));
+        assert!(b.claim(1, b.writers_done_before(0)).is_none());
+        b.finish(0, 0, 1, vec![]);
+        // Batch 1 has no writer here, but rank 1's plan has not arrived.
+        assert_eq!(b.writers_done_before(0), (1, 1));
+        let reader = b.claim(1, b.writers_done_before(0)).unwrap();
+        assert_eq!((reader.batch, reader.rank), (1, 0));
     }
 }

@@ -189,8 +189,8 @@ struct NodeState {
     /// Fates of transactions that may abort, and the records their undecided writes hold.
     fates: FxHashMap<TxnPos, TxnFate>,
     dirty: FxHashMap<(TableId, u64), TxnPos>,
-    /// Read-committed isolation: per record, its contents before each in-flight batch first
-    /// wrote it, oldest batch first (the committed copies read-only queues read).
+    /// Read-committed isolation: per record, its contents before each in-flight planner batch
+    /// first wrote it, oldest first (the committed copies read-only queues read).
     images: FxHashMap<(TableId, u64), Vec<CommittedCopy>>,
     /// Speculative mode: undecided writes and who touched them.
     spec: Speculation,
@@ -208,8 +208,9 @@ struct DecidedBatch {
     outputs: Outputs,
 }
 
-/// A record's contents before batch `.0` first wrote it: (batch, version, bytes).
-type CommittedCopy = (u64, RowVersion, Box<[u8]>);
+/// A record's contents before planner batch `.0` (batch, rank) first wrote it: (position,
+/// version, bytes).
+type CommittedCopy = ((u64, u32), RowVersion, Box<[u8]>);
 
 /// Where clients' requests enter: the planners' queues, taken round-robin.
 struct Admission {
@@ -373,8 +374,8 @@ impl QNode {
             let (claim, seen) = {
                 let mut state = self.state.lock();
                 let claim = if executes {
-                    let done_below = state.retired;
-                    state.batches.claim(t as u32, done_below)
+                    let readable = self.readable(&state);
+                    state.batches.claim(t as u32, readable)
                 } else {
                     None
                 };
@@ -600,7 +601,7 @@ impl QNode {
             Ready::Run => {}
         }
         if self.read_committed {
-            self.keep_images(pos.batch, frag);
+            self.keep_images((pos.batch, pos.rank), frag);
         }
         if self.speculate {
             let keys = frag.accesses.iter().map(|op| (op.table, op.key));
@@ -713,14 +714,15 @@ impl QNode {
         Ready::Run
     }
 
-    /// Read-committed: before a fragment first writes a record in this batch, keeps the
-    /// record's contents as they were (the committed copy readers of this batch see).
-    fn keep_images(&self, batch: u64, frag: FragRef<'_>) {
+    /// Read-committed: before a fragment first writes a record in its planner batch `at`
+    /// (batch, rank), keeps the record's contents as they were: the committed copy that
+    /// readers at `at` and before see while later writers run.
+    fn keep_images(&self, at: (u64, u32), frag: FragRef<'_>) {
         let table = |a: &Op| self.store().table(a.table);
         let mut state = self.state.lock();
         for a in frag.accesses.iter().filter(|op| op.kind.is_write()) {
             let images = state.images.entry((a.table, a.key)).or_default();
-            if images.last().is_some_and(|(b, _, _)| *b == batch) {
+            if images.last().is_some_and(|(p, _, _)| *p == at) {
                 continue;
             }
             let t = table(a);
@@ -730,14 +732,14 @@ impl QNode {
                 // other queue writes it until this one finishes, and read-only queues read it
                 // under the node lock, held here.
                 let bytes: Box<[u8]> = unsafe { t.row(rid) }.into();
-                images.push((batch, t.version(rid), bytes));
+                images.push((at, t.version(rid), bytes));
             }
         }
     }
 
-    /// Runs a read-only fragment against the committed state as of the start of its batch:
-    /// for each record, the copy kept before the first in-flight batch at or after this one
-    /// wrote it, else the record itself (which no in-flight batch has written).
+    /// Runs a read-only fragment against the committed state as of its position (see
+    /// `readable`): for each record, the copy kept before the first in-flight planner batch
+    /// at or after its own wrote it, else the record itself (no such batch has written it).
     fn read_committed_fragment(
         &self,
         pos: TxnPos,
@@ -764,13 +766,13 @@ impl QNode {
             let copy = state
                 .images
                 .get(&(a.table, a.key))
-                .and_then(|v| v.iter().find(|(b, _, _)| *b >= pos.batch));
+                .and_then(|v| v.iter().find(|(p, _, _)| *p >= (pos.batch, pos.rank)));
             let found: Option<(RowVersion, &[u8])> = match copy {
                 Some((_, v, bytes)) => Some((*v, bytes)),
-                // SAFETY: `rid` is live (just looked up). Every batch before this one is done
-                // here, and a writer of this batch or a later one keeps a copy of the record
-                // under the node lock (held here) before it writes: with no such copy, no
-                // writer has started on the record, and none can start while the lock is held.
+                // SAFETY: `rid` is live (just looked up). Every writer before this position is
+                // done here, and a writer at or after it keeps a copy of the record under the
+                // node lock (held here) before it writes: with no such copy, no such writer
+                // has started on the record, and none can start while the lock is held.
                 None => t
                     .lookup(a.key)
                     .map(|rid| (t.version(rid), unsafe { t.row(rid) })),
@@ -1167,23 +1169,36 @@ impl QNode {
         let executing = state.batches.retire_done(upto);
         let answering = state.home.keys().next().map_or(upto, |&(b, _)| b);
         // A transaction still undecided here holds records and before-images: keep its batch.
-        let deciding = state
-            .fates
-            .iter()
-            .filter(|(_, f)| !f.decided)
-            .map(|(p, _)| p.batch)
-            .chain(state.spec.oldest_undecided())
-            .min();
-        let retired = executing.min(answering).min(deciding.unwrap_or(u64::MAX));
+        let deciding = state.oldest_undecided().map_or(u64::MAX, |(b, _)| b);
+        let retired = executing.min(answering).min(deciding);
         if retired > state.retired {
             state.retired = retired;
             state.values.retain(|pos, _| pos.batch >= retired);
             state.fates.retain(|pos, _| pos.batch >= retired);
             state.images.retain(|_, v| {
-                v.retain(|(b, _, _)| *b >= retired);
+                v.retain(|((b, _), _, _)| *b >= retired);
                 !v.is_empty()
             });
         }
+    }
+
+    /// Read-committed: read-only queues at positions (batch, planner rank) up to this one may
+    /// run. A read-only transaction reads the committed state as of its position in the
+    /// global order (every writer of earlier batches, and of lower ranks in its batch), so it
+    /// waits until those writers have run here and been decided.
+    ///
+    /// That position is after every transaction answered before the read was sent: an
+    /// answered transaction's queues ran, which needs every plan of lower priority than its
+    /// own (all planners' plans of the batch before, lower ranks' of its batch) to have
+    /// arrived, so a transaction planned later has a later position. A read therefore sees
+    /// every write answered before it was sent, and never less than a read answered before
+    /// it was sent.
+    fn readable(&self, state: &NodeState) -> (u64, u32) {
+        if !self.read_committed {
+            return (0, 0);
+        }
+        let executed = state.batches.writers_done_before(state.retired);
+        executed.min(state.oldest_undecided().unwrap_or((u64::MAX, u32::MAX)))
     }
 
     /// The network thread: installs plans, values and acknowledgements as they arrive.
@@ -1292,14 +1307,14 @@ impl QNode {
 }
 
 /// Read-committed with speculation: a committed copy of a record taken after a write that was
-/// since rolled back holds that write. Every write of a restored record since batch `b` was
-/// undone, so copies kept for later batches become the record as it is now.
+/// since rolled back holds that write. Every write of a restored record since planner batch
+/// `since` began was undone, so copies kept for later ones become the record as it is now.
 fn refresh_committed_copies(
     images: &mut FxHashMap<(TableId, u64), Vec<CommittedCopy>>,
     store: &qstore_storage::PartitionStore,
-    restored: &[((TableId, u64), u64)],
+    restored: &[((TableId, u64), (u64, u32))],
 ) {
-    for &((table, key), b) in restored {
+    for &((table, key), since) in restored {
         let Some(copies) = images.get_mut(&(table, key)) else {
             continue;
         };
@@ -1307,7 +1322,7 @@ fn refresh_committed_copies(
         let Some(rid) = t.lookup(key) else {
             continue;
         };
-        for (_, version, bytes) in copies.iter_mut().filter(|(batch, _, _)| *batch > b) {
+        for (_, version, bytes) in copies.iter_mut().filter(|(at, _, _)| *at > since) {
             *version = t.version(rid);
             // SAFETY: the caller holds every writer queue of the node, and the node lock
             // keeps read-only queues off the copies.
@@ -1395,6 +1410,16 @@ impl TxnFate {
 }
 
 impl NodeState {
+    /// The position (batch, planner rank) of the oldest transaction undecided here (holding
+    /// records and before-images), in either mode.
+    fn oldest_undecided(&self) -> Option<(u64, u32)> {
+        let conservative = self.fates.iter().filter(|(_, f)| !f.decided);
+        conservative
+            .map(|(p, _)| (p.batch, p.rank))
+            .chain(self.spec.oldest_undecided())
+            .min()
+    }
+
     /// Keeps a forwarded value; `n` sizes the table when known (u16::MAX: grow as needed).
     fn store_value(&mut self, pos: TxnPos, n: u16, idx: u16, value: Value) {
         self.batches.event();

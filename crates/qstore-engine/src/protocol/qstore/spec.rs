@@ -51,10 +51,10 @@ struct SpecTxn {
 pub struct Finalized {
     /// Planner batches whose parked acknowledgements may go now.
     pub released: Vec<(PlannerBatch, Outputs)>,
-    /// Records rolled back, each with the oldest batch that had written it: every write of
-    /// it since that batch began is undone (later writers touched it, so they were rolled
-    /// back too).
-    pub restored: Vec<(RecordKey, u64)>,
+    /// Records rolled back, each with the oldest planner batch that had written it: every
+    /// write of it since that planner batch began is undone (later writers touched it, so
+    /// they were rolled back too).
+    pub restored: Vec<(RecordKey, PlannerBatch)>,
 }
 
 /// The speculation state of a node.
@@ -251,7 +251,7 @@ impl Speculation {
         &mut self,
         root: TxnPos,
         rollback: &mut impl FnMut(&mut UndoLog),
-        restored: &mut FxHashMap<RecordKey, u64>,
+        restored: &mut FxHashMap<RecordKey, PlannerBatch>,
     ) {
         let mut closure = FxHashSet::default();
         let mut stack = vec![root];
@@ -272,8 +272,9 @@ impl Speculation {
             }
             let written = std::mem::take(&mut t.written);
             for (k, prev) in written.into_iter().rev() {
-                let oldest = restored.entry(k).or_insert(p.batch);
-                *oldest = (*oldest).min(p.batch);
+                let at = (p.batch, p.rank);
+                let oldest = restored.entry(k).or_insert(at);
+                *oldest = (*oldest).min(at);
                 if self.dirty.get(&k) != Some(&p) {
                     continue;
                 }
@@ -287,9 +288,9 @@ impl Speculation {
         }
     }
 
-    /// The oldest batch with a transaction still undecided here (its slot must stay).
-    pub fn oldest_undecided(&self) -> Option<u64> {
-        self.by_batch.keys().next().map(|&(b, _)| b)
+    /// The oldest planner batch with a transaction still undecided here (its slot must stay).
+    pub fn oldest_undecided(&self) -> Option<PlannerBatch> {
+        self.by_batch.keys().next().copied()
     }
 
     /// Whether no transaction is undecided here.
@@ -359,7 +360,7 @@ mod tests {
         );
         let done = s.finalize((0, 0), &[0], |_| {});
         assert_eq!(done.released.len(), 1, "batch 1's acknowledgement may go");
-        assert_eq!(done.restored, vec![((0, 1), 0)]);
+        assert_eq!(done.restored, vec![((0, 1), (0, 0))]);
         assert!(s.notes((1, 0))[0].cascade);
         assert!(s.dirty.is_empty(), "both writes rolled back");
         s.finalize((1, 0), &[0], |_| {});
