@@ -4,7 +4,7 @@
 use super::batch::{Batches, Claim};
 use super::msg::{Eq, FateInfo, FateNote, FragRef, Op, Output, Outputs, QMsg, TxnPos};
 use super::plan::{BatchPlan, QueueShape};
-use super::spec::Speculation;
+use super::spec::{PlannerBatch, RecordKey, Speculation};
 use crate::cluster::EngineCtx;
 use crate::exec::{run_access, Lookahead, TxnScratch, UndoLog};
 use crate::net::NodeNet;
@@ -191,7 +191,7 @@ struct NodeState {
     dirty: FxHashMap<(TableId, u64), TxnPos>,
     /// Read-committed isolation: per record, its contents before each in-flight planner batch
     /// first wrote it, oldest first (the committed copies read-only queues read).
-    images: FxHashMap<(TableId, u64), Vec<CommittedCopy>>,
+    images: FxHashMap<RecordKey, Vec<CommittedCopy>>,
     /// Speculative mode: undecided writes and who touched them.
     spec: Speculation,
     /// Batches decided but not answered yet: `settle` answers them after releasing the lock,
@@ -210,7 +210,7 @@ struct DecidedBatch {
 
 /// A record's contents before planner batch `.0` (batch, rank) first wrote it: (position,
 /// version, bytes).
-type CommittedCopy = ((u64, u32), RowVersion, Box<[u8]>);
+type CommittedCopy = (PlannerBatch, RowVersion, Box<[u8]>);
 
 /// Where clients' requests enter: the planners' queues, taken round-robin.
 struct Admission {
@@ -717,7 +717,7 @@ impl QNode {
     /// Read-committed: before a fragment first writes a record in its planner batch `at`
     /// (batch, rank), keeps the record's contents as they were: the committed copy that
     /// readers at `at` and before see while later writers run.
-    fn keep_images(&self, at: (u64, u32), frag: FragRef<'_>) {
+    fn keep_images(&self, at: PlannerBatch, frag: FragRef<'_>) {
         let table = |a: &Op| self.store().table(a.table);
         let mut state = self.state.lock();
         for a in frag.accesses.iter().filter(|op| op.kind.is_write()) {
@@ -1193,7 +1193,7 @@ impl QNode {
     /// arrived, so a transaction planned later has a later position. A read therefore sees
     /// every write answered before it was sent, and never less than a read answered before
     /// it was sent.
-    fn readable(&self, state: &NodeState) -> (u64, u32) {
+    fn readable(&self, state: &NodeState) -> PlannerBatch {
         if !self.read_committed {
             return (0, 0);
         }
@@ -1310,9 +1310,9 @@ impl QNode {
 /// since rolled back holds that write. Every write of a restored record since planner batch
 /// `since` began was undone, so copies kept for later ones become the record as it is now.
 fn refresh_committed_copies(
-    images: &mut FxHashMap<(TableId, u64), Vec<CommittedCopy>>,
+    images: &mut FxHashMap<RecordKey, Vec<CommittedCopy>>,
     store: &qstore_storage::PartitionStore,
-    restored: &[((TableId, u64), (u64, u32))],
+    restored: &[(RecordKey, PlannerBatch)],
 ) {
     for &((table, key), since) in restored {
         let Some(copies) = images.get_mut(&(table, key)) else {
@@ -1412,7 +1412,7 @@ impl TxnFate {
 impl NodeState {
     /// The position (batch, planner rank) of the oldest transaction undecided here (holding
     /// records and before-images), in either mode.
-    fn oldest_undecided(&self) -> Option<(u64, u32)> {
+    fn oldest_undecided(&self) -> Option<PlannerBatch> {
         let conservative = self.fates.iter().filter(|(_, f)| !f.decided);
         conservative
             .map(|(p, _)| (p.batch, p.rank))

@@ -22,9 +22,10 @@ use qstore_core::TableId;
 use rustc_hash::{FxHashMap, FxHashSet};
 use std::collections::BTreeMap;
 
-type RecordKey = (TableId, u64);
-/// A planner's batch: (batch, rank).
-type PlannerBatch = (u64, u32);
+/// A record: (table, key).
+pub type RecordKey = (TableId, u64);
+/// A planner's batch: (batch, rank), its place in the global order.
+pub type PlannerBatch = (u64, u32);
 
 /// What a node knows of one transaction that wrote here, or touched an undecided write.
 #[derive(Default)]
