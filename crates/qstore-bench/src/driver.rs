@@ -30,9 +30,6 @@ const OPEN_LOOP_MAX_OUTSTANDING: usize = 100_000;
 
 /// How long a thread waits for an answer before re-checking the run's state.
 const POLL: Duration = Duration::from_millis(20);
-/// Answers taken in a burst share a clock read, this many at a time: taking one costs well
-/// under a microsecond, so a latency is off by a few microseconds at most.
-const ANSWERS_PER_CLOCK_READ: u32 = 8;
 
 /// State shared by the run's controller and its load-generator threads.
 #[derive(Default)]
@@ -250,20 +247,15 @@ impl<'a> Driver<'a> {
             match self.reply_rx.recv_timeout(self.next_wait(now)) {
                 Ok(resp) => {
                     // One clock read serves an answer's latency and the next transaction's
-                    // start, and is shared by the few answers taken after it: answers come in
-                    // bursts (a batch is answered at once), and on two cores clock reads are
-                    // a visible share of the load generator.
+                    // start. It is read again for every answer: the next transaction may be
+                    // answered while it is submitted (an idle Q-Store node runs it on the
+                    // submitting thread), and a clock read shared with the answer before
+                    // would make its latency zero.
                     last_answer = Instant::now();
                     self.on_response(resp, last_answer);
                     // Take whatever else has arrived before looking at timers again.
-                    let mut now = last_answer;
-                    let mut taken = 0u32;
                     while let Ok(resp) = self.reply_rx.try_recv() {
-                        taken += 1;
-                        if taken.is_multiple_of(ANSWERS_PER_CLOCK_READ) {
-                            now = Instant::now();
-                        }
-                        self.on_response(resp, now);
+                        self.on_response(resp, Instant::now());
                     }
                 }
                 Err(RecvTimeoutError::Timeout) => {}

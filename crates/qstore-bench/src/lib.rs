@@ -11,6 +11,7 @@ pub mod verify;
 
 use driver::{Control, Driver};
 use qstore_core::{NodeId, QError, RunConfig};
+use qstore_engine::stages::{StageSnapshot, StageSummary};
 use qstore_engine::{Cluster, StoppedCluster, TxnRequest};
 use qstore_workload::Workload;
 use report::{RunReport, Traffic};
@@ -59,6 +60,10 @@ pub trait Target: Sync {
     fn submit(&self, home: NodeId, req: TxnRequest);
     /// (messages, bytes) each node has sent to other nodes so far.
     fn traffic(&self) -> Vec<(u64, u64)>;
+    /// Time per stage of a transaction's life so far, where the protocol measures it.
+    fn stages(&self) -> Option<StageSnapshot> {
+        None
+    }
 }
 
 impl Target for Cluster {
@@ -71,6 +76,10 @@ impl Target for Cluster {
             .map(|c| c.snapshot())
             .unwrap_or_default()
     }
+
+    fn stages(&self) -> Option<StageSnapshot> {
+        Cluster::stages(self)
+    }
 }
 
 /// The client side of a run: statistics, the measurement window, traffic and the timeline.
@@ -79,6 +88,8 @@ pub(crate) struct Driven {
     pub window_s: f64,
     pub traffic: Traffic,
     pub timeline: Vec<u64>,
+    /// Time per stage over the measurement window, where the protocol measures it.
+    pub stages: Vec<StageSummary>,
 }
 
 /// Runs the configured clients against `target` until the run ends.
@@ -113,7 +124,7 @@ pub(crate) fn drive(
                     .expect("spawn client thread")
             })
             .collect();
-        let (window_s, traffic, timeline) = control_run(cfg, target, &control, progress);
+        let (window_s, traffic, timeline, stages) = control_run(cfg, target, &control, progress);
         let mut stats = ClientStats::default();
         for h in handles {
             stats.merge(&h.join().expect("client thread panicked"));
@@ -123,6 +134,7 @@ pub(crate) fn drive(
             window_s,
             traffic,
             timeline,
+            stages,
         }
     })
 }
@@ -142,6 +154,7 @@ pub fn run(cfg: &RunConfig, opts: RunOptions<'_>) -> Result<RunOutcome, QError> 
     let mut progress = opts.progress;
     let d = drive(cfg, &cluster, workload.as_ref(), &mut progress, opts.elle);
     let mut report = RunReport::new(cfg, &d.stats, d.window_s, load_s, d.traffic, d.timeline);
+    report.stages = d.stages;
     let stopped = cluster.stop();
     if opts.state_hashes {
         report.state_hashes = Some(
@@ -228,7 +241,7 @@ fn control_run(
     target: &dyn Target,
     control: &Control,
     progress: &mut Option<&mut dyn FnMut(&Progress)>,
-) -> (f64, Traffic, Vec<u64>) {
+) -> (f64, Traffic, Vec<u64>, Vec<StageSummary>) {
     let start = Instant::now();
     let snapshot = || target.traffic();
     let by_count = cfg.client.txns > 0;
@@ -237,6 +250,7 @@ fn control_run(
         wait_with_progress(start, warmup, control, progress, &mut Vec::new());
     }
     let before = snapshot();
+    let stages_before = target.stages();
     let window_start = if by_count { start } else { Instant::now() };
     control.measuring.store(true, Ordering::Relaxed);
     let mut timeline = Vec::new();
@@ -253,6 +267,10 @@ fn control_run(
     control.measuring.store(false, Ordering::Relaxed);
     control.stop.store(true, Ordering::Relaxed);
     let after = snapshot();
+    let stages = match (target.stages(), stages_before) {
+        (Some(after), Some(before)) => after.since(&before).summary(),
+        _ => Vec::new(),
+    };
     let window_s = match *control.finished_at.lock() {
         Some(t) if by_count => t.duration_since(window_start).as_secs_f64(),
         _ => window.as_secs_f64(),
@@ -262,7 +280,7 @@ fn control_run(
         .zip(before.iter().chain(std::iter::repeat(&(0, 0))))
         .map(|(a, b)| (a.0 - b.0, a.1 - b.1))
         .collect();
-    (window_s, traffic, timeline)
+    (window_s, traffic, timeline, stages)
 }
 
 /// How long [`wait_with_progress`] waits.

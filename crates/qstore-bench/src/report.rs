@@ -3,6 +3,7 @@
 use crate::stats::ClientStats;
 use comfy_table::{presets::UTF8_FULL_CONDENSED, Cell, CellAlignment, Table};
 use qstore_core::RunConfig;
+use qstore_engine::stages::StageSummary;
 use serde::Serialize;
 use std::collections::BTreeMap;
 use std::io::Write;
@@ -75,6 +76,10 @@ pub struct RunReport {
     pub timeline_tps: Vec<u64>,
     /// Content hash of each partition after the run, when asked for.
     pub state_hashes: Option<Vec<String>>,
+    /// Where transactions spent their time, stage by stage, over the measurement window
+    /// (protocols that measure it, in an embedded cluster).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub stages: Vec<StageSummary>,
     pub config: RunConfig,
 }
 
@@ -160,6 +165,7 @@ impl RunReport {
             backoff_max_us: cfg.client.backoff_max_us,
             timeline_tps,
             state_hashes: None,
+            stages: Vec::new(),
             config: cfg.clone(),
         }
     }
@@ -247,6 +253,17 @@ impl RunReport {
             ),
             ("load time (s)", format!("{:.2}", self.load_s)),
         ];
+        if !self.stages.is_empty() {
+            let stages = |f: fn(&StageSummary) -> f64| {
+                let each = self
+                    .stages
+                    .iter()
+                    .map(|s| format!("{} {:.1}", s.stage, f(s)));
+                each.collect::<Vec<_>>().join(" · ")
+            };
+            rows.push(("stages p50 (us)", stages(|s| s.p50_us)));
+            rows.push(("stages mean (us)", stages(|s| s.mean_us)));
+        }
         if self.rejected > 0 {
             let why = self.first_rejection.clone().unwrap_or_default();
             rows.push(("rejected", format!("{} ({why})", self.rejected)));

@@ -18,7 +18,10 @@ pub const SUITES: &[(&str, &str)] = &[
     (
         "qstore",
         "YCSB (16 ops, 50% writes, uniform): qstore vs serial on 1 node x 2 workers (2 planners, \
-         or 1), and on 2 nodes x 1 worker at 0%, 50% and 100% multi-partition transactions",
+         or 1), and on 2 nodes x 1 worker at 0%, 50% and 100% multi-partition transactions, \
+         at the load given; then at light load on 1 node x 2 workers, whatever the load given: \
+         1 client x 1 in flight (qstore's latency vs no_wait's and serial's) and 1 client x 10 \
+         in flight (qstore's throughput vs serial's)",
     ),
     (
         "baselines",
@@ -86,6 +89,34 @@ fn baselines_suite(base: &RunConfig) -> Vec<Scenario> {
     s
 }
 
+/// `cfg` driven by one client keeping `inflight` transactions in flight.
+fn light(mut cfg: RunConfig, inflight: u32) -> RunConfig {
+    cfg.client.clients = 1;
+    cfg.client.inflight = inflight;
+    cfg.client.rate = 0.0;
+    cfg
+}
+
+/// Light load on 1 node x 2 workers: what a newcomer trying a few transactions sees.
+fn light_scenarios(base: &RunConfig) -> Vec<Scenario> {
+    let mut s = Vec::new();
+    for inflight in [1, 10] {
+        let load = format!("1x2 c1x{inflight}");
+        let baseline = if inflight == 1 { "no_wait" } else { "serial" };
+        for protocol in ["serial", "no_wait", "qstore"] {
+            if inflight > 1 && protocol == "no_wait" {
+                continue;
+            }
+            s.push(Scenario {
+                name: format!("{protocol} {load}"),
+                cfg: light(ycsb(base, protocol, 1, 2, 0.0), inflight),
+                baseline: (protocol == "qstore").then(|| format!("{baseline} {load}")),
+            });
+        }
+    }
+    s
+}
+
 fn qstore_suite(base: &RunConfig) -> Vec<Scenario> {
     let mut s = vec![
         Scenario {
@@ -121,6 +152,7 @@ fn qstore_suite(base: &RunConfig) -> Vec<Scenario> {
             baseline: Some(format!("serial 2x1 mp{pct}")),
         });
     }
+    s.extend(light_scenarios(base));
     s
 }
 
@@ -131,6 +163,8 @@ pub struct SuiteRow {
     pub baseline: Option<String>,
     /// Median, over rounds, of the throughput divided by the baseline's in the same round.
     pub ratio: Option<f64>,
+    /// The same for the median latency.
+    pub p50_ratio: Option<f64>,
     /// Throughput in each round.
     pub rounds_tps: Vec<f64>,
     /// The run with the median throughput.
@@ -153,21 +187,35 @@ pub fn rows(scenarios: &[Scenario], runs: Vec<Vec<RunReport>>) -> Vec<SuiteRow> 
         .iter()
         .map(|rs| rs.iter().map(|r| r.throughput_tps).collect())
         .collect();
+    let p50: Vec<Vec<f64>> = per
+        .iter()
+        .map(|rs| rs.iter().map(|r| r.latency.p50_us as f64).collect())
+        .collect();
     let index = |name: &String| scenarios.iter().position(|x| &x.name == name);
+    // Per round, the scenario's figure over its baseline's; the median of those.
+    let paired = |of: &[Vec<f64>], i: usize, b: usize| {
+        median(
+            of[i]
+                .iter()
+                .zip(&of[b])
+                .map(|(x, bx)| x / bx.max(1e-9))
+                .collect(),
+        )
+    };
     scenarios
         .iter()
         .zip(per)
         .enumerate()
         .map(|(i, (sc, mut reports))| {
-            let ratio = sc.baseline.as_ref().and_then(index).map(|b| {
-                let pairs = tps[i].iter().zip(&tps[b]).map(|(t, bt)| t / bt.max(1e-9));
-                median(pairs.collect())
-            });
+            let baseline = sc.baseline.as_ref().and_then(index);
+            let ratio = baseline.map(|b| paired(&tps, i, b));
+            let p50_ratio = baseline.map(|b| paired(&p50, i, b));
             reports.sort_by(|a, b| a.throughput_tps.total_cmp(&b.throughput_tps));
             SuiteRow {
                 scenario: sc.name.clone(),
                 baseline: sc.baseline.clone(),
                 ratio,
+                p50_ratio,
                 rounds_tps: tps[i].clone(),
                 report: reports.swap_remove(reports.len() / 2),
             }
@@ -191,6 +239,7 @@ pub fn table(rows: &[SuiteRow]) -> String {
         "txn/s",
         "vs baseline",
         "p50 us",
+        "p50 vs baseline",
         "p99 us",
         "abort %",
         "msgs/txn",
@@ -202,6 +251,7 @@ pub fn table(rows: &[SuiteRow]) -> String {
             format!("{:.0}", p.throughput_tps),
             r.ratio.map_or("-".into(), |x| format!("{x:.2}x")),
             p.latency.p50_us.to_string(),
+            r.p50_ratio.map_or("-".into(), |x| format!("{x:.2}x")),
             p.latency.p99_us.to_string(),
             format!("{:.2}", p.abort_rate * 100.0),
             format!("{:.3}", p.msgs_per_txn),
@@ -217,7 +267,7 @@ mod tests {
     #[test]
     fn qstore_suite_pairs_every_qstore_run_with_a_serial_baseline() {
         let s = scenarios("qstore", &RunConfig::default()).unwrap();
-        assert_eq!(s.len(), 9);
+        assert_eq!(s.len(), 14);
         for sc in &s {
             sc.cfg.validate().unwrap();
             if sc.cfg.protocol.name == "qstore" {

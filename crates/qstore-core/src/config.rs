@@ -222,7 +222,7 @@ impl ClusterConfig {
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct ProtocolConfig {
-    /// Protocol name, e.g. `serial`.
+    /// Protocol name (`qstore protocols` lists them); Q-Store by default.
     pub name: String,
     /// Capacity of each node's client admission queue; a full queue refuses new transactions.
     pub admission_queue: u32,
@@ -233,7 +233,7 @@ pub struct ProtocolConfig {
 impl Default for ProtocolConfig {
     fn default() -> Self {
         ProtocolConfig {
-            name: "serial".into(),
+            name: "qstore".into(),
             admission_queue: 65_536,
             qstore: QStoreConfig::default(),
             calvin: CalvinConfig::default(),

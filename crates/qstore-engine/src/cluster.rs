@@ -170,6 +170,11 @@ impl Cluster {
         self.engine.net_counters()
     }
 
+    /// Time per stage of a transaction's life, for protocols that measure it.
+    pub fn stages(&self) -> Option<crate::stages::StageSnapshot> {
+        self.engine.stages()
+    }
+
     /// Stops the protocol's threads where the cluster is shared (a server's connections hold
     /// it); requests still queued are answered `Rejected`.
     pub fn shutdown(&self) {

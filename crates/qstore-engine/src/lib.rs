@@ -10,6 +10,7 @@ pub mod oracle;
 pub mod protocol;
 pub mod runtime;
 pub mod server;
+pub mod stages;
 
 pub use cluster::{Cluster, EngineCtx, Hosting, NodeHosting, StoppedCluster};
 pub use protocol::{wall_clock_us, Engine, ReplyTo, TxnRequest, PROTOCOLS};

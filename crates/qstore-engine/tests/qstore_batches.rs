@@ -114,3 +114,48 @@ fn full_batches_wait_for_the_batch_to_fill_or_time_out() {
     assert_eq!(committed(resp).len(), 2);
     cluster.stop();
 }
+
+#[test]
+fn an_idle_single_node_runs_a_transaction_on_the_submitting_thread() {
+    // One node with nothing in flight: the submitting thread plans the transaction as a batch
+    // of one, runs it and answers it before `submit` returns, waking no worker. Its program
+    // touches two keys of partition 0.
+    let mut cfg = RunConfig::default();
+    cfg.protocol.name = "qstore".into();
+    cfg.cluster.nodes = 1;
+    cfg.cluster.workers = 2;
+    let mut cat = counter_catalog();
+    let read = cat.steps.register("read", read);
+    cat.add_procedure(Arc::new(Pair { read }));
+    let cat = Arc::new(cat);
+    let pmap = PartitionMap::new(1, Partitioning::Range, &cat.tables);
+    let cluster = Cluster::start(cfg, cat.clone(), pmap, &load_counters, false).unwrap();
+    let (tx, rx) = unbounded();
+    let mut at_once = 0;
+    for id in 1..=100u64 {
+        let call = ProcCall {
+            proc: cat.procedure_id("pair").unwrap(),
+            args: vec![Value::Int(1), Value::Int(2)],
+        };
+        cluster.submit(
+            NodeId(0),
+            TxnRequest::new(TxnId(id), Arc::new(call), tx.clone()),
+        );
+        // A worker waking for its periodic look may take the request first (then it answers
+        // a moment later): rare, and no less correct.
+        let resp = match rx.try_recv() {
+            Ok(resp) => {
+                at_once += 1;
+                resp
+            }
+            Err(_) => rx.recv_timeout(TIMEOUT).expect("answered"),
+        };
+        assert_eq!(resp.id, TxnId(id));
+        assert_eq!(committed(resp), vec![Value::Int(1), Value::Int(2)]);
+    }
+    assert!(
+        at_once >= 90,
+        "{at_once} of 100 answered before submit returned"
+    );
+    cluster.stop();
+}

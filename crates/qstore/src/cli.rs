@@ -179,8 +179,8 @@ struct RunArgs {
     config: Option<PathBuf>,
 
     // --- system under test ---
-    /// Concurrency-control protocol: serial, qstore, calvin, hstore, no_wait or wait_die (see
-    /// `qstore protocols`).
+    /// Concurrency-control protocol: qstore (the default), serial, calvin, hstore, no_wait or
+    /// wait_die (see `qstore protocols`).
     #[arg(long, help_heading = "Cluster")]
     protocol: Option<String>,
     /// Nodes in the cluster; each hosts one partition.

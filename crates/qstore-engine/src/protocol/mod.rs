@@ -14,6 +14,7 @@ use qstore_core::txn::{CcAbortCause, ProcCall, TxnOutcome, TxnResponse};
 use qstore_core::{ConfigError, NodeId, QError, TxnId};
 use qstore_net::NetCounters;
 use std::sync::Arc;
+use std::time::Instant;
 
 /// Where the answer to a request goes: a channel, and optionally a wake-up for a thread that
 /// waits on something else as well (a server's I/O thread waits on its sockets).
@@ -54,8 +55,15 @@ impl From<Sender<TxnResponse>> for ReplyTo {
     }
 }
 
-/// A node's bounded admission queue: requests with the node they were submitted at.
-pub(crate) type AdmissionQueue = Sender<(NodeId, TxnRequest)>;
+/// A request on a node's admission queue: the node it was submitted at, and when.
+pub(crate) struct Admitted {
+    pub home: NodeId,
+    pub req: TxnRequest,
+    pub at: Instant,
+}
+
+/// A node's bounded admission queue.
+pub(crate) type AdmissionQueue = Sender<Admitted>;
 
 /// A transaction attempt submitted by a client at its home node.
 pub struct TxnRequest {
@@ -107,6 +115,11 @@ pub trait Engine: Send + Sync {
     fn net_counters(&self) -> Option<&NetCounters>;
     /// Stops every thread of the protocol; requests still queued are answered `Rejected`.
     fn shutdown(&self);
+    /// Time per stage of a transaction's life so far, summed over this process's nodes, for
+    /// protocols that measure it.
+    fn stages(&self) -> Option<crate::stages::StageSnapshot> {
+        None
+    }
 }
 
 type Constructor = fn(Arc<EngineCtx>) -> Result<Box<dyn Engine>, QError>;
@@ -232,14 +245,15 @@ pub(crate) fn admit(
     let Some(queue) = queue else {
         return closed(&req);
     };
-    match queue.try_send((home, req)) {
+    let at = Instant::now();
+    match queue.try_send(Admitted { home, req, at }) {
         Ok(()) => {}
-        Err(TrySendError::Full((home, req))) => {
+        Err(TrySendError::Full(Admitted { home, req, .. })) => {
             if let Some(h) = history {
                 h.cc_abort(home, req.id, CcAbortCause::Overload, &Default::default());
             }
             reply(&req, TxnOutcome::CcAbort(CcAbortCause::Overload));
         }
-        Err(TrySendError::Disconnected((_, req))) => closed(&req),
+        Err(TrySendError::Disconnected(Admitted { req, .. })) => closed(&req),
     }
 }

@@ -5,7 +5,7 @@ use super::msg::{Ack, BatchTxn, CMsg, Pos, Reads, Verdict};
 use super::txn::Txn;
 use super::worker::Work;
 use crate::cluster::EngineCtx;
-use crate::protocol::{admit, reply, AdmissionQueue, TxnRequest};
+use crate::protocol::{admit, reply, AdmissionQueue, Admitted, TxnRequest};
 use crossbeam_channel::{Receiver, RecvTimeoutError, Sender};
 use parking_lot::{Mutex, RwLock};
 use qstore_core::txn::{TxnOutcome, Value};
@@ -53,7 +53,7 @@ pub(super) struct CalvinNode {
     /// `None` once shutting down.
     pub admission: RwLock<Option<AdmissionQueue>>,
     /// The other end of the admission queue: the sequencer's input.
-    pub queue: Receiver<(NodeId, TxnRequest)>,
+    pub queue: Receiver<Admitted>,
     /// Transactions sequenced here, by (epoch, index), until answered.
     pub home: Mutex<FxHashMap<(u64, u32), HomeTxn>>,
     pub waiting: Mutex<FxHashMap<Pos, Waiting>>,
@@ -302,7 +302,7 @@ impl CalvinNode {
     /// Answers requests still queued or unanswered at shutdown.
     pub fn reject_leftovers(&self) {
         let rejected = || TxnOutcome::Rejected("cluster is shutting down".into());
-        for (_, req) in self.queue.try_iter() {
+        for Admitted { req, .. } in self.queue.try_iter() {
             reply(&req, rejected());
         }
         let home = std::mem::take(&mut *self.home.lock());

@@ -16,7 +16,7 @@ use super::msg::Pos;
 use super::msg::{BatchTxn, CMsg};
 use super::node::{CalvinNode, HomeTxn, Prepared, POLL};
 use super::txn::{roles, Txn};
-use crate::protocol::{reply, TxnRequest};
+use crate::protocol::{reply, Admitted, TxnRequest};
 use crossbeam_channel::{never, select, Receiver};
 use qstore_core::txn::TxnOutcome;
 use qstore_core::NodeId;
@@ -58,16 +58,16 @@ pub(super) fn run(node: &CalvinNode, epoch_closed: Receiver<()>) {
         // Another sequencer ended this epoch already: end it too, without waiting.
         let behind = |e| node.epochs_seen.load(Ordering::Acquire) > e;
         if behind(epoch) {
-            for (_, req) in queue.try_iter().take(DRAIN) {
+            for Admitted { req, .. } in queue.try_iter().take(DRAIN) {
                 add(node, &mut current, epoch, req);
             }
         } else {
             let wait = deadline.saturating_duration_since(Instant::now()).min(POLL);
             select! {
                 recv(queue) -> req => match req {
-                    Ok((_, req)) => {
+                    Ok(Admitted { req, .. }) => {
                         add(node, &mut current, epoch, req);
-                        for (_, req) in queue.try_iter().take(DRAIN - 1) {
+                        for Admitted { req, .. } in queue.try_iter().take(DRAIN - 1) {
                             add(node, &mut current, epoch, req);
                         }
                     }

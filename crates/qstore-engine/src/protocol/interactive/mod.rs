@@ -34,7 +34,7 @@ use self::msg::{Body, GroupEnd, IMsg};
 use self::part::PartShard;
 use crate::cluster::EngineCtx;
 use crate::net::NodeNet;
-use crate::protocol::{admit, home_node, AdmissionQueue, Engine, TxnRequest};
+use crate::protocol::{admit, home_node, AdmissionQueue, Admitted, Engine, TxnRequest};
 use crate::runtime::spawn_worker;
 use crossbeam_channel::{bounded, unbounded, Receiver, Select, Sender};
 use parking_lot::{Mutex, RwLock};
@@ -195,7 +195,7 @@ impl<C: Cc> Engine for Interactive<C> {
 struct Queues {
     wakeups: Receiver<TxnId>,
     inbox: Receiver<Envelope<IMsg>>,
-    requests: Receiver<(NodeId, TxnRequest)>,
+    requests: Receiver<Admitted>,
 }
 
 /// One node: coordinator of the transactions submitted here, participant for its partition.
@@ -222,7 +222,7 @@ impl<C: Cc> Node<C> {
                 self.resume(txn);
             } else if let Ok(env) = q.inbox.try_recv() {
                 self.handle(env.from, env.msg);
-            } else if let Ok((_, req)) = q.requests.try_recv() {
+            } else if let Ok(Admitted { req, .. }) = q.requests.try_recv() {
                 self.begin(req);
             } else {
                 self.wait_for_work(&q);

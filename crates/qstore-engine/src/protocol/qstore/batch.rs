@@ -307,8 +307,7 @@ impl Batches {
         )
     }
 
-    /// Whether any batch is in flight here.
-    #[cfg(test)]
+    /// Whether no batch is in flight here.
     pub fn is_empty(&self) -> bool {
         self.slots.is_empty()
     }

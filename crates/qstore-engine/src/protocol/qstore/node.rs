@@ -8,8 +8,9 @@ use super::spec::{PlannerBatch, RecordKey, Speculation};
 use crate::cluster::EngineCtx;
 use crate::exec::{run_access, Lookahead, TxnScratch, UndoLog};
 use crate::net::NodeNet;
-use crate::protocol::{admit, home_node, reply, AdmissionQueue, Engine, TxnRequest};
+use crate::protocol::{admit, home_node, reply, AdmissionQueue, Admitted, Engine, TxnRequest};
 use crate::runtime::spawn_worker;
+use crate::stages::{StageClock, StageSnapshot};
 use crossbeam_channel::{bounded, Receiver, RecvTimeoutError};
 use crossbeam_utils::CachePadded;
 use parking_lot::{Condvar, Mutex, MutexGuard, RwLock};
@@ -27,11 +28,45 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
+/// The stages of a transaction's life at its home node, as the results report them.
+const STAGES: &[&str] = &[
+    // From its arrival at the node until its planner took it into a batch.
+    "admission",
+    // Planning its batch: placing every transaction's fragments in execution queues.
+    "planning",
+    // From the plan until the first of the batch's queues on its home node started.
+    "queue wait",
+    // From then until the last of those queues finished.
+    "execution",
+    // From then (or from the plan, with no queue at home) until every node acknowledged.
+    "acknowledgement",
+    // From then until its answer was sent.
+    "answer",
+];
+const ADMISSION: usize = 0;
+const PLANNING: usize = 1;
+const QUEUE_WAIT: usize = 2;
+const EXECUTION: usize = 3;
+const ACKNOWLEDGEMENT: usize = 4;
+const ANSWER: usize = 5;
+
 /// How long shutdown waits for batches in flight to be decided everywhere.
 const QUIESCE_TIMEOUT: Duration = Duration::from_secs(2);
 
 /// Longest sleep of an idle worker between checks (notifications usually come first).
 const IDLE_WAIT: Duration = Duration::from_millis(5);
+
+/// Most steps (plans or queue runs) a submitting thread takes on an idle node before it
+/// leaves the rest to the workers.
+const INLINE_STEPS: usize = 32;
+
+thread_local! {
+    /// Scratch space of a thread that runs transactions inline, kept between its calls.
+    static INLINE_SCRATCH: std::cell::RefCell<TxnScratch> = Default::default();
+    /// Whether this thread is running transactions inline: it wakes the node's threads once
+    /// at the end, if it leaves them anything, rather than at every step.
+    static INLINE: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
 
 pub fn start(ctx: Arc<EngineCtx>) -> Result<Box<dyn Engine>, QError> {
     let NodeNet { transport, inboxes } = crate::net::open::<QMsg>(&ctx)?;
@@ -101,6 +136,15 @@ impl Engine for QStore {
         Some(self.net.counters())
     }
 
+    fn stages(&self) -> Option<StageSnapshot> {
+        let mut nodes = self.local().map(|n| n.stages.snapshot());
+        let mut all = nodes.next()?;
+        for s in nodes {
+            all.merge(&s);
+        }
+        Some(all)
+    }
+
     fn shutdown(&self) {
         // Let answered batches finish their work first: fates still travelling (rollbacks of
         // aborted transactions whose clients already have their answer) must be applied, or
@@ -112,7 +156,7 @@ impl Engine for QStore {
         for n in self.local() {
             n.stop.store(true, Ordering::Release);
             n.admission.queues.write().take();
-            n.wake.notify_all();
+            n.notify();
         }
         for h in self.threads.lock().drain(..) {
             let _ = h.join();
@@ -126,7 +170,7 @@ impl Engine for QStore {
 /// A planner: its client transaction queue and where it is in the batch sequence. One thread
 /// at a time plans with it (holding `plan`); others read `next_batch`.
 struct Planner {
-    queue: Receiver<(NodeId, TxnRequest)>,
+    queue: Receiver<Admitted>,
     next_batch: AtomicU64,
     /// When the batch being filled was opened.
     opened: Mutex<Instant>,
@@ -165,9 +209,35 @@ enum Ready {
     Wait(u64),
 }
 
+/// When a planner batch reached each stage, at its home.
+#[derive(Clone, Copy)]
+struct BatchClock {
+    planning: Instant,
+    planned: Instant,
+    /// Its first and last queue at home: started, finished.
+    first_claim: Option<Instant>,
+    last_finish: Option<Instant>,
+}
+
+impl BatchClock {
+    /// The stage times of a batch decided at `decided` and answered by `answered`.
+    fn stages(&self, decided: Instant, answered: Instant) -> [(usize, Duration); 5] {
+        let executed = self.last_finish.unwrap_or(self.planned);
+        let started = self.first_claim.unwrap_or(executed);
+        [
+            (PLANNING, self.planned - self.planning),
+            (QUEUE_WAIT, started.saturating_duration_since(self.planned)),
+            (EXECUTION, executed.saturating_duration_since(started)),
+            (ACKNOWLEDGEMENT, decided.saturating_duration_since(executed)),
+            (ANSWER, answered.saturating_duration_since(decided)),
+        ]
+    }
+}
+
 /// A batch one of this node's planners made, until every queue it filled has run.
 struct HomeBatch {
     txns: Vec<HomeTxn>,
+    clock: BatchClock,
     acks_pending: u32,
     /// The nodes its queues went to.
     involved: Vec<NodeId>,
@@ -203,6 +273,8 @@ struct NodeState {
 struct DecidedBatch {
     batch: u64,
     rank: u32,
+    clock: BatchClock,
+    decided: Instant,
     txns: Vec<HomeTxn>,
     fates: Vec<Option<Fate>>,
     outputs: Outputs,
@@ -234,6 +306,12 @@ struct QNode {
     state: CachePadded<Mutex<NodeState>>,
     wake: Condvar,
     stop: AtomicBool,
+    stages: StageClock,
+    /// Every planner of the node, in order (what a submitting thread plans for).
+    all_planners: Vec<usize>,
+    /// Whether no batch is in flight here, as of the last change to the node state: read on
+    /// every submission without the lock.
+    quiet: AtomicBool,
     /// Execution queues (sub-partitions) per node and planners per node.
     subs: u32,
     planners_per_node: u32,
@@ -306,6 +384,9 @@ impl QNode {
             })),
             wake: Condvar::new(),
             stop: AtomicBool::new(false),
+            stages: StageClock::new(STAGES),
+            all_planners: (0..planners_per_node as usize).collect(),
+            quiet: AtomicBool::new(true),
             subs,
             planners_per_node,
             batch_size: q.batch_size as usize,
@@ -322,6 +403,7 @@ impl QNode {
 
     /// Client requests go round-robin to the planners' queues.
     fn submit(&self, req: TxnRequest) {
+        let idle = self.close_when_idle && self.is_idle();
         let guard = self.admission.queues.read();
         let queue = guard.as_ref().map(|qs| {
             let i = self.admission.next.fetch_add(1, Ordering::Relaxed) % qs.len();
@@ -329,14 +411,57 @@ impl QNode {
         });
         admit(queue, self.id, req, self.ctx.history.as_deref());
         drop(guard);
+        if idle && self.run_inline() {
+            return;
+        }
         // Pairs with the sleeper's flag-then-look in `idle`: either it sees this request, or
         // this sees the flag and wakes it (under the lock, so the wake is not lost).
         std::sync::atomic::fence(Ordering::SeqCst);
         let wakes = &self.admission.request_wakes;
         if wakes.load(Ordering::Relaxed) && wakes.swap(false, Ordering::SeqCst) {
             let _state = self.state.lock();
-            self.wake.notify_all();
+            self.notify();
         }
+    }
+
+    /// Whether the node has nothing to do: no request queued, no batch in flight here. (A
+    /// node whose threads all sleep is not idle if they wait for other nodes: under load,
+    /// the submitting threads would then take the workers' place.)
+    fn is_idle(&self) -> bool {
+        self.quiet.load(Ordering::Acquire) && self.planners.iter().all(|p| p.queue.is_empty())
+    }
+
+    /// Runs a request on the submitting thread when the node is idle: a
+    /// batch of one, planned and executed here, is as valid a batch of the global order as
+    /// any, and waking a worker (and later the submitter) costs more than the work when the
+    /// node is idle. Steps until nothing is left to do here (or `INLINE_STEPS`), including
+    /// answering. Returns true if no request is left queued for the workers.
+    fn run_inline(&self) -> bool {
+        let ran = INLINE_SCRATCH.with(|scratch| {
+            // A thread already running inline (it cannot be, but never borrow twice).
+            let Ok(mut scratch) = scratch.try_borrow_mut() else {
+                return false;
+            };
+            INLINE.set(true);
+            for _ in 0..INLINE_STEPS {
+                if self.stop.load(Ordering::Acquire) {
+                    break;
+                }
+                let planners = &self.all_planners;
+                if self.step(0, planners, true, true, &mut scratch).is_some() {
+                    break;
+                }
+            }
+            INLINE.set(false);
+            true
+        });
+        let unplanned = self.planners.iter().any(|p| !p.queue.is_empty());
+        if unplanned || !self.state.lock().batches.is_empty() {
+            // Work left here (queues waiting for other nodes' plans or values, or more than
+            // the steps allowed): the node's threads take it from here.
+            self.notify();
+        }
+        ran && !unplanned
     }
 
     fn rank(&self, planner: usize) -> u32 {
@@ -368,25 +493,55 @@ impl QNode {
         // Nothing to execute: close batches now rather than idle until they fill.
         let early = self.close_when_idle && executes;
         while !self.stop.load(Ordering::Acquire) {
-            if planners.iter().any(|&p| self.plan_if_due(p, false)) {
-                continue;
-            }
-            let (claim, seen) = {
-                let mut state = self.state.lock();
-                let claim = if executes {
-                    let readable = self.readable(&state);
-                    state.batches.claim(t as u32, readable)
-                } else {
-                    None
-                };
-                (claim, state.batches.events())
-            };
-            match claim {
-                Some(c) => self.execute(c, &mut scratch),
-                None if early && planners.iter().any(|&p| self.plan_if_due(p, true)) => {}
-                None => self.idle(&planners, seen, early),
+            if let Some(seen) = self.step(t, &planners, executes, early, &mut scratch) {
+                self.idle(&planners, seen, early);
             }
         }
+    }
+
+    /// Wakes the node's sleeping threads: something happened that may give them work.
+    fn notify(&self) {
+        if !INLINE.get() {
+            self.wake.notify_all();
+        }
+    }
+
+    /// Does one thing: plans a due batch of one of `planners`, or runs a queue (if
+    /// `executes`), or (`early`) closes a batch that holds anything. Returns the event count
+    /// seen when there was nothing to do.
+    fn step(
+        &self,
+        t: usize,
+        planners: &[usize],
+        executes: bool,
+        early: bool,
+        scratch: &mut TxnScratch,
+    ) -> Option<u64> {
+        if planners.iter().any(|&p| self.plan_if_due(p, false)) {
+            return None;
+        }
+        let (claim, seen) = {
+            let mut state = self.state.lock();
+            let claim = if executes {
+                let readable = self.readable(&state);
+                let claim = state.batches.claim(t as u32, readable);
+                if let Some(c) = &claim {
+                    if let Some(hb) = state.home.get_mut(&(c.batch, c.rank)) {
+                        hb.clock.first_claim.get_or_insert_with(Instant::now);
+                    }
+                }
+                claim
+            } else {
+                None
+            };
+            (claim, state.batches.events())
+        };
+        match claim {
+            Some(c) => self.execute(c, scratch),
+            None if early && planners.iter().any(|&p| self.plan_if_due(p, true)) => {}
+            None => return Some(seen),
+        }
+        None
     }
 
     /// Sleeps unless something happened since the worker last looked (event count `seen`).
@@ -414,12 +569,14 @@ impl QNode {
             }
         }
         // Sleep until a plan, value, verdict or acknowledgement arrives, or a batch is due.
-        // A due batch that the ring holds back waits for a notification too.
+        // A due batch that the ring holds back waits for a notification too. Only a batch
+        // that holds requests falls due: an idle node's threads stay asleep.
         let now = Instant::now();
         let until_due = planners()
+            .filter(|p| !p.queue.is_empty())
             .map(|p| (*p.opened.lock() + self.batch_timeout).saturating_duration_since(now))
             .min()
-            .unwrap_or(self.batch_timeout);
+            .unwrap_or(IDLE_WAIT);
         let wait = if until_due.is_zero() {
             IDLE_WAIT
         } else {
@@ -471,6 +628,7 @@ impl QNode {
 
     /// Takes up to a batch of transactions and sends every node its execution queues.
     fn plan(&self, batch: u64, rank: u32, planner: &Planner, plan: &mut BatchPlan) {
+        let planning = Instant::now();
         let ctx = &*self.ctx;
         let nodes = ctx.nodes() as usize;
         let mut txns = Vec::with_capacity(planner.queue.len().min(self.batch_size));
@@ -480,7 +638,9 @@ impl QNode {
             subs: self.subs,
             read_only_from: self.read_committed.then_some(self.subs),
         };
-        for (_, req) in planner.queue.try_iter().take(self.batch_size) {
+        let mut admissions = Vec::with_capacity(txns.capacity());
+        for Admitted { req, at, .. } in planner.queue.try_iter().take(self.batch_size) {
+            admissions.push((ADMISSION, planning - at));
             if let Err(e) = ctx.catalog.program_into(&req.call, &mut program) {
                 reply(&req, TxnOutcome::Rejected(e.to_string()));
                 continue;
@@ -505,6 +665,7 @@ impl QNode {
                 req,
             });
         }
+        self.stages.record(&admissions, 1);
         let involved: Vec<NodeId> = (0..nodes as u32)
             .filter(|&n| involved[n as usize])
             .map(NodeId)
@@ -514,6 +675,13 @@ impl QNode {
         if !txns.is_empty() {
             let home = HomeBatch {
                 txns,
+                clock: BatchClock {
+                    planning,
+                    // Placed: sending and installing the queues counts as queue wait.
+                    planned: Instant::now(),
+                    first_claim: None,
+                    last_finish: None,
+                },
                 acks_pending: involved.len() as u32,
                 involved,
                 notes: Vec::new(),
@@ -573,6 +741,9 @@ impl QNode {
             c.cursor += 1;
         }
         let mut state = self.state.lock();
+        if let Some(hb) = state.home.get_mut(&(c.batch, c.rank)) {
+            hb.clock.last_finish = Some(Instant::now());
+        }
         let finished = state.batches.finish(c.batch, c.sub, c.rank, outputs);
         if let Some(outputs) = finished.ack {
             self.acknowledge(&mut state, c.batch, c.rank, outputs);
@@ -933,7 +1104,7 @@ impl QNode {
                 let mut state = self.state.lock();
                 state.store_value(pos, frag.n_accesses, idx, value.clone());
                 drop(state);
-                self.wake.notify_all();
+                self.notify();
             }
             for &n in &r.nodes {
                 let msg = QMsg::Dep {
@@ -972,6 +1143,8 @@ impl QNode {
             state.decided.push(DecidedBatch {
                 batch,
                 rank,
+                clock: hb.clock,
+                decided: Instant::now(),
                 txns: hb.txns,
                 fates,
                 outputs: hb.outputs,
@@ -1022,10 +1195,13 @@ impl QNode {
         let DecidedBatch {
             batch,
             rank,
+            clock,
+            decided,
             txns,
             fates,
             outputs,
         } = d;
+        let n = txns.len() as u64;
         let mut outputs = Gather::new(outputs);
         for ((seq, t), fate) in txns.into_iter().enumerate().zip(fates) {
             let order = TxnPos {
@@ -1058,6 +1234,8 @@ impl QNode {
                 }
             }
         }
+        self.stages
+            .record(&clock.stages(decided, Instant::now()), n);
     }
 
     /// Conservative mode: the fates the verdicts decided. Every verdict reached this node
@@ -1151,7 +1329,7 @@ impl QNode {
         self.retire(&mut state);
         let decided = std::mem::take(&mut state.decided);
         drop(state);
-        self.wake.notify_all();
+        self.notify();
         for d in decided {
             self.answer(d);
         }
@@ -1179,6 +1357,11 @@ impl QNode {
                 v.retain(|((b, _), _, _)| *b >= retired);
                 !v.is_empty()
             });
+        }
+        let quiet = state.home.is_empty() && state.batches.is_empty();
+        // Written only when it changes: every thread reads it on every submission.
+        if self.quiet.load(Ordering::Relaxed) != quiet {
+            self.quiet.store(quiet, Ordering::Release);
         }
     }
 
@@ -1233,7 +1416,7 @@ impl QNode {
                 }
                 QMsg::Dep { pos, idx, value } => {
                     self.state.lock().store_value(pos, u16::MAX, idx, value);
-                    self.wake.notify_all();
+                    self.notify();
                 }
                 QMsg::Vote {
                     pos,
@@ -1287,7 +1470,7 @@ impl QNode {
             }
         }
         for p in &self.planners {
-            for (_, req) in p.queue.try_iter() {
+            for Admitted { req, .. } in p.queue.try_iter() {
                 reply(
                     &req,
                     TxnOutcome::Rejected("cluster is shutting down".into()),

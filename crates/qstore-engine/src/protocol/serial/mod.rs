@@ -9,7 +9,7 @@
 
 use crate::cluster::EngineCtx;
 use crate::exec::{run_program_alone, AloneOptions, Lookahead, TxnScratch};
-use crate::protocol::{admit, reply, AdmissionQueue, Engine, TxnRequest};
+use crate::protocol::{admit, reply, AdmissionQueue, Admitted, Engine, TxnRequest};
 use crate::runtime::spawn_worker;
 use crossbeam_channel::{bounded, Receiver};
 use parking_lot::{Mutex, RwLock};
@@ -93,7 +93,7 @@ impl Executor {
     }
 
     /// Serves requests until every sender is gone.
-    fn run(mut self, rx: Receiver<(NodeId, TxnRequest)>) {
+    fn run(mut self, rx: Receiver<Admitted>) {
         let mut batch = Vec::with_capacity(DRAIN_BATCH);
         // Program buffers, one per transaction of a drained batch, reused from batch to batch.
         let mut programs: Vec<Program> = Vec::new();
@@ -107,7 +107,7 @@ impl Executor {
             // accesses ahead across transaction boundaries (see `Lookahead`).
             keys.clear();
             built.clear();
-            for ((_, req), program) in batch.iter().zip(&mut programs) {
+            for (Admitted { req, .. }, program) in batch.iter().zip(&mut programs) {
                 let result = self.ctx.catalog.program_into(&req.call, program);
                 if result.is_ok() {
                     keys.extend(program.accesses.iter().map(|a| (a.table, a.key)));
@@ -123,7 +123,7 @@ impl Executor {
             ahead.start(0);
             let step = |at| ahead.step(at);
             let mut first = 0;
-            for (((home, req), program), result) in
+            for ((Admitted { home, req, .. }, program), result) in
                 batch.drain(..).zip(&programs).zip(built.drain(..))
             {
                 let outcome = match result {
