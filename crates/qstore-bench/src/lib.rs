@@ -142,6 +142,9 @@ pub(crate) fn drive(
 /// Builds the workload, starts an embedded cluster, drives it as configured, and reports.
 pub fn run(cfg: &RunConfig, opts: RunOptions<'_>) -> Result<RunOutcome, QError> {
     cfg.validate()?;
+    let mut cfg = cfg.clone();
+    cfg.cluster.resolve_workers(cfg.cluster.nodes);
+    let cfg = &cfg;
     let workload = qstore_workload::build(cfg)?;
     let cluster = Cluster::start(
         cfg.clone(),

@@ -184,7 +184,7 @@ impl RunReport {
         t.to_string()
     }
 
-    fn rows(&self) -> Vec<(&'static str, String)> {
+    fn rows(&self) -> Vec<(String, String)> {
         let l = &self.latency;
         let aborts = if self.cc_aborts.is_empty() {
             "none".to_string()
@@ -253,17 +253,6 @@ impl RunReport {
             ),
             ("load time (s)", format!("{:.2}", self.load_s)),
         ];
-        if !self.stages.is_empty() {
-            let stages = |f: fn(&StageSummary) -> f64| {
-                let each = self
-                    .stages
-                    .iter()
-                    .map(|s| format!("{} {:.1}", s.stage, f(s)));
-                each.collect::<Vec<_>>().join(" · ")
-            };
-            rows.push(("stages p50 (us)", stages(|s| s.p50_us)));
-            rows.push(("stages mean (us)", stages(|s| s.mean_us)));
-        }
         if self.rejected > 0 {
             let why = self.first_rejection.clone().unwrap_or_default();
             rows.push(("rejected", format!("{} ({why})", self.rejected)));
@@ -280,6 +269,14 @@ impl RunReport {
         }
         if self.missed_arrivals > 0 {
             rows.push(("missed arrivals", group(self.missed_arrivals)));
+        }
+        let mut rows: Vec<(String, String)> =
+            rows.into_iter().map(|(k, v)| (k.to_string(), v)).collect();
+        for s in &self.stages {
+            rows.push((
+                format!("stage {} p50/mean (us)", s.stage),
+                format!("{:.1} / {:.1}", s.p50_us, s.mean_us),
+            ));
         }
         rows
     }

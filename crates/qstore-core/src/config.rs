@@ -116,7 +116,9 @@ pub enum Partitioning {
 pub struct ClusterConfig {
     /// Number of nodes; each hosts one partition.
     pub nodes: u32,
-    /// Worker threads per node (protocols that run one thread per partition ignore it).
+    /// Worker threads per node (protocols that run one thread per partition ignore it);
+    /// 0 = as many as the machine has cores, shared among the nodes one machine hosts (see
+    /// [`ClusterConfig::resolve_workers`]).
     pub workers: u32,
     pub partitioning: Partitioning,
     /// Pin worker threads to cores.
@@ -150,7 +152,7 @@ impl Default for ClusterConfig {
     fn default() -> Self {
         ClusterConfig {
             nodes: 4,
-            workers: 2,
+            workers: 0,
             partitioning: Partitioning::Range,
             pin_threads: false,
             addresses: Vec::new(),
@@ -305,6 +307,18 @@ impl Default for QStoreConfig {
             pipeline_depth: 2,
             planners: 0,
             dedicated_planners: false,
+        }
+    }
+}
+
+impl ClusterConfig {
+    /// Turns `workers = 0` into a number: the machine's cores divided among the
+    /// `nodes_here` nodes that share it (all of an embedded cluster's, or of a local
+    /// multi-process one), at least one each. Other values stay as they are.
+    pub fn resolve_workers(&mut self, nodes_here: u32) {
+        if self.workers == 0 {
+            let cores = std::thread::available_parallelism().map_or(1, |n| n.get()) as u32;
+            self.workers = (cores / nodes_here.max(1)).clamp(1, 256);
         }
     }
 }
@@ -570,7 +584,7 @@ impl Default for ClientConfig {
     fn default() -> Self {
         ClientConfig {
             clients: 0,
-            inflight: 10,
+            inflight: 200,
             rate: 0.0,
             duration_s: 5.0,
             warmup_s: 1.0,
@@ -664,10 +678,10 @@ impl RunConfig {
             "must be between 1 and 1024",
         )?;
         check(
-            (1..=256).contains(&c.workers),
+            c.workers <= 256,
             "cluster.workers",
             c.workers,
-            "must be between 1 and 256",
+            "must be between 1 and 256 (0 = one per core, shared among the nodes)",
         )?;
         check(
             c.connect_timeout_s > 0.0 && c.connect_timeout_s <= 3600.0,
@@ -688,7 +702,7 @@ impl RunConfig {
         self.protocol.calvin.validate()?;
         let q = &self.protocol.qstore;
         check(
-            q.dedicated_planners || q.planners <= c.workers,
+            q.dedicated_planners || c.workers == 0 || q.planners <= c.workers,
             "protocol.qstore.planners",
             q.planners,
             "must be at most cluster.workers unless planners are dedicated threads",

@@ -127,6 +127,8 @@ impl Cluster {
             Hosting::Embedded => (0..cfg.cluster.nodes).collect(),
             Hosting::Node(n) => vec![n.me.0],
         };
+        let mut cfg = cfg;
+        cfg.cluster.resolve_workers(local.len() as u32);
         let partitions = load_partitions(cfg.cluster.nodes, &local, &catalog, load)?;
         let load_time = started.elapsed();
         let history = record_history.then(|| {

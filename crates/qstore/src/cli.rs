@@ -186,7 +186,8 @@ struct RunArgs {
     /// Nodes in the cluster; each hosts one partition.
     #[arg(long, help_heading = "Cluster")]
     nodes: Option<u32>,
-    /// Worker threads per node.
+    /// Worker threads per node (default: the machine's cores shared among the nodes, at
+    /// least one each).
     #[arg(long, help_heading = "Cluster")]
     workers: Option<u32>,
     /// How keys map to partitions: range or hash.
@@ -309,7 +310,8 @@ struct RunArgs {
     /// Clients in the cluster, spread round-robin over home nodes (0 = one per node).
     #[arg(long, help_heading = "Load")]
     clients: Option<u32>,
-    /// Transactions each client keeps in flight (closed loop).
+    /// Transactions each client keeps in flight (closed loop; default 200: a batching
+    /// engine needs enough in flight to fill its batches).
     #[arg(long, help_heading = "Load")]
     inflight: Option<u32>,
     /// Open-loop target rate in transactions/s for the whole cluster: 0.001 to 100000000
@@ -463,6 +465,9 @@ impl RunArgs {
         set(&mut k.backoff_max_us, self.backoff_max_us);
         validate_names(&c)?;
         c.validate().map_err(|e| e.to_string())?;
+        // Every node of `run` and of `cluster` shares this machine.
+        let nodes = c.cluster.nodes;
+        c.cluster.resolve_workers(nodes);
         Ok(c)
     }
 }
