@@ -855,6 +855,7 @@ fn bench(args: BenchArgs) -> i32 {
     // Round-robin: every round runs every scenario once, so runs compared in a ratio are
     // minutes apart at most.
     let mut runs = Vec::new();
+    let mut failures = Vec::new();
     for r in 0..args.repeat {
         let mut round = Vec::new();
         for (i, sc) in scenarios.iter().enumerate() {
@@ -869,6 +870,9 @@ fn bench(args: BenchArgs) -> i32 {
             match qstore_bench::run(&sc.cfg, RunOptions::default()) {
                 Ok(o) => {
                     eprintln!("{:.0} txn/s", o.report.throughput_tps);
+                    if let Some(why) = failed_run(&o.report) {
+                        failures.push(format!("round {}, {}: {why}", r + 1, sc.name));
+                    }
                     round.push(o.report);
                 }
                 Err(QError::Config(e)) => {
@@ -885,6 +889,9 @@ fn bench(args: BenchArgs) -> i32 {
     }
     let rows = suite::rows(&scenarios, runs);
     println!("{}", suite::table(&rows));
+    for f in &failures {
+        eprintln!("error: {f}");
+    }
     if let Some(path) = &args.run.output {
         let written = std::fs::File::create(path)
             .map_err(|e| e.to_string())
@@ -900,7 +907,23 @@ fn bench(args: BenchArgs) -> i32 {
             return EXIT_FAILURE;
         }
     }
-    0
+    if failures.is_empty() {
+        0
+    } else {
+        EXIT_FAILURE
+    }
+}
+
+/// Why a benchmark run measured nothing worth a figure: transactions left unanswered, or
+/// none committed.
+fn failed_run(r: &qstore_bench::report::RunReport) -> Option<String> {
+    if r.unfinished > 0 {
+        Some(format!("{} transaction(s) unanswered", r.unfinished))
+    } else if r.committed == 0 {
+        Some("no transaction committed".into())
+    } else {
+        None
+    }
 }
 
 /// One CSV line per scenario: its name and ratio, then the run's figures.
