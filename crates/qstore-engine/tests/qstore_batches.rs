@@ -53,6 +53,18 @@ const TIMEOUT: Duration = Duration::from_secs(2);
 
 /// Submits one transaction reading a key on each node; returns the cluster (to stop) and
 /// where its answer comes.
+/// Starts an embedded cluster of `cfg` whose catalog has the counters and the `pair`
+/// procedure.
+fn start_with_pair(cfg: RunConfig) -> (Cluster, Arc<qstore_core::txn::Catalog>) {
+    let mut cat = counter_catalog();
+    let read = cat.steps.register("read", read);
+    cat.add_procedure(Arc::new(Pair { read }));
+    let cat = Arc::new(cat);
+    let pmap = PartitionMap::new(cfg.cluster.nodes, Partitioning::Range, &cat.tables);
+    let cluster = Cluster::start(cfg, cat.clone(), pmap, &load_counters, false).unwrap();
+    (cluster, cat)
+}
+
 fn one_transaction(close_when_idle: bool) -> (Cluster, Receiver<TxnResponse>) {
     let mut cfg = RunConfig::default();
     cfg.protocol.name = "qstore".into();
@@ -61,12 +73,7 @@ fn one_transaction(close_when_idle: bool) -> (Cluster, Receiver<TxnResponse>) {
     cfg.protocol.qstore.close_when_idle = close_when_idle;
     cfg.cluster.nodes = 2;
     cfg.cluster.workers = 2;
-    let mut cat = counter_catalog();
-    let read = cat.steps.register("read", read);
-    cat.add_procedure(Arc::new(Pair { read }));
-    let cat = Arc::new(cat);
-    let pmap = PartitionMap::new(2, Partitioning::Range, &cat.tables);
-    let cluster = Cluster::start(cfg, cat.clone(), pmap, &load_counters, false).unwrap();
+    let (cluster, cat) = start_with_pair(cfg);
     // Let every planner's first (empty, timed-out) batch pass, so the transaction lands in a
     // batch opened after start.
     std::thread::sleep(TIMEOUT + Duration::from_millis(200));
@@ -124,12 +131,7 @@ fn an_idle_single_node_runs_a_transaction_on_the_submitting_thread() {
     cfg.protocol.name = "qstore".into();
     cfg.cluster.nodes = 1;
     cfg.cluster.workers = 2;
-    let mut cat = counter_catalog();
-    let read = cat.steps.register("read", read);
-    cat.add_procedure(Arc::new(Pair { read }));
-    let cat = Arc::new(cat);
-    let pmap = PartitionMap::new(1, Partitioning::Range, &cat.tables);
-    let cluster = Cluster::start(cfg, cat.clone(), pmap, &load_counters, false).unwrap();
+    let (cluster, cat) = start_with_pair(cfg);
     let (tx, rx) = unbounded();
     let mut at_once = 0;
     for id in 1..=100u64 {

@@ -135,22 +135,7 @@ fn cluster_of_processes_runs_and_reports() {
 fn killing_a_server_gives_client_errors_not_a_hang() {
     // Half the transactions span two nodes, so clients of every node have work on node 1.
     let mut cluster = Cluster::start("kill", 3, "multi_partition_fraction = 0.5\nops_per_txn = 4");
-    let mut client = Proc::spawn(
-        "client",
-        &mut cluster.client(&["--duration", "30", "--warmup", "0", "--progress"]),
-        None,
-    );
-    // Let it get going: a progress line says it commits.
-    let started = Instant::now();
-    while !client.stderr.text().contains("committed") {
-        assert!(
-            client.running() && started.elapsed() < Duration::from_secs(20),
-            "the client never made progress\n{}\n{}",
-            client.output(),
-            cluster.outputs()
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    let mut client = cluster.committing_client(&["--duration", "30"]);
     std::thread::sleep(Duration::from_millis(500));
     assert!(client.running(), "{}", client.output());
     cluster.servers[1].child.kill().unwrap();
@@ -486,21 +471,7 @@ fn a_frozen_server_fails_the_run_and_its_verification() {
     // not a dead one) leaves transactions unanswered: the client ends the run after its drain
     // and fails it, --verify included, whatever the part that committed looks like.
     let cluster = Cluster::start("frozen", 2, "multi_partition_fraction = 0.5");
-    let mut client = Proc::spawn(
-        "client",
-        &mut cluster.client(&["--duration", "2", "--warmup", "0", "--verify", "--progress"]),
-        None,
-    );
-    let started = Instant::now();
-    while !client.stderr.text().contains("committed") {
-        assert!(
-            client.running() && started.elapsed() < Duration::from_secs(20),
-            "the client never made progress\n{}\n{}",
-            client.output(),
-            cluster.outputs()
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    let mut client = cluster.committing_client(&["--duration", "2", "--verify"]);
     let pid = cluster.servers[1].child.id().to_string();
     let signal = |sig: &str| {
         let ok = Command::new("kill").args([sig, &pid]).status().unwrap();

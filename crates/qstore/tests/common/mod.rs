@@ -354,6 +354,25 @@ impl Cluster {
         cmd
     }
 
+    /// Starts `qstore client` with `args` (no warm-up, progress lines on) and returns once a
+    /// progress line says it commits.
+    pub fn committing_client(&self, args: &[&str]) -> Proc {
+        let mut all = vec!["--warmup", "0", "--progress"];
+        all.extend_from_slice(args);
+        let mut client = Proc::spawn("client", &mut self.client(&all), None);
+        let started = Instant::now();
+        while !client.stderr.text().contains("committed") {
+            assert!(
+                client.running() && started.elapsed() < Duration::from_secs(20),
+                "the client never made progress\n{}\n{}",
+                client.output(),
+                self.outputs()
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        client
+    }
+
     pub fn peer_addr(&self, node: usize) -> SocketAddr {
         self.addrs[node].0
     }
