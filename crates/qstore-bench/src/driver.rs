@@ -30,6 +30,9 @@ const OPEN_LOOP_MAX_OUTSTANDING: usize = 100_000;
 
 /// How long a thread waits for an answer before re-checking the run's state.
 const POLL: Duration = Duration::from_millis(20);
+/// A load thread with fewer transactions than this outstanding lets an idle node run its
+/// next one on the thread itself (see `TxnRequest::inline`).
+const INLINE_BELOW: usize = 32;
 
 /// State shared by the run's controller and its load-generator threads.
 #[derive(Default)]
@@ -342,6 +345,10 @@ impl<'a> Driver<'a> {
             call: pending.call.clone(),
             reply: self.reply_tx.clone().into(),
             birth_us: pending.birth_us,
+            // With few transactions outstanding this thread mostly waits for answers, and the
+            // node may run the transaction here; with many, it has answers to handle and
+            // requests to send, and the node's threads batch them better.
+            inline: self.pending.len() < INLINE_BELOW,
         };
         let home = self.clients[pending.client].home;
         self.pending.insert(id, pending);

@@ -124,8 +124,9 @@ fn full_batches_wait_for_the_batch_to_fill_or_time_out() {
 
 #[test]
 fn an_idle_single_node_runs_a_transaction_on_the_submitting_thread() {
-    // One node with nothing in flight: the submitting thread plans the transaction as a batch
-    // of one, runs it and answers it before `submit` returns, waking no worker. Its program
+    // One node with nothing in flight, and a submitter that would only wait: the submitting
+    // thread plans the transaction as a batch of one, runs it and answers it before `submit`
+    // returns, waking no worker. Its program
     // touches two keys of partition 0.
     let mut cfg = RunConfig::default();
     cfg.protocol.name = "qstore".into();
@@ -139,10 +140,10 @@ fn an_idle_single_node_runs_a_transaction_on_the_submitting_thread() {
             proc: cat.procedure_id("pair").unwrap(),
             args: vec![Value::Int(1), Value::Int(2)],
         };
-        cluster.submit(
-            NodeId(0),
-            TxnRequest::new(TxnId(id), Arc::new(call), tx.clone()),
-        );
+        // The submitter waits for the answer: the node may run it here.
+        let mut req = TxnRequest::new(TxnId(id), Arc::new(call), tx.clone());
+        req.inline = true;
+        cluster.submit(NodeId(0), req);
         // A worker waking for its periodic look may take the request first (then it answers
         // a moment later): rare, and no less correct.
         let resp = match rx.try_recv() {

@@ -55,11 +55,12 @@ impl From<Sender<TxnResponse>> for ReplyTo {
     }
 }
 
-/// A request on a node's admission queue: the node it was submitted at, and when.
+/// A request on a node's admission queue: the node it was submitted at, and when (if the
+/// protocol times its stages and this request is in the sample).
 pub(crate) struct Admitted {
     pub home: NodeId,
     pub req: TxnRequest,
-    pub at: Instant,
+    pub at: Option<Instant>,
 }
 
 /// A node's bounded admission queue.
@@ -75,6 +76,11 @@ pub struct TxnRequest {
     /// client's clock. Every retry carries the first attempt's value, so protocols that
     /// favour old transactions (WAIT_DIE) keep a retried transaction's age.
     pub birth_us: u64,
+    /// The submitter has nothing else to do until the answer comes: a protocol may run the
+    /// transaction on the submitting thread (an idle Q-Store node does). A submitter with
+    /// more work waiting (more requests to send, answers to handle) leaves it false, so the
+    /// node's threads take the transaction and it goes on.
+    pub inline: bool,
 }
 
 impl TxnRequest {
@@ -95,6 +101,7 @@ impl TxnRequest {
             call,
             reply: reply.into(),
             birth_us: wall_clock_us(),
+            inline: false,
         }
     }
 }
@@ -238,6 +245,7 @@ pub(crate) fn admit(
     queue: Option<&AdmissionQueue>,
     home: NodeId,
     req: TxnRequest,
+    at: Option<Instant>,
     history: Option<&HistoryRecorder>,
 ) {
     let closed =
@@ -245,7 +253,6 @@ pub(crate) fn admit(
     let Some(queue) = queue else {
         return closed(&req);
     };
-    let at = Instant::now();
     match queue.try_send(Admitted { home, req, at }) {
         Ok(()) => {}
         Err(TrySendError::Full(Admitted { home, req, .. })) => {

@@ -524,6 +524,8 @@ impl IoThread {
             call: Arc::new(call),
             reply: self.reply.clone(),
             birth_us,
+            // This thread serves other connections meanwhile.
+            inline: false,
         };
         self.shared.cluster.submit(self.shared.me, req);
     }

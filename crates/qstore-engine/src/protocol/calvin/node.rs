@@ -81,7 +81,13 @@ impl CalvinNode {
 
     pub fn submit(&self, req: TxnRequest) {
         let guard = self.admission.read();
-        admit(guard.as_ref(), self.id, req, self.ctx.history.as_deref());
+        admit(
+            guard.as_ref(),
+            self.id,
+            req,
+            None,
+            self.ctx.history.as_deref(),
+        );
     }
 
     /// Builds and analyses a sequencer's batch for the scheduler. Programs are rebuilt from

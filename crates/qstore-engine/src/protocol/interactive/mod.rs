@@ -157,7 +157,7 @@ impl<C: Cc> Engine for Interactive<C> {
     fn submit(&self, home: NodeId, req: TxnRequest) {
         if let Some(node) = home_node(&self.nodes, home, &req) {
             let history = node.ctx.history.as_deref();
-            admit(node.admission.read().as_ref(), home, req, history);
+            admit(node.admission.read().as_ref(), home, req, None, history);
         }
     }
 

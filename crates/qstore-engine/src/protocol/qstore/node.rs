@@ -43,6 +43,9 @@ const STAGES: &[&str] = &[
     // From then until its answer was sent.
     "answer",
 ];
+/// One transaction in this many has its admission timed, and one planner batch in this many
+/// its other stages: a clock read is a visible cost next to a batch of one.
+const STAGE_SAMPLE: u64 = 8;
 const ADMISSION: usize = 0;
 const PLANNING: usize = 1;
 const QUEUE_WAIT: usize = 2;
@@ -66,6 +69,8 @@ thread_local! {
     /// Whether this thread is running transactions inline: it wakes the node's threads once
     /// at the end, if it leaves them anything, rather than at every step.
     static INLINE: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+    /// Requests this thread submitted, for sampling their admission times.
+    static SUBMITTED: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
 }
 
 pub fn start(ctx: Arc<EngineCtx>) -> Result<Box<dyn Engine>, QError> {
@@ -237,7 +242,8 @@ impl BatchClock {
 /// A batch one of this node's planners made, until every queue it filled has run.
 struct HomeBatch {
     txns: Vec<HomeTxn>,
-    clock: BatchClock,
+    /// When it reached each stage, if it is in the sample.
+    clock: Option<BatchClock>,
     acks_pending: u32,
     /// The nodes its queues went to.
     involved: Vec<NodeId>,
@@ -273,8 +279,8 @@ struct NodeState {
 struct DecidedBatch {
     batch: u64,
     rank: u32,
-    clock: BatchClock,
-    decided: Instant,
+    /// When it reached each stage, and when it was decided, if it is in the sample.
+    clock: Option<(BatchClock, Instant)>,
     txns: Vec<HomeTxn>,
     fates: Vec<Option<Fate>>,
     outputs: Outputs,
@@ -403,13 +409,16 @@ impl QNode {
 
     /// Client requests go round-robin to the planners' queues.
     fn submit(&self, req: TxnRequest) {
-        let idle = self.close_when_idle && self.is_idle();
+        let idle = req.inline && self.close_when_idle && self.is_idle();
         let guard = self.admission.queues.read();
         let queue = guard.as_ref().map(|qs| {
             let i = self.admission.next.fetch_add(1, Ordering::Relaxed) % qs.len();
             &qs[i]
         });
-        admit(queue, self.id, req, self.ctx.history.as_deref());
+        let n = SUBMITTED.get();
+        SUBMITTED.set(n.wrapping_add(1));
+        let at = n.is_multiple_of(STAGE_SAMPLE).then(Instant::now);
+        admit(queue, self.id, req, at, self.ctx.history.as_deref());
         drop(guard);
         if idle && self.run_inline() {
             return;
@@ -527,7 +536,9 @@ impl QNode {
                 let claim = state.batches.claim(t as u32, readable);
                 if let Some(c) = &claim {
                     if let Some(hb) = state.home.get_mut(&(c.batch, c.rank)) {
-                        hb.clock.first_claim.get_or_insert_with(Instant::now);
+                        if let Some(clock) = &mut hb.clock {
+                            clock.first_claim.get_or_insert_with(Instant::now);
+                        }
                     }
                 }
                 claim
@@ -593,9 +604,15 @@ impl QNode {
     fn plan_if_due(&self, p: usize, early: bool) -> bool {
         let planner = &*self.planners[p];
         let queued = planner.queue.len();
-        let full_or_late =
-            queued >= self.batch_size || planner.opened.lock().elapsed() >= self.batch_timeout;
-        if !full_or_late && !early {
+        // Read the clock only when the answer depends on it: a step asks every planner. An
+        // empty batch need not time out when idle workers close batches (they close the ones
+        // other planners wait for).
+        let late = || {
+            (queued > 0 || !self.close_when_idle)
+                && planner.opened.lock().elapsed() >= self.batch_timeout
+        };
+        let full = queued >= self.batch_size;
+        if !early && !full && !late() {
             return false;
         }
         // Held from reading the batch number to publishing the next one: one plan per batch.
@@ -609,7 +626,7 @@ impl QNode {
                 return false;
             }
             let awaited = || state.batches.newest().is_some_and(|b| b >= batch);
-            if !(full_or_late || queued > 0 || awaited()) {
+            if early && !(full || queued > 0 || awaited() || late()) {
                 return false;
             }
         }
@@ -628,7 +645,8 @@ impl QNode {
 
     /// Takes up to a batch of transactions and sends every node its execution queues.
     fn plan(&self, batch: u64, rank: u32, planner: &Planner, plan: &mut BatchPlan) {
-        let planning = Instant::now();
+        let timed = batch.is_multiple_of(STAGE_SAMPLE);
+        let mut planning = timed.then(Instant::now);
         let ctx = &*self.ctx;
         let nodes = ctx.nodes() as usize;
         let mut txns = Vec::with_capacity(planner.queue.len().min(self.batch_size));
@@ -638,9 +656,12 @@ impl QNode {
             subs: self.subs,
             read_only_from: self.read_committed.then_some(self.subs),
         };
-        let mut admissions = Vec::with_capacity(txns.capacity());
+        let mut admissions = Vec::new();
         for Admitted { req, at, .. } in planner.queue.try_iter().take(self.batch_size) {
-            admissions.push((ADMISSION, planning - at));
+            if let Some(at) = at {
+                let planning = *planning.get_or_insert_with(Instant::now);
+                admissions.push((ADMISSION, planning - at));
+            }
             if let Err(e) = ctx.catalog.program_into(&req.call, &mut program) {
                 reply(&req, TxnOutcome::Rejected(e.to_string()));
                 continue;
@@ -665,7 +686,9 @@ impl QNode {
                 req,
             });
         }
-        self.stages.record(&admissions, 1);
+        if !admissions.is_empty() {
+            self.stages.record(&admissions, 1);
+        }
         let involved: Vec<NodeId> = (0..nodes as u32)
             .filter(|&n| involved[n as usize])
             .map(NodeId)
@@ -675,13 +698,13 @@ impl QNode {
         if !txns.is_empty() {
             let home = HomeBatch {
                 txns,
-                clock: BatchClock {
+                clock: planning.filter(|_| timed).map(|planning| BatchClock {
                     planning,
                     // Placed: sending and installing the queues counts as queue wait.
                     planned: Instant::now(),
                     first_claim: None,
                     last_finish: None,
-                },
+                }),
                 acks_pending: involved.len() as u32,
                 involved,
                 notes: Vec::new(),
@@ -742,7 +765,9 @@ impl QNode {
         }
         let mut state = self.state.lock();
         if let Some(hb) = state.home.get_mut(&(c.batch, c.rank)) {
-            hb.clock.last_finish = Some(Instant::now());
+            if let Some(clock) = &mut hb.clock {
+                clock.last_finish = Some(Instant::now());
+            }
         }
         let finished = state.batches.finish(c.batch, c.sub, c.rank, outputs);
         if let Some(outputs) = finished.ack {
@@ -1143,8 +1168,7 @@ impl QNode {
             state.decided.push(DecidedBatch {
                 batch,
                 rank,
-                clock: hb.clock,
-                decided: Instant::now(),
+                clock: hb.clock.map(|c| (c, Instant::now())),
                 txns: hb.txns,
                 fates,
                 outputs: hb.outputs,
@@ -1196,7 +1220,6 @@ impl QNode {
             batch,
             rank,
             clock,
-            decided,
             txns,
             fates,
             outputs,
@@ -1234,8 +1257,10 @@ impl QNode {
                 }
             }
         }
-        self.stages
-            .record(&clock.stages(decided, Instant::now()), n);
+        if let Some((clock, decided)) = clock {
+            self.stages
+                .record(&clock.stages(decided, Instant::now()), n);
+        }
     }
 
     /// Conservative mode: the fates the verdicts decided. Every verdict reached this node

@@ -60,6 +60,7 @@ impl Engine for Serial {
             self.admission.read().as_ref(),
             home,
             req,
+            None,
             self.ctx.history.as_deref(),
         );
     }
