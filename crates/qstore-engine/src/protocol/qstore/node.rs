@@ -440,10 +440,9 @@ impl QNode {
         self.quiet.load(Ordering::Acquire) && self.planners.iter().all(|p| p.queue.is_empty())
     }
 
-    /// Runs a request on the submitting thread when the node is idle: a
-    /// batch of one, planned and executed here, is as valid a batch of the global order as
-    /// any, and waking a worker (and later the submitter) costs more than the work when the
-    /// node is idle. Steps until nothing is left to do here (or `INLINE_STEPS`), including
+    /// Runs a request on the submitting thread when the node is idle: a batch of one,
+    /// planned and executed here, is as valid a batch of the global order as any, and waking
+    /// a worker (and later the submitter) costs more than the work when the node is idle. Steps until nothing is left to do here (or `INLINE_STEPS`), including
     /// answering. Returns true if no request is left queued for the workers.
     fn run_inline(&self) -> bool {
         let ran = INLINE_SCRATCH.with(|scratch| {
