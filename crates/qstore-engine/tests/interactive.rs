@@ -8,21 +8,20 @@
 //! Three nodes, keys 0..64 on node 0, 64..128 on node 1, 128..192 on node 2; key k starts
 //! at k.
 
-use crossbeam_channel::{unbounded, Receiver, Sender};
-use qstore_core::config::Partitioning;
-use qstore_core::partition::PartitionMap;
 use qstore_core::txn::{
-    AccessKind, Catalog, ProcCall, Procedure, Program, StepId, TxnOutcome, TxnResponse, Value,
+    AccessKind, Catalog, ProcCall, Procedure, Program, StepId, TxnOutcome, Value,
 };
-use qstore_core::{NodeId, PartitionId, RunConfig, TxnId};
-use qstore_engine::{Cluster, StoppedCluster, TxnRequest};
+use qstore_core::{PartitionId, RunConfig, TxnId};
+use qstore_engine::StoppedCluster;
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
 mod common;
 
-use common::{access, add, counter, counter_catalog, int, load_counters, read, take, Pay, KEYS};
+use common::{
+    access, add, counter, counter_catalog, int, load_counters, read, take, Pay, TestClient, KEYS,
+};
 
 const NODES: u32 = 3;
 const PROTOCOLS: [&str; 3] = ["no_wait", "wait_die", "hstore"];
@@ -67,67 +66,25 @@ fn catalog() -> Catalog {
     c
 }
 
-struct Client {
-    cluster: Cluster,
-    catalog: Arc<Catalog>,
-    tx: Sender<TxnResponse>,
-    rx: Receiver<TxnResponse>,
-    next_id: u64,
+/// How long a test waits for any answer.
+const ANSWER_TIMEOUT: Duration = Duration::from_secs(20);
+
+/// Concurrency-control aborts a call may meet before the test gives up on it.
+const MAX_RETRIES: usize = 10_000;
+
+/// A client of a cluster running `protocol` over this file's procedures.
+fn start(protocol: &str) -> TestClient {
+    let mut cfg = RunConfig::default();
+    cfg.protocol.name = protocol.into();
+    cfg.cluster.nodes = NODES;
+    cfg.cluster.workers = 2;
+    TestClient::start(cfg, catalog(), &load_counters).unwrap()
 }
 
-impl Client {
-    fn start(protocol: &str) -> Client {
-        let mut cfg = RunConfig::default();
-        cfg.protocol.name = protocol.into();
-        cfg.cluster.nodes = NODES;
-        cfg.cluster.workers = 2;
-        let catalog = Arc::new(catalog());
-        let pmap = PartitionMap::new(NODES, Partitioning::Range, &catalog.tables);
-        let cluster = Cluster::start(cfg, catalog.clone(), pmap, &load_counters, false).unwrap();
-        let (tx, rx) = unbounded();
-        Client {
-            cluster,
-            catalog,
-            tx,
-            rx,
-            next_id: 0,
-        }
-    }
-
-    fn call(&self, name: &str, args: &[i64]) -> Arc<ProcCall> {
-        Arc::new(ProcCall {
-            proc: self.catalog.procedure_id(name).unwrap(),
-            args: args.iter().map(|&a| Value::Int(a)).collect(),
-        })
-    }
-
-    /// Submits an attempt of `call` at `home`, born at `birth_us`; returns its id.
-    fn submit(&mut self, home: u32, call: &Arc<ProcCall>, birth_us: u64) -> TxnId {
-        self.next_id += 1;
-        let id = TxnId(self.next_id);
-        let mut req = TxnRequest::new(id, call.clone(), self.tx.clone());
-        req.birth_us = birth_us;
-        self.cluster.submit(NodeId(home), req);
-        id
-    }
-
-    fn answer(&self) -> TxnResponse {
-        self.rx
-            .recv_timeout(Duration::from_secs(20))
-            .expect("every transaction is answered")
-    }
-
-    /// Runs one call to its end, retrying concurrency-control aborts.
-    fn run(&mut self, home: u32, name: &str, args: &[i64]) -> TxnOutcome {
-        let call = self.call(name, args);
-        loop {
-            self.submit(home, &call, 1);
-            match self.answer().outcome {
-                TxnOutcome::CcAbort(_) => continue,
-                other => return other,
-            }
-        }
-    }
+/// Runs one call to its end, retrying concurrency-control aborts.
+fn run(c: &mut TestClient, home: u32, name: &str, args: &[i64]) -> TxnOutcome {
+    c.run((home, name, args), ANSWER_TIMEOUT, MAX_RETRIES)
+        .expect("every transaction is answered")
 }
 
 fn value(stopped: &StoppedCluster, k: u64) -> i64 {
@@ -141,14 +98,14 @@ fn value(stopped: &StoppedCluster, k: u64) -> i64 {
 #[test]
 fn a_failed_check_undoes_the_writes_on_every_node() {
     for protocol in PROTOCOLS {
-        let mut c = Client::start(protocol);
+        let mut c = start(protocol);
         // Credits 64 (node 1), then fails to debit 0 (node 0 holds 0).
-        let outcome = c.run(2, "pay", &[0, 64, 5]);
+        let outcome = run(&mut c, 2, "pay", &[0, 64, 5]);
         assert!(
             matches!(outcome, TxnOutcome::LogicAbort(_)),
             "{protocol}: {outcome:?}"
         );
-        let ok = c.run(2, "pay", &[130, 65, 5]);
+        let ok = run(&mut c, 2, "pay", &[130, 65, 5]);
         assert_eq!(
             ok,
             TxnOutcome::Committed(vec![Value::Int(70), Value::Int(125)]),
@@ -164,8 +121,8 @@ fn a_failed_check_undoes_the_writes_on_every_node() {
 #[test]
 fn an_access_gets_the_output_of_an_access_on_another_node() {
     for protocol in PROTOCOLS {
-        let mut c = Client::start(protocol);
-        let outcome = c.run(0, "copy", &[140, 1]);
+        let mut c = start(protocol);
+        let outcome = run(&mut c, 0, "copy", &[140, 1]);
         assert_eq!(
             outcome,
             TxnOutcome::Committed(vec![Value::Int(140), Value::Int(141)]),
@@ -182,7 +139,7 @@ fn contended_transfers_keep_the_total_and_never_overdraw() {
     let hot: Vec<i64> = vec![3, 4, 70, 71, 72, 150, 151, 5];
     let keys: Vec<u64> = (0..KEYS * NODES as u64).collect();
     for protocol in PROTOCOLS {
-        let mut c = Client::start(protocol);
+        let mut c = start(protocol);
         let mut live: HashMap<TxnId, (Arc<ProcCall>, u32, u64)> = HashMap::new();
         let (mut committed, mut failed, mut retried) = (0, 0, 0);
         // Per account, what committed transfers moved in and out.
@@ -195,11 +152,13 @@ fn contended_transfers_keep_the_total_and_never_overdraw() {
                 let (src, dst) = (hot[i % 8], hot[(i * 5 + 3) % 8]);
                 let call = c.call("pay", &[src, dst, 20 + (i as i64 % 50)]);
                 let home = (issued % NODES as u64) as u32;
-                let id = c.submit(home, &call, issued);
+                let id = c.submit(home, &call, Some(issued));
                 live.insert(id, (call, home, issued));
                 issued += 1;
             }
-            let r = c.answer();
+            let r = c
+                .answer(ANSWER_TIMEOUT)
+                .expect("every transaction is answered");
             let (call, home, birth) = live.remove(&r.id).expect("an answer to a live attempt");
             match r.outcome {
                 TxnOutcome::Committed(_) => {
@@ -215,7 +174,7 @@ fn contended_transfers_keep_the_total_and_never_overdraw() {
                     retried += 1;
                     let jitter = (retried as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 56;
                     std::thread::sleep(Duration::from_micros(jitter));
-                    let id = c.submit(home, &call, birth);
+                    let id = c.submit(home, &call, Some(birth));
                     live.insert(id, (call, home, birth));
                 }
                 TxnOutcome::Rejected(why) => panic!("{protocol}: rejected: {why}"),

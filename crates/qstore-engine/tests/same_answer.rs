@@ -9,29 +9,25 @@
 //! registry runs on one node and on two (keys 0..64 on node 0, 64..128 on node 1), and so
 //! do Q-Store's other execution modes.
 
-use crossbeam_channel::{unbounded, Receiver, Sender};
-use qstore_core::config::{Isolation, Partitioning, QStoreMode};
-use qstore_core::partition::PartitionMap;
+use qstore_core::config::{Isolation, QStoreMode};
 use qstore_core::txn::{
-    AccessKind, Catalog, ProcCall, Procedure, Program, RowLoader, StepId, TxnOutcome, TxnResponse,
-    Value,
+    AccessKind, Catalog, Procedure, Program, RowLoader, StepId, TxnOutcome, Value,
 };
-use qstore_core::{NodeId, PartitionId, QError, RunConfig, TxnId};
-use qstore_engine::{Cluster, TxnRequest};
+use qstore_core::{PartitionId, QError, RunConfig};
 use std::fmt::Write as _;
 use std::sync::Arc;
 use std::time::Duration;
 
 mod common;
 
-use common::{access, add, counter_catalog, int, read, take, Pay, KEYS};
+use common::{access, add, counter_catalog, int, read, take, Pay, TestClient, KEYS};
 
 /// How long one request may take before its node counts as wedged.
 const ANSWER_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Concurrency-control aborts a request may meet before the test gives up on it (nothing
 /// else runs, so there should be none).
-const MAX_RETRIES: u32 = 20;
+const MAX_RETRIES: usize = 20;
 
 /// The last keys of each partition are not loaded: they are the missing keys.
 const MISSING_PER_PARTITION: u64 = 4;
@@ -274,63 +270,15 @@ fn variants() -> Vec<Variant> {
     v
 }
 
-struct Client {
-    cluster: Cluster,
-    catalog: Arc<Catalog>,
-    tx: Sender<TxnResponse>,
-    rx: Receiver<TxnResponse>,
-    next_id: u64,
-}
-
-impl Client {
-    fn start(v: &Variant, nodes: u32) -> Client {
-        let mut cfg = RunConfig::default();
-        cfg.protocol.name = v.protocol.into();
-        cfg.cluster.nodes = nodes;
-        cfg.cluster.workers = 2;
-        (v.tune)(&mut cfg);
-        let catalog = Arc::new(catalog());
-        let pmap = PartitionMap::new(nodes, Partitioning::Range, &catalog.tables);
-        let cluster = Cluster::start(cfg, catalog.clone(), pmap, &load_with_holes, false)
-            .unwrap_or_else(|e| panic!("{}: {e}", v.name));
-        let (tx, rx) = unbounded();
-        Client {
-            cluster,
-            catalog,
-            tx,
-            rx,
-            next_id: 0,
-        }
-    }
-
-    /// The final answer to `r` (retrying concurrency-control aborts), or `None` if an
-    /// attempt went unanswered for [`ANSWER_TIMEOUT`].
-    fn run(&mut self, r: &Request) -> Option<TxnOutcome> {
-        let call = Arc::new(ProcCall {
-            proc: self.catalog.procedure_id(r.proc).unwrap(),
-            args: r.args.iter().map(|&a| Value::Int(a)).collect(),
-        });
-        for _ in 0..MAX_RETRIES {
-            self.next_id += 1;
-            let id = TxnId(self.next_id);
-            let req = TxnRequest::new(id, call.clone(), self.tx.clone());
-            self.cluster.submit(NodeId(r.home), req);
-            let answer = loop {
-                let a = self.rx.recv_timeout(ANSWER_TIMEOUT).ok()?;
-                if a.id == id {
-                    break a;
-                }
-            };
-            match answer.outcome {
-                TxnOutcome::CcAbort(_) => continue,
-                other => return Some(other),
-            }
-        }
-        panic!(
-            "{}: aborted {MAX_RETRIES} times by concurrency control",
-            r.name
-        );
-    }
+/// A client of a cluster of `nodes` running variant `v` over this file's procedures.
+fn start(v: &Variant, nodes: u32) -> TestClient {
+    let mut cfg = RunConfig::default();
+    cfg.protocol.name = v.protocol.into();
+    cfg.cluster.nodes = nodes;
+    cfg.cluster.workers = 2;
+    (v.tune)(&mut cfg);
+    TestClient::start(cfg, catalog(), &load_with_holes)
+        .unwrap_or_else(|e| panic!("{}: {e}", v.name))
 }
 
 /// Each variant's answers to the requests, in request order (`None`: no answer in time,
@@ -340,10 +288,10 @@ fn answers(nodes: u32) -> Vec<(String, Vec<Option<TxnOutcome>>)> {
     variants()
         .iter()
         .map(|v| {
-            let mut c = Client::start(v, nodes);
+            let mut c = start(v, nodes);
             let mut got = Vec::new();
             for r in &requests {
-                let answer = c.run(r);
+                let answer = c.run((r.home, r.proc, &r.args), ANSWER_TIMEOUT, MAX_RETRIES);
                 let wedged = answer.is_none();
                 got.push(answer);
                 if wedged {

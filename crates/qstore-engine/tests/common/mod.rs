@@ -109,3 +109,100 @@ impl Procedure for Pay {
         })
     }
 }
+
+/// A client of an embedded cluster: calls procedures by name and takes the answers, every
+/// attempt under a fresh id.
+#[allow(dead_code)] // used by some of the test binaries that share this module
+pub struct TestClient {
+    pub cluster: qstore_engine::Cluster,
+    catalog: std::sync::Arc<Catalog>,
+    tx: crossbeam_channel::Sender<qstore_core::txn::TxnResponse>,
+    pub rx: crossbeam_channel::Receiver<qstore_core::txn::TxnResponse>,
+    next_id: u64,
+}
+
+#[allow(dead_code)]
+impl TestClient {
+    /// Starts an embedded cluster of `cfg` over `catalog`'s tables, range-partitioned over
+    /// its nodes and loaded by `load`.
+    pub fn start(
+        cfg: qstore_core::RunConfig,
+        catalog: Catalog,
+        load: &qstore_engine::cluster::LoadFn<'_>,
+    ) -> Result<TestClient, QError> {
+        use qstore_core::config::Partitioning;
+        let catalog = std::sync::Arc::new(catalog);
+        let pmap = qstore_core::partition::PartitionMap::new(
+            cfg.cluster.nodes,
+            Partitioning::Range,
+            &catalog.tables,
+        );
+        let cluster = qstore_engine::Cluster::start(cfg, catalog.clone(), pmap, load, false)?;
+        let (tx, rx) = crossbeam_channel::unbounded();
+        Ok(TestClient {
+            cluster,
+            catalog,
+            tx,
+            rx,
+            next_id: 0,
+        })
+    }
+
+    /// A call of procedure `name` with integer arguments.
+    pub fn call(&self, name: &str, args: &[i64]) -> std::sync::Arc<qstore_core::txn::ProcCall> {
+        std::sync::Arc::new(qstore_core::txn::ProcCall {
+            proc: self.catalog.procedure_id(name).unwrap(),
+            args: args.iter().map(|&a| Value::Int(a)).collect(),
+        })
+    }
+
+    /// Submits an attempt of `call` at node `home` (born at `birth_us`, if given); returns
+    /// its id.
+    pub fn submit(
+        &mut self,
+        home: u32,
+        call: &std::sync::Arc<qstore_core::txn::ProcCall>,
+        birth_us: Option<u64>,
+    ) -> qstore_core::TxnId {
+        self.next_id += 1;
+        let id = qstore_core::TxnId(self.next_id);
+        let mut req = qstore_engine::TxnRequest::new(id, call.clone(), self.tx.clone());
+        if let Some(b) = birth_us {
+            req.birth_us = b;
+        }
+        self.cluster.submit(qstore_core::NodeId(home), req);
+        id
+    }
+
+    /// The next answer, whichever attempt it is for, or `None` after `timeout`.
+    pub fn answer(&self, timeout: std::time::Duration) -> Option<qstore_core::txn::TxnResponse> {
+        self.rx.recv_timeout(timeout).ok()
+    }
+
+    /// Runs a call of `name` at `home` to its final outcome, retrying concurrency-control
+    /// aborts (panicking after `retries` of them); `None` if an attempt went unanswered for
+    /// `timeout`. Answers to earlier attempts are passed over.
+    pub fn run(
+        &mut self,
+        (home, name, args): (u32, &str, &[i64]),
+        timeout: std::time::Duration,
+        retries: usize,
+    ) -> Option<qstore_core::txn::TxnOutcome> {
+        use qstore_core::txn::TxnOutcome;
+        let call = self.call(name, args);
+        for _ in 0..retries {
+            let id = self.submit(home, &call, None);
+            let answer = loop {
+                let a = self.answer(timeout)?;
+                if a.id == id {
+                    break a;
+                }
+            };
+            match answer.outcome {
+                TxnOutcome::CcAbort(_) => continue,
+                other => return Some(other),
+            }
+        }
+        panic!("{name}{args:?}: aborted {retries} times by concurrency control");
+    }
+}
