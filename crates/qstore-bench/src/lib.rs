@@ -3,6 +3,7 @@
 
 pub mod driver;
 pub mod elle;
+pub mod experiment;
 pub mod remote;
 pub mod report;
 pub mod stats;

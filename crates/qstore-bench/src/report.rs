@@ -87,6 +87,18 @@ pub struct RunReport {
 pub type Traffic = Vec<(u64, u64)>;
 
 impl RunReport {
+    /// Why this run measured nothing worth a benchmark figure: transactions left
+    /// unanswered, or none committed.
+    pub fn failure(&self) -> Option<String> {
+        if self.unfinished > 0 {
+            Some(format!("{} transaction(s) unanswered", self.unfinished))
+        } else if self.committed == 0 {
+            Some("no transaction committed".into())
+        } else {
+            None
+        }
+    }
+
     pub(crate) fn new(
         cfg: &RunConfig,
         stats: &ClientStats,

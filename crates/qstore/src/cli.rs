@@ -9,9 +9,9 @@ use std::io::{IsTerminal, Write};
 use std::path::PathBuf;
 
 /// Exit code of invalid input (bad flags, bad configuration values).
-const EXIT_USAGE: i32 = 2;
+pub(crate) const EXIT_USAGE: i32 = 2;
 /// Exit code of a run that failed.
-const EXIT_FAILURE: i32 = 1;
+pub(crate) const EXIT_FAILURE: i32 = 1;
 
 #[derive(Parser)]
 #[command(
@@ -47,6 +47,16 @@ enum Command {
     /// The run flags set what the suite does not (duration, load, seed...); the suite sets the
     /// protocol, cluster shape and workload of each run.
     Bench(Box<BenchArgs>),
+    /// Redraw a figure of the papers: run its experiment spec (a sweep of one parameter over
+    /// several protocols, in rounds), write results.csv and summary.csv, draw figure.png and
+    /// figure.svg, and say whether the paper's claim holds here, with the numbers.
+    ///
+    /// `qstore figure --list` lists the specs; `qstore figure --all --quick` draws every
+    /// figure this build can and an index page of them. Exit code 2 for a spec that is
+    /// invalid or needs what this build does not have, 1 when a run failed (transactions
+    /// left unanswered, nothing committed). A claim that does not hold is a result, not a
+    /// failure.
+    Figure(crate::figure::FigureArgs),
     /// Check a recorded history (from `run --engine-history`) for serializability anomalies.
     ///
     /// Builds the direct serialization graph (ww, wr and rw edges) and reports G0, G1a, G1b,
@@ -592,6 +602,7 @@ pub fn main() -> i32 {
         Command::Check(args) => check(args),
         Command::Protocols(args) => protocols(args),
         Command::Bench(args) => bench(*args),
+        Command::Figure(args) => crate::figure::figure(args),
         Command::Server(args) => server(args),
         Command::Client(args) => client(*args),
         Command::Cluster(args) => cluster(*args),
@@ -870,7 +881,7 @@ fn bench(args: BenchArgs) -> i32 {
             match qstore_bench::run(&sc.cfg, RunOptions::default()) {
                 Ok(o) => {
                     eprintln!("{:.0} txn/s", o.report.throughput_tps);
-                    if let Some(why) = failed_run(&o.report) {
+                    if let Some(why) = o.report.failure() {
                         failures.push(format!("round {}, {}: {why}", r + 1, sc.name));
                     }
                     round.push(o.report);
@@ -911,18 +922,6 @@ fn bench(args: BenchArgs) -> i32 {
         0
     } else {
         EXIT_FAILURE
-    }
-}
-
-/// Why a benchmark run measured nothing worth a figure: transactions left unanswered, or
-/// none committed.
-fn failed_run(r: &qstore_bench::report::RunReport) -> Option<String> {
-    if r.unfinished > 0 {
-        Some(format!("{} transaction(s) unanswered", r.unfinished))
-    } else if r.committed == 0 {
-        Some("no transaction committed".into())
-    } else {
-        None
     }
 }
 
@@ -1045,7 +1044,7 @@ fn run_error(e: QError) -> i32 {
     }
 }
 
-fn usage_error(msg: &str) -> i32 {
+pub(crate) fn usage_error(msg: &str) -> i32 {
     eprintln!("error: {msg}");
     EXIT_USAGE
 }

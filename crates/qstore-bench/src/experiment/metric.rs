@@ -1,0 +1,89 @@
+//! The figures a run yields, by name: what a spec's y axes and trends refer to, and the metric
+//! columns of `results.csv`.
+
+use crate::report::RunReport;
+
+/// A measured quantity of a run.
+pub struct Metric {
+    pub name: &'static str,
+    /// Axis label, with its unit.
+    pub label: &'static str,
+    pub of: fn(&RunReport) -> f64,
+}
+
+fn ms(us: u64) -> f64 {
+    us as f64 / 1000.0
+}
+
+/// Every metric, in the column order of `results.csv`.
+pub const METRICS: &[Metric] = &[
+    Metric {
+        name: "throughput_tps",
+        label: "throughput (txn/s)",
+        of: |r| r.throughput_tps,
+    },
+    Metric {
+        name: "throughput_ops",
+        label: "throughput (operations/s)",
+        of: |r| r.throughput_ops,
+    },
+    Metric {
+        name: "latency_mean_ms",
+        label: "mean latency (ms)",
+        of: |r| r.latency.mean_us / 1000.0,
+    },
+    Metric {
+        name: "latency_p50_ms",
+        label: "median latency (ms)",
+        of: |r| ms(r.latency.p50_us),
+    },
+    Metric {
+        name: "latency_p90_ms",
+        label: "90th percentile latency (ms)",
+        of: |r| ms(r.latency.p90_us),
+    },
+    Metric {
+        name: "latency_p99_ms",
+        label: "99th percentile latency (ms)",
+        of: |r| ms(r.latency.p99_us),
+    },
+    Metric {
+        name: "latency_p999_ms",
+        label: "99.9th percentile latency (ms)",
+        of: |r| ms(r.latency.p999_us),
+    },
+    Metric {
+        name: "abort_rate_pct",
+        label: "concurrency-control aborts (% of attempts)",
+        of: |r| r.abort_rate * 100.0,
+    },
+    Metric {
+        name: "msgs_per_txn",
+        label: "messages per transaction",
+        of: |r| r.msgs_per_txn,
+    },
+    Metric {
+        name: "bytes_per_txn",
+        label: "bytes sent per transaction",
+        of: |r| r.bytes_per_txn,
+    },
+    Metric {
+        name: "committed",
+        label: "committed transactions",
+        of: |r| r.committed as f64,
+    },
+];
+
+/// The metric called `name`.
+pub fn find(name: &str) -> Result<&'static Metric, String> {
+    METRICS.iter().find(|m| m.name == name).ok_or_else(|| {
+        format!(
+            "unknown metric {name:?}; choose one of: {}",
+            METRICS
+                .iter()
+                .map(|m| m.name)
+                .collect::<Vec<_>>()
+                .join(", ")
+        )
+    })
+}

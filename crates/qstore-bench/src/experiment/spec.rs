@@ -1,0 +1,442 @@
+//! Experiment specs: one TOML file per figure of a paper (`experiments/<paper>-fig<N>.toml`),
+//! and their expansion into the runs of a sweep.
+//!
+//! A spec names the figure and the claim it supports, a base configuration (a partial
+//! `RunConfig`, merged over the defaults), the swept parameter(s) and their values, the
+//! series (usually one protocol each), the metrics on the y axes, repeats, and the trends that
+//! say whether the claim holds here. Settings are written as TOML tables with dotted keys,
+//! e.g. `set = { protocol.name = "calvin", protocol.calvin.epoch_txns = 0 }`, so any setting
+//! of the configuration can be swept without code.
+
+use super::metric;
+use super::trend::Trend;
+use qstore_core::RunConfig;
+use serde::Deserialize;
+use toml::{Table, Value};
+
+/// One figure of a paper, as a sweep.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Spec {
+    /// The paper, e.g. "Q-Store (EDBT 2020)".
+    pub paper: String,
+    /// Which figure of it, e.g. "Figure 7".
+    pub figure: String,
+    /// What the figure shows, e.g. "multi-partition transactions".
+    pub title: String,
+    /// The claim the figure supports, in our words, with the paper's numbers.
+    pub claim: String,
+    /// What this machine's run can and cannot show of the paper's setting.
+    #[serde(default)]
+    pub fidelity: String,
+    /// Workloads and protocols the figure cannot be drawn without (beyond its series).
+    #[serde(default)]
+    pub needs: Vec<String>,
+    /// A partial configuration merged over the defaults.
+    #[serde(default)]
+    pub base: Table,
+    pub x: XAxis,
+    /// The y axes: one panel per metric.
+    #[serde(rename = "metric")]
+    pub metrics: Vec<MetricSpec>,
+    #[serde(rename = "series")]
+    pub series: Vec<SeriesSpec>,
+    /// Rounds of the full sweep: each round runs every point once.
+    #[serde(default = "one")]
+    pub repeats: u32,
+    /// What `--quick` changes.
+    #[serde(default)]
+    pub quick: Quick,
+    /// The checkable form of the claim.
+    #[serde(default, rename = "trend")]
+    pub trends: Vec<Trend>,
+    /// The spec's text, as read.
+    #[serde(skip)]
+    pub source: String,
+}
+
+fn one() -> u32 {
+    1
+}
+
+fn unit() -> f64 {
+    1.0
+}
+
+/// The swept parameter.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct XAxis {
+    /// Axis label, with its unit.
+    pub label: String,
+    /// The setting(s) each value is written to (dotted paths, e.g.
+    /// "workload.ycsb.theta"); several paths all get the same value.
+    #[serde(default)]
+    pub param: Params,
+    /// The values swept (with `param`).
+    #[serde(default)]
+    pub values: Vec<Value>,
+    /// Instead of param and values: each point with its x and its own settings.
+    #[serde(default)]
+    pub points: Vec<XPoint>,
+    /// Multiplier from a value to its place on the axis (e.g. 100 for a fraction shown in %).
+    #[serde(default = "unit")]
+    pub scale: f64,
+    /// Logarithmic axis.
+    #[serde(default)]
+    pub log: bool,
+}
+
+/// One dotted path, or several.
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(untagged)]
+pub enum Params {
+    #[default]
+    None,
+    One(String),
+    Many(Vec<String>),
+}
+
+impl Params {
+    fn paths(&self) -> Vec<String> {
+        match self {
+            Params::None => Vec::new(),
+            Params::One(p) => vec![p.clone()],
+            Params::Many(ps) => ps.clone(),
+        }
+    }
+}
+
+/// A point of the x axis given with its own settings.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct XPoint {
+    pub x: f64,
+    pub set: Table,
+}
+
+/// A y axis.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct MetricSpec {
+    /// A metric name (see [`metric::METRICS`]).
+    pub name: String,
+    #[serde(default)]
+    pub log: bool,
+}
+
+/// One line of the figure.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SeriesSpec {
+    /// The legend's name (default: the protocol).
+    #[serde(default)]
+    pub name: Option<String>,
+    /// The protocol it runs.
+    pub protocol: String,
+    /// Further settings of this series only.
+    #[serde(default)]
+    pub set: Table,
+}
+
+impl SeriesSpec {
+    pub fn name(&self) -> &str {
+        self.name.as_deref().unwrap_or(&self.protocol)
+    }
+}
+
+/// What `--quick` changes: a shorter run per point, fewer points or rounds.
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Quick {
+    /// Settings merged over the base.
+    #[serde(default)]
+    pub base: Table,
+    /// The x values to run (a subset of the full sweep's), when fewer.
+    #[serde(default)]
+    pub values: Vec<Value>,
+    pub repeats: Option<u32>,
+    /// What the quick run gives up.
+    #[serde(default)]
+    pub note: String,
+}
+
+/// One run of a sweep, before the round it belongs to.
+#[derive(Clone, Debug)]
+pub struct Point {
+    /// Index of its series in [`Plan::series`].
+    pub series: usize,
+    /// Its place on the x axis (scaled).
+    pub x: f64,
+    pub cfg: RunConfig,
+}
+
+/// A spec made concrete: the series this build can run and every point's configuration.
+#[derive(Clone, Debug)]
+pub struct Plan {
+    pub name: String,
+    pub spec: Spec,
+    pub quick: bool,
+    /// Names of the series that run.
+    pub series: Vec<String>,
+    /// Series left out, with why (a protocol this build does not have).
+    pub skipped: Vec<(String, String)>,
+    /// Points in run order within a round: by x, then by series.
+    pub points: Vec<Point>,
+    pub repeats: u32,
+    /// The settings the spec sets (dotted paths), the columns of the results.
+    pub params: Vec<String>,
+}
+
+impl Spec {
+    /// Parses a spec; `name` says where it came from in errors.
+    pub fn parse(name: &str, text: &str) -> Result<Spec, String> {
+        let mut spec: Spec = toml::from_str(text).map_err(|e| format!("spec {name}: {e}"))?;
+        spec.source = text.to_string();
+        spec.check().map_err(|e| format!("spec {name}: {e}"))?;
+        Ok(spec)
+    }
+
+    fn check(&self) -> Result<(), String> {
+        if self.metrics.is_empty() {
+            return Err("no [[metric]]: name at least one y axis".into());
+        }
+        for m in &self.metrics {
+            metric::find(&m.name)?;
+        }
+        if self.series.is_empty() {
+            return Err("no [[series]]".into());
+        }
+        let mut names: Vec<&str> = self.series.iter().map(|s| s.name()).collect();
+        names.sort_unstable();
+        if let Some(w) = names.windows(2).find(|w| w[0] == w[1]) {
+            return Err(format!("two series are called {:?}", w[0]));
+        }
+        let by_values = !self.x.values.is_empty();
+        let by_points = !self.x.points.is_empty();
+        if by_values == by_points {
+            return Err("[x] needs either param and values, or points".into());
+        }
+        if by_values && self.x.param.paths().is_empty() {
+            return Err("[x] values need a param (the setting they are written to)".into());
+        }
+        if !(self.x.scale.is_finite() && self.x.scale > 0.0) {
+            return Err(format!("x.scale = {}: must be positive", self.x.scale));
+        }
+        if self.repeats == 0 || self.quick.repeats == Some(0) {
+            return Err("repeats must be at least 1".into());
+        }
+        for v in &self.quick.values {
+            if !self.x.values.contains(v) {
+                return Err(format!(
+                    "quick.values has {v}, which x.values does not: quick runs a subset"
+                ));
+            }
+        }
+        for t in &self.trends {
+            t.check(self)?;
+        }
+        Ok(())
+    }
+
+    /// Protocols and workloads this spec needs that `available` does not have.
+    pub fn missing_needs(&self, available: &dyn Fn(&str) -> bool) -> Vec<String> {
+        self.needs
+            .iter()
+            .filter(|n| !available(n))
+            .cloned()
+            .collect()
+    }
+
+    /// The spec's sweep: the series whose protocol `known` accepts, at every x value.
+    pub fn plan(
+        &self,
+        name: &str,
+        quick: bool,
+        known: &dyn Fn(&str) -> bool,
+    ) -> Result<Plan, String> {
+        let mut base = toml::Table::try_from(RunConfig::default())
+            .map_err(|e| format!("the default configuration: {e}"))?;
+        merge(&mut base, &self.base);
+        if quick {
+            merge(&mut base, &self.quick.base);
+        }
+        let xs = self.x_points(quick);
+        let mut series = Vec::new();
+        let mut skipped = Vec::new();
+        let mut points = Vec::new();
+        let runnable: Vec<&SeriesSpec> = self
+            .series
+            .iter()
+            .filter(|s| {
+                let ok = known(&s.protocol);
+                if !ok {
+                    skipped.push((s.name().to_string(), format!("no protocol {}", s.protocol)));
+                }
+                ok
+            })
+            .collect();
+        for s in &runnable {
+            series.push(s.name().to_string());
+        }
+        for (x, set) in &xs {
+            for (i, s) in runnable.iter().enumerate() {
+                let mut t = base.clone();
+                merge(
+                    &mut t,
+                    &dotted("protocol.name", Value::String(s.protocol.clone())),
+                );
+                merge(&mut t, &s.set);
+                merge(&mut t, set);
+                let cfg: RunConfig = Value::Table(t).try_into().map_err(|e| {
+                    format!("series {} at x = {x}: {}", s.name(), clean(&e.to_string()))
+                })?;
+                cfg.validate()
+                    .map_err(|e| format!("series {} at x = {x}: {e}", s.name()))?;
+                points.push(Point {
+                    series: i,
+                    x: *x,
+                    cfg,
+                });
+            }
+        }
+        let repeats = if quick {
+            self.quick.repeats.unwrap_or(self.repeats)
+        } else {
+            self.repeats
+        };
+        Ok(Plan {
+            name: name.to_string(),
+            spec: self.clone(),
+            quick,
+            series,
+            skipped,
+            points,
+            repeats,
+            params: self.params(quick, &xs),
+        })
+    }
+
+    /// Each x of the sweep with the settings it makes.
+    fn x_points(&self, quick: bool) -> Vec<(f64, Table)> {
+        if !self.x.points.is_empty() {
+            return self.x.points.iter().map(|p| (p.x, p.set.clone())).collect();
+        }
+        let values = if quick && !self.quick.values.is_empty() {
+            &self.quick.values
+        } else {
+            &self.x.values
+        };
+        values
+            .iter()
+            .map(|v| {
+                let mut set = Table::new();
+                for path in self.x.param.paths() {
+                    merge(&mut set, &dotted(&path, v.clone()));
+                }
+                (as_f64(v) * self.x.scale, set)
+            })
+            .collect()
+    }
+
+    /// Every setting the spec writes, as dotted paths, sorted.
+    fn params(&self, quick: bool, xs: &[(f64, Table)]) -> Vec<String> {
+        let mut paths = vec!["protocol.name".to_string()];
+        leaf_paths(&self.base, "", &mut paths);
+        if quick {
+            leaf_paths(&self.quick.base, "", &mut paths);
+        }
+        for s in &self.series {
+            leaf_paths(&s.set, "", &mut paths);
+        }
+        for (_, set) in xs {
+            leaf_paths(set, "", &mut paths);
+        }
+        paths.sort();
+        paths.dedup();
+        paths
+    }
+}
+
+impl Plan {
+    /// Runs of the whole sweep.
+    pub fn runs(&self) -> usize {
+        self.points.len() * self.repeats as usize
+    }
+
+    /// Index of the series called `name`, if it runs.
+    pub fn series_index(&self, name: &str) -> Option<usize> {
+        self.series.iter().position(|s| s == name)
+    }
+}
+
+/// The value of setting `path` (dotted) in `cfg`, as text.
+pub fn setting(cfg: &RunConfig, path: &str) -> String {
+    let Ok(t) = toml::Table::try_from(cfg) else {
+        return String::new();
+    };
+    let mut v = &Value::Table(t);
+    for part in path.split('.') {
+        match v.get(part) {
+            Some(next) => v = next,
+            None => return String::new(),
+        }
+    }
+    match v {
+        Value::String(s) => s.clone(),
+        other => other.to_string(),
+    }
+}
+
+fn as_f64(v: &Value) -> f64 {
+    match v {
+        Value::Integer(i) => *i as f64,
+        Value::Float(f) => *f,
+        _ => f64::NAN,
+    }
+}
+
+/// `{a = {b = value}}` from "a.b".
+fn dotted(path: &str, value: Value) -> Table {
+    let mut v = value;
+    for part in path.rsplit('.') {
+        let mut t = Table::new();
+        t.insert(part.to_string(), v);
+        v = Value::Table(t);
+    }
+    match v {
+        Value::Table(t) => t,
+        _ => unreachable!("a path has at least one part"),
+    }
+}
+
+/// Writes every leaf of `over` into `into`, keeping what `over` does not mention.
+fn merge(into: &mut Table, over: &Table) {
+    for (k, v) in over {
+        match (into.get_mut(k), v) {
+            (Some(Value::Table(a)), Value::Table(b)) => merge(a, b),
+            _ => {
+                into.insert(k.clone(), v.clone());
+            }
+        }
+    }
+}
+
+fn leaf_paths(t: &Table, prefix: &str, out: &mut Vec<String>) {
+    for (k, v) in t {
+        let path = if prefix.is_empty() {
+            k.clone()
+        } else {
+            format!("{prefix}.{k}")
+        };
+        match v {
+            Value::Table(inner) => leaf_paths(inner, &path, out),
+            _ => out.push(path),
+        }
+    }
+}
+
+/// A serde error on one line.
+fn clean(e: &str) -> String {
+    e.split_whitespace().collect::<Vec<_>>().join(" ")
+}

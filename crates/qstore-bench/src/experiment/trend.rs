@@ -1,0 +1,269 @@
+//! Trends: the checkable form of a paper's claim ("qstore ≥ 2× calvin at every point with
+//! mp ≥ 50%", "qstore varies by less than 25% across the swept values", "qstore at the
+//! largest batch is at least 2× qstore at the smallest"), evaluated on the medians of a
+//! sweep.
+
+use super::metric;
+use super::spec::Spec;
+use super::summary::Summary;
+use serde::Deserialize;
+
+/// What a trend compares.
+#[derive(Clone, Copy, Debug, Deserialize, PartialEq)]
+#[serde(rename_all = "snake_case")]
+pub enum Kind {
+    /// `series` / `over` at each x in range: at least `at_least`, at most `at_most`.
+    Ratio,
+    /// `series` varies by at most `within` (a fraction of its largest value) over the range.
+    Flat,
+    /// `series` at the last x in range over the first: at least `at_least`, at most
+    /// `at_most` (a growth when at_least > 1, a fall when at_most < 1).
+    Change,
+}
+
+/// One checkable statement about the medians of a sweep.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Trend {
+    pub kind: Kind,
+    /// The series the statement is about.
+    pub series: String,
+    /// The series it is divided by (ratio).
+    #[serde(default)]
+    pub over: Option<String>,
+    #[serde(default)]
+    pub at_least: Option<f64>,
+    #[serde(default)]
+    pub at_most: Option<f64>,
+    /// Largest spread, as a fraction of the largest value (flat).
+    #[serde(default)]
+    pub within: Option<f64>,
+    /// The part of the x axis it is about (axis units, inclusive).
+    #[serde(default)]
+    pub from: Option<f64>,
+    #[serde(default)]
+    pub to: Option<f64>,
+    /// Ratio: it is enough that one point in range satisfies the bounds.
+    #[serde(default)]
+    pub anywhere: bool,
+    /// The metric (default: the spec's first).
+    #[serde(default)]
+    pub metric: Option<String>,
+}
+
+/// A trend's verdict.
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct Verdict {
+    /// None when it could not be checked (a series did not run, or every run failed).
+    pub holds: Option<bool>,
+    /// The statement and the numbers behind the verdict.
+    pub line: String,
+}
+
+impl Trend {
+    pub(super) fn check(&self, spec: &Spec) -> Result<(), String> {
+        let known = |name: &str| spec.series.iter().any(|s| s.name() == name);
+        for s in std::iter::once(&self.series).chain(&self.over) {
+            if !known(s) {
+                return Err(format!(
+                    "a trend names series {s:?}, which the spec has not"
+                ));
+            }
+        }
+        if let Some(m) = &self.metric {
+            metric::find(m)?;
+        }
+        let needs = |ok: bool, what: &str| {
+            if ok {
+                Ok(())
+            } else {
+                Err(format!("a {:?} trend needs {what}", self.kind))
+            }
+        };
+        match self.kind {
+            Kind::Ratio => {
+                needs(self.over.is_some(), "over (the series divided by)")?;
+                needs(
+                    self.at_least.is_some() || self.at_most.is_some(),
+                    "at_least or at_most",
+                )
+            }
+            Kind::Flat => needs(self.within.is_some(), "within"),
+            Kind::Change => needs(
+                self.at_least.is_some() || self.at_most.is_some(),
+                "at_least or at_most",
+            ),
+        }
+    }
+
+    fn metric_name<'a>(&'a self, spec: &'a Spec) -> &'a str {
+        self.metric.as_deref().unwrap_or(&spec.metrics[0].name)
+    }
+
+    fn in_range(&self, x: f64) -> bool {
+        self.from.is_none_or(|f| x >= f) && self.to.is_none_or(|t| x <= t)
+    }
+
+    /// The statement in words.
+    pub fn statement(&self, spec: &Spec) -> String {
+        let metric = self.metric_name(spec);
+        let range = match (self.from, self.to) {
+            (None, None) => String::new(),
+            (Some(f), None) => format!(" where x ≥ {}", num(f)),
+            (None, Some(t)) => format!(" where x ≤ {}", num(t)),
+            (Some(f), Some(t)) => format!(" where {} ≤ x ≤ {}", num(f), num(t)),
+        };
+        let bounds = |unit: &str| {
+            let mut b = Vec::new();
+            if let Some(l) = self.at_least {
+                b.push(format!("≥ {}{unit}", num(l)));
+            }
+            if let Some(m) = self.at_most {
+                b.push(format!("≤ {}{unit}", num(m)));
+            }
+            b.join(" and ")
+        };
+        match self.kind {
+            Kind::Ratio => format!(
+                "{metric}: {} / {} {} at {} point{range}",
+                self.series,
+                self.over.as_deref().unwrap_or("?"),
+                bounds("×"),
+                if self.anywhere { "some" } else { "every" },
+            ),
+            Kind::Flat => format!(
+                "{metric}: {} varies by at most {:.0}% of its largest value{range}",
+                self.series,
+                self.within.unwrap_or(0.0) * 100.0
+            ),
+            Kind::Change => format!(
+                "{metric}: {} at the last x over the first {}{range}",
+                self.series,
+                bounds("×")
+            ),
+        }
+    }
+
+    /// Evaluates the trend on the sweep's medians.
+    pub fn evaluate(&self, spec: &Spec, summary: &Summary) -> Verdict {
+        let statement = self.statement(spec);
+        let metric = self.metric_name(spec);
+        let values = |series: &str| -> Option<Vec<(f64, f64)>> {
+            summary.series_index(series)?;
+            Some(
+                summary
+                    .xs
+                    .iter()
+                    .filter(|x| self.in_range(**x))
+                    .filter_map(|x| Some((*x, summary.median(series, metric, *x)?)))
+                    .collect(),
+            )
+        };
+        let not_checked = |why: String| Verdict {
+            holds: None,
+            line: format!("not checked: {statement}: {why}"),
+        };
+        let Some(a) = values(&self.series) else {
+            return not_checked(format!("series {} did not run", self.series));
+        };
+        if a.is_empty() {
+            return not_checked("no point in range has a successful run".into());
+        }
+        let (holds, numbers) = match self.kind {
+            Kind::Ratio => {
+                let over = self.over.as_deref().unwrap_or_default();
+                let Some(b) = values(over) else {
+                    return not_checked(format!("series {over} did not run"));
+                };
+                let ratios: Vec<(f64, f64)> = a
+                    .iter()
+                    .filter_map(|(x, v)| {
+                        let (_, w) = b.iter().find(|(bx, _)| bx == x)?;
+                        Some((*x, v / w.max(f64::MIN_POSITIVE)))
+                    })
+                    .collect();
+                if ratios.is_empty() {
+                    return not_checked(format!("{over} has no successful run in range"));
+                }
+                let ok = |r: f64| self.bounds_hold(r);
+                let holds = if self.anywhere {
+                    ratios.iter().any(|(_, r)| ok(*r))
+                } else {
+                    ratios.iter().all(|(_, r)| ok(*r))
+                };
+                let list = ratios
+                    .iter()
+                    .map(|(x, r)| format!("{:.2}× at {}", r, num(*x)))
+                    .collect::<Vec<_>>()
+                    .join(", ");
+                (holds, list)
+            }
+            Kind::Flat => {
+                let hi = a.iter().map(|p| p.1).fold(f64::MIN, f64::max);
+                let lo = a.iter().map(|p| p.1).fold(f64::MAX, f64::min);
+                let spread = (hi - lo) / hi.max(f64::MIN_POSITIVE);
+                (
+                    spread <= self.within.unwrap_or(0.0),
+                    format!(
+                        "varies by {:.0}% ({} to {})",
+                        spread * 100.0,
+                        short(lo),
+                        short(hi)
+                    ),
+                )
+            }
+            Kind::Change => {
+                let (first, last) = (a[0], a[a.len() - 1]);
+                let r = last.1 / first.1.max(f64::MIN_POSITIVE);
+                (
+                    self.bounds_hold(r),
+                    format!(
+                        "{:.2}× ({} at {}, {} at {})",
+                        r,
+                        short(first.1),
+                        num(first.0),
+                        short(last.1),
+                        num(last.0)
+                    ),
+                )
+            }
+        };
+        Verdict {
+            holds: Some(holds),
+            line: format!(
+                "{}: {statement}: {numbers}",
+                if holds { "holds" } else { "does not hold" }
+            ),
+        }
+    }
+
+    fn bounds_hold(&self, r: f64) -> bool {
+        self.at_least.is_none_or(|l| r >= l) && self.at_most.is_none_or(|m| r <= m)
+    }
+}
+
+/// A number as short as it can be written exactly enough for a verdict line.
+pub fn num(x: f64) -> String {
+    if x.fract() == 0.0 && x.abs() < 1e15 {
+        format!("{}", x as i64)
+    } else {
+        format!("{x:.3}")
+            .trim_end_matches('0')
+            .trim_end_matches('.')
+            .to_string()
+    }
+}
+
+/// A measured value with a k/M suffix.
+pub fn short(v: f64) -> String {
+    let a = v.abs();
+    if a >= 1e6 {
+        format!("{:.2}M", v / 1e6)
+    } else if a >= 1e4 {
+        format!("{:.0}k", v / 1e3)
+    } else if a >= 100.0 {
+        format!("{v:.0}")
+    } else {
+        format!("{v:.2}")
+    }
+}
