@@ -2,6 +2,7 @@
 
 mod cli;
 mod distributed;
+mod figure;
 mod launcher;
 mod sizing;
 

@@ -1,0 +1,256 @@
+//! `qstore figure` end to end: a tiny two-point spec swept, interrupted, resumed and drawn.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+const SPEC: &str = r#"
+paper = "Test paper"
+figure = "Figure 1"
+title = "skew"
+claim = "qstore commits transactions at both skews."
+
+[base]
+cluster = { nodes = 1, workers = 1 }
+workload.name = "ycsb"
+workload.ycsb = { records_per_partition = 2000, ops_per_txn = 4 }
+client = { duration_s = 1.0, warmup_s = 0.0, inflight = 16 }
+
+[x]
+label = "theta"
+param = "workload.ycsb.theta"
+values = [0.0, 0.5]
+
+[[metric]]
+name = "throughput_tps"
+
+[[metric]]
+name = "latency_p99_ms"
+log = true
+
+[[series]]
+protocol = "qstore"
+
+[[series]]
+protocol = "no-such-protocol"
+name = "future"
+
+[[trend]]
+kind = "flat"
+series = "qstore"
+within = 0.99
+
+[quick]
+base.client.duration_s = 0.3
+"#;
+
+fn qstore() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_qstore"))
+}
+
+fn scratch(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("qstore-figure-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+fn run(args: &[&str]) -> Output {
+    qstore().args(args).output().expect("run qstore")
+}
+
+fn text(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
+}
+
+/// Data rows of a CSV file.
+fn rows(path: &Path) -> Vec<Vec<String>> {
+    let mut r = csv::Reader::from_path(path).unwrap();
+    r.records()
+        .map(|rec| rec.unwrap().iter().map(String::from).collect())
+        .collect()
+}
+
+fn header(path: &Path) -> Vec<String> {
+    let mut r = csv::Reader::from_path(path).unwrap();
+    r.headers().unwrap().iter().map(String::from).collect()
+}
+
+#[test]
+fn a_two_point_sweep_survives_a_kill_resumes_and_draws_its_figure() {
+    let dir = scratch("resume");
+    let spec = dir.join("tiny.toml");
+    std::fs::write(&spec, SPEC).unwrap();
+    let out = dir.join("out");
+    let results = out.join("results.csv");
+    let (spec_arg, out_arg) = (spec.to_str().unwrap(), out.to_str().unwrap());
+
+    // Kill the sweep while its second run is under way.
+    let mut child = qstore()
+        .args(["figure", spec_arg, "--out", out_arg])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let start = Instant::now();
+    while !results.exists() || rows(&results).is_empty() {
+        assert!(start.elapsed() < Duration::from_secs(60), "no run finished");
+        assert!(child.try_wait().unwrap().is_none(), "the sweep ended early");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    child.kill().unwrap();
+    child.wait().unwrap();
+    assert_eq!(rows(&results).len(), 1, "killed after exactly one run");
+
+    let o = run(&["figure", spec_arg, "--out", out_arg]);
+    let (stdout, stderr) = (text(&o.stdout), text(&o.stderr));
+    assert_eq!(o.status.code(), Some(0), "{stdout}\n{stderr}");
+    assert!(
+        stderr.contains("resuming: 1 of 2 runs already in results.csv"),
+        "{stderr}"
+    );
+    assert!(stdout.contains("not drawn: future"), "{stdout}");
+    assert!(
+        stdout.contains("holds: throughput_tps: qstore varies"),
+        "{stdout}"
+    );
+    assert!(stdout.contains("verdict: holds"), "{stdout}");
+
+    // One row per run: every parameter the spec sets, every metric, the round.
+    let h = header(&results);
+    for column in [
+        "round",
+        "series",
+        "x",
+        "failure",
+        "protocol.name",
+        "workload.ycsb.theta",
+        "workload.ycsb.records_per_partition",
+        "client.duration_s",
+        "throughput_tps",
+        "latency_p99_ms",
+        "abort_rate_pct",
+        "msgs_per_txn",
+    ] {
+        assert!(h.iter().any(|c| c == column), "{column} missing from {h:?}");
+    }
+    let data = rows(&results);
+    assert_eq!(data.len(), 2);
+    let col = |name: &str| h.iter().position(|c| c == name).unwrap();
+    let mut thetas: Vec<&str> = data
+        .iter()
+        .map(|r| r[col("workload.ycsb.theta")].as_str())
+        .collect();
+    thetas.sort_unstable();
+    assert_eq!(thetas, ["0.0", "0.5"]);
+    for r in &data {
+        assert_eq!(r[col("series")], "qstore");
+        assert_eq!(r[col("failure")], "");
+        assert!(r[col("throughput_tps")].parse::<f64>().unwrap() > 0.0);
+    }
+
+    let summary = out.join("summary.csv");
+    let sh = header(&summary);
+    assert_eq!(sh[..4], ["series", "x", "runs", "failed"]);
+    assert!(sh.iter().any(|c| c == "throughput_tps_median"));
+    assert_eq!(rows(&summary).len(), 2);
+
+    let png = std::fs::read(out.join("figure.png")).unwrap();
+    assert!(
+        png.len() > 1000 && png.starts_with(b"\x89PNG"),
+        "{} bytes",
+        png.len()
+    );
+    let svg = std::fs::read_to_string(out.join("figure.svg")).unwrap();
+    assert!(
+        svg.contains("<svg") && svg.contains("skew"),
+        "{} bytes",
+        svg.len()
+    );
+
+    // The same directory with --quick is another sweep: refused, nothing mixed in.
+    let o = run(&["figure", spec_arg, "--out", out_arg, "--quick"]);
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o.stderr));
+    assert!(text(&o.stderr).contains("holds the results of another sweep"));
+    assert_eq!(rows(&results).len(), 2);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn a_bad_spec_or_name_is_refused_with_exit_2() {
+    let dir = scratch("bad");
+    let cases: &[(&str, &str)] = &[
+        ("[x]\nlabel = 1\n", "spec broken"),
+        (
+            &SPEC.replace("throughput_tps\"", "speed\""),
+            "unknown metric \"speed\"",
+        ),
+        (
+            &SPEC.replace("values = [0.0, 0.5]", "values = [0.0, 7000.0]"),
+            "workload.ycsb.theta = 7000",
+        ),
+        (
+            &SPEC.replace("workload.ycsb.theta", "workload.ycsb.thetaa"),
+            "unknown field `thetaa`",
+        ),
+        (
+            &SPEC.replace("series = \"qstore\"\nwithin", "series = \"calvin\"\nwithin"),
+            "a trend names series \"calvin\"",
+        ),
+    ];
+    for (i, (text_, expect)) in cases.iter().enumerate() {
+        let spec = dir.join("broken.toml");
+        std::fs::write(&spec, text_).unwrap();
+        let o = run(&[
+            "figure",
+            spec.to_str().unwrap(),
+            "--out",
+            dir.join(format!("o{i}")).to_str().unwrap(),
+        ]);
+        assert_eq!(o.status.code(), Some(2), "case {i}: {}", text(&o.stderr));
+        assert!(
+            text(&o.stderr).contains(expect),
+            "case {i}: {}",
+            text(&o.stderr)
+        );
+    }
+    let o = run(&["figure", "no-such-figure"]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(
+        text(&o.stderr).contains("choose one of: qstore-fig5"),
+        "{}",
+        text(&o.stderr)
+    );
+    let o = run(&["figure", "qstore-fig13"]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(
+        text(&o.stderr).contains("needs tpcc"),
+        "{}",
+        text(&o.stderr)
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn the_list_names_every_spec_and_what_it_lacks() {
+    let o = run(&["figure", "--list"]);
+    let out = text(&o.stdout);
+    assert_eq!(o.status.code(), Some(0), "{out}");
+    for fig in [5, 6, 7, 8, 9, 10, 11] {
+        let line = out
+            .lines()
+            .find(|l| l.starts_with(&format!("qstore-fig{fig} ")))
+            .unwrap_or_else(|| panic!("fig {fig} missing: {out}"));
+        assert!(line.contains("ready"), "{line}");
+    }
+    let fig13 = out
+        .lines()
+        .find(|l| l.starts_with("qstore-fig13 "))
+        .unwrap();
+    assert!(fig13.contains("needs tpcc"), "{fig13}");
+    let fig5 = out.find("qstore-fig5 ").unwrap();
+    assert!(
+        fig5 < out.find("qstore-fig10 ").unwrap(),
+        "figure 5 lists before 10"
+    );
+}
