@@ -26,15 +26,18 @@ pub const SUITES: &[(&str, &str)] = &[
     (
         "baselines",
         "YCSB (16 ops, 50% writes) on 2 nodes x 1 worker at theta 0 and 0.9, 0% and 50% \
-         multi-partition transactions, 0 and 200 us injected network delay: qstore, calvin, \
-         hstore, no_wait, wait_die and serial (ratios are to qstore in the same setting)",
+         multi-partition transactions, 0 and 200 us injected network delay: every protocol of \
+         `qstore protocols` (ratios are to qstore in the same setting)",
     ),
 ];
 
-/// The protocols the baselines suite compares, qstore first (the others' baseline).
-const BASELINE_PROTOCOLS: [&str; 6] = [
-    "qstore", "calvin", "hstore", "no_wait", "wait_die", "serial",
-];
+/// The protocols the baselines suite compares: every registered one, qstore first (the
+/// others' baseline), so that a protocol added to the registry joins the comparison.
+fn baseline_protocols() -> Vec<&'static str> {
+    let mut all = qstore_engine::protocol::names();
+    all.sort_by_key(|p| *p != "qstore");
+    all
+}
 
 /// The scenarios of suite `name`, built on `base` (which supplies duration, seed, load...).
 pub fn scenarios(name: &str, base: &RunConfig) -> Result<Vec<Scenario>, String> {
@@ -73,7 +76,7 @@ fn baselines_suite(base: &RunConfig) -> Vec<Scenario> {
         for theta in [0.0, 0.9] {
             for mp in [0.0, 0.5] {
                 let setting = format!("θ{theta} mp{} d{delay_us}", (mp * 100.0) as u32);
-                for protocol in BASELINE_PROTOCOLS {
+                for protocol in baseline_protocols() {
                     let mut cfg = ycsb(base, protocol, 2, 1, mp);
                     cfg.workload.ycsb.theta = theta;
                     cfg.net.delay_us = delay_us;
@@ -325,7 +328,8 @@ mod tests {
     #[test]
     fn baselines_suite_covers_every_setting_for_every_protocol() {
         let s = scenarios("baselines", &RunConfig::default()).unwrap();
-        assert_eq!(s.len(), 8 * BASELINE_PROTOCOLS.len());
+        assert_eq!(s.len(), 8 * qstore_engine::PROTOCOLS.len());
+        assert_eq!(baseline_protocols()[0], "qstore");
         for sc in &s {
             sc.cfg.validate().unwrap();
             assert!(qstore_engine::protocol::info(&sc.cfg.protocol.name).is_some());

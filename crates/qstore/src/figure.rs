@@ -266,8 +266,9 @@ fn all(sources: &[Source], out: &Path, quick: bool) -> i32 {
         let plan = match prepare(s, quick) {
             Ok(p) => p,
             Err(e) => {
-                eprintln!("skipping {}: {e}", s.name);
-                not_drawn.push(format!("{}: {e}", s.name));
+                // The reason names the spec.
+                eprintln!("skipping {e}");
+                not_drawn.push(e);
                 continue;
             }
         };

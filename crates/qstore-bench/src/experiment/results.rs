@@ -156,3 +156,21 @@ fn drop_torn_tail(path: &Path) -> std::io::Result<()> {
     let f = std::fs::OpenOptions::new().write(true).open(path)?;
     f.set_len(keep as u64)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_torn_last_line_is_cut_and_whole_lines_are_kept() {
+        let dir = std::env::temp_dir().join(format!("qstore-torn-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("r.csv");
+        std::fs::write(&path, "a,b\n1,2\n3,").unwrap();
+        drop_torn_tail(&path).unwrap();
+        assert_eq!(std::fs::read_to_string(&path).unwrap(), "a,b\n1,2\n");
+        drop_torn_tail(&path).unwrap();
+        assert_eq!(std::fs::read_to_string(&path).unwrap(), "a,b\n1,2\n");
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+}

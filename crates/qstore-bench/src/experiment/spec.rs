@@ -271,7 +271,10 @@ impl Spec {
             .filter(|s| {
                 let ok = known(&s.protocol);
                 if !ok {
-                    skipped.push((s.name().to_string(), format!("no protocol {}", s.protocol)));
+                    skipped.push((
+                        s.name().to_string(),
+                        format!("protocol {} not built yet", s.protocol),
+                    ));
                 }
                 ok
             })
@@ -439,4 +442,118 @@ fn leaf_paths(t: &Table, prefix: &str, out: &mut Vec<String>) {
 /// A serde error on one line.
 fn clean(e: &str) -> String {
     e.split_whitespace().collect::<Vec<_>>().join(" ")
+}
+
+#[cfg(test)]
+pub(super) mod tests {
+    use super::*;
+
+    /// A spec of two series over three x values, with `extra` appended.
+    pub fn spec(extra: &str) -> Spec {
+        let text = format!(
+            r#"
+paper = "P"
+figure = "Figure 1"
+title = "t"
+claim = "c"
+repeats = 2
+[base]
+cluster.nodes = 2
+workload.ycsb = {{ ops_per_txn = 4, multi_partition_fraction = 0.5 }}
+[x]
+label = "mp (%)"
+param = ["workload.ycsb.multi_partition_fraction", "workload.bank.multi_partition_fraction"]
+values = [0, 0.5, 1.0]
+scale = 100
+[[metric]]
+name = "throughput_tps"
+[[series]]
+protocol = "qstore"
+[[series]]
+name = "calvin-count"
+protocol = "calvin"
+set = {{ protocol.calvin.epoch_txns = 64 }}
+[[series]]
+protocol = "future"
+[quick]
+values = [0, 1.0]
+repeats = 1
+base.client.duration_s = 0.5
+{extra}
+"#
+        );
+        Spec::parse("t", &text).unwrap()
+    }
+
+    fn known(p: &str) -> bool {
+        p != "future"
+    }
+
+    #[test]
+    fn a_plan_merges_base_series_and_x_settings_over_the_defaults() {
+        let plan = spec("").plan("t", false, &known).unwrap();
+        assert_eq!(plan.series, ["qstore", "calvin-count"]);
+        assert_eq!(plan.skipped.len(), 1);
+        assert_eq!(plan.points.len(), 6);
+        assert_eq!(plan.runs(), 12);
+        let p = &plan.points[3]; // x = 50, calvin
+        assert_eq!((p.x, p.series), (50.0, 1));
+        assert_eq!(p.cfg.protocol.name, "calvin");
+        assert_eq!(p.cfg.protocol.calvin.epoch_txns, 64);
+        assert_eq!(p.cfg.workload.ycsb.multi_partition_fraction, 0.5);
+        assert_eq!(p.cfg.workload.bank.multi_partition_fraction, 0.5);
+        assert_eq!(p.cfg.workload.ycsb.ops_per_txn, 4);
+        // What the base does not mention keeps its default.
+        assert_eq!(p.cfg.workload.ycsb.write_fraction, 0.5);
+        assert_eq!(p.cfg.cluster.nodes, 2);
+        assert_eq!(setting(&p.cfg, "workload.ycsb.ops_per_txn"), "4");
+        assert_eq!(setting(&p.cfg, "protocol.name"), "calvin");
+        assert!(plan
+            .params
+            .contains(&"protocol.calvin.epoch_txns".to_string()));
+        assert!(plan
+            .params
+            .contains(&"workload.bank.multi_partition_fraction".to_string()));
+    }
+
+    #[test]
+    fn quick_runs_its_subset_of_values_and_rounds() {
+        let plan = spec("").plan("t", true, &known).unwrap();
+        assert_eq!(plan.points.len(), 4);
+        assert_eq!(plan.repeats, 1);
+        assert_eq!(plan.points[0].cfg.client.duration_s, 0.5);
+        assert!(plan.params.contains(&"client.duration_s".to_string()));
+    }
+
+    #[test]
+    fn mistakes_are_named() {
+        let bad = |text: &str, expect: &str| {
+            let e = Spec::parse("b", text).map(|_| ()).unwrap_err();
+            assert!(e.contains(expect), "{e}");
+        };
+        let ok = spec("").source;
+        bad(
+            &ok.replace("name = \"throughput_tps\"", "name = \"x\""),
+            "unknown metric",
+        );
+        bad(
+            &ok.replace("values = [0, 1.0]", "values = [0.25]"),
+            "quick runs a subset",
+        );
+        bad(&ok.replace("repeats = 2", "repeats = 0"), "at least 1");
+        bad(
+            &ok.replace("name = \"calvin-count\"\n", "name = \"qstore\"\n"),
+            "two series",
+        );
+        bad(
+            &format!("{ok}\n[[trend]]\nkind = \"flat\"\nseries = \"qstore\"\n"),
+            "within",
+        );
+        let unknown = ok.replace("ops_per_txn = 4", "ops_per_tx = 4");
+        let e = Spec::parse("u", &unknown)
+            .unwrap()
+            .plan("u", false, &known)
+            .unwrap_err();
+        assert!(e.contains("unknown field `ops_per_tx`"), "{e}");
+    }
 }

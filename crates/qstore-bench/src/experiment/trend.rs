@@ -267,3 +267,87 @@ pub fn short(v: f64) -> String {
         format!("{v:.2}")
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::super::results::ResultRow;
+    use super::super::spec::tests::spec;
+    use super::super::summary::Summary;
+    use super::*;
+
+    /// A summary where qstore makes `q[i]` and calvin `c[i]` txn/s at the i-th x, twice.
+    fn summary(q: [f64; 3], c: [f64; 3]) -> (Spec, Summary) {
+        let spec = spec("");
+        let plan = spec.plan("t", false, &|p| p != "future").unwrap();
+        let mut rows = Vec::new();
+        for round in 0..2 {
+            for (i, x) in [0.0, 50.0, 100.0].into_iter().enumerate() {
+                for (series, v) in [("qstore", q[i]), ("calvin-count", c[i])] {
+                    let mut metrics = vec![0.0; super::super::metric::METRICS.len()];
+                    // Round 1 runs 10% faster: the median is the mean of the two.
+                    metrics[0] = v * if round == 1 { 1.1 } else { 1.0 };
+                    rows.push(ResultRow {
+                        round,
+                        series: series.into(),
+                        x,
+                        failure: String::new(),
+                        params: Vec::new(),
+                        metrics,
+                    });
+                }
+            }
+        }
+        (spec, Summary::new(&plan, &rows))
+    }
+
+    fn trend(text: &str) -> Trend {
+        toml::from_str(text).unwrap()
+    }
+
+    #[test]
+    fn a_ratio_holds_at_every_point_of_its_range_or_not() {
+        let (spec, s) = summary([300.0, 200.0, 400.0], [100.0, 100.0, 100.0]);
+        let every =
+            trend("kind = 'ratio'\nseries = 'qstore'\nover = 'calvin-count'\nat_least = 2.5");
+        let v = every.evaluate(&spec, &s);
+        assert_eq!(v.holds, Some(false), "{}", v.line);
+        assert!(
+            v.line.contains("3.00× at 0, 2.00× at 50, 4.00× at 100"),
+            "{}",
+            v.line
+        );
+        let from = trend(
+            "kind = 'ratio'\nseries = 'qstore'\nover = 'calvin-count'\nat_least = 2.5\nfrom = 100",
+        );
+        assert_eq!(from.evaluate(&spec, &s).holds, Some(true));
+        let some = trend(
+            "kind = 'ratio'\nseries = 'qstore'\nover = 'calvin-count'\nat_least = 3.5\nanywhere = true",
+        );
+        assert_eq!(some.evaluate(&spec, &s).holds, Some(true));
+    }
+
+    #[test]
+    fn flat_and_change_use_the_medians() {
+        let (spec, s) = summary([100.0, 90.0, 80.0], [100.0, 50.0, 20.0]);
+        assert_eq!(s.median("qstore", "throughput_tps", 0.0), Some(105.0));
+        let flat = trend("kind = 'flat'\nseries = 'qstore'\nwithin = 0.25");
+        let v = flat.evaluate(&spec, &s);
+        assert_eq!(v.holds, Some(true), "{}", v.line);
+        assert!(v.line.contains("varies by 20%"), "{}", v.line);
+        let falls = trend("kind = 'change'\nseries = 'calvin-count'\nat_most = 0.5");
+        let v = falls.evaluate(&spec, &s);
+        assert_eq!(v.holds, Some(true), "{}", v.line);
+        assert!(v.line.contains("0.20×"), "{}", v.line);
+        let grows = trend("kind = 'change'\nseries = 'qstore'\nat_least = 1.0");
+        assert_eq!(grows.evaluate(&spec, &s).holds, Some(false));
+    }
+
+    #[test]
+    fn a_series_that_did_not_run_is_not_checked() {
+        let (spec, s) = summary([1.0; 3], [1.0; 3]);
+        let t = trend("kind = 'flat'\nseries = 'future'\nwithin = 0.1");
+        let v = t.evaluate(&spec, &s);
+        assert_eq!(v.holds, None);
+        assert!(v.line.starts_with("not checked"), "{}", v.line);
+    }
+}
