@@ -118,10 +118,25 @@ impl Cluster {
         record_history: bool,
         hosting: Hosting,
     ) -> Result<Cluster, QError> {
-        cfg.validate()?;
         if !protocol::names().contains(&cfg.protocol.name.as_str()) {
             return Err(protocol::unknown_protocol(&cfg.protocol.name).into());
         }
+        let start = |ctx: Arc<EngineCtx>| protocol::start(&ctx.cfg.protocol.name.clone(), ctx);
+        Self::start_engine(cfg, catalog, pmap, load, record_history, hosting, &start)
+    }
+
+    /// [`Cluster::start_hosting`] with the engine `start` makes (tests run variants of a
+    /// protocol that the registry does not offer, e.g. with a check switched off).
+    pub(crate) fn start_engine(
+        cfg: RunConfig,
+        catalog: Arc<Catalog>,
+        pmap: PartitionMap,
+        load: &LoadFn<'_>,
+        record_history: bool,
+        hosting: Hosting,
+        start: &dyn Fn(Arc<EngineCtx>) -> Result<Box<dyn Engine>, QError>,
+    ) -> Result<Cluster, QError> {
+        cfg.validate()?;
         let started = Instant::now();
         let local: Vec<u32> = match &hosting {
             Hosting::Embedded => (0..cfg.cluster.nodes).collect(),
@@ -145,7 +160,7 @@ impl Cluster {
             hosting,
             cfg,
         });
-        let engine = protocol::start(&ctx.cfg.protocol.name.clone(), ctx.clone())?;
+        let engine = start(ctx.clone())?;
         Ok(Cluster {
             ctx,
             engine,

@@ -9,7 +9,7 @@ use qstore_core::txn::{
     Access, AccessKind, AccessRef, LogicAbort, Program, RowRef, StepRegistry, Value, KEY_NOT_FOUND,
 };
 use qstore_core::{PartitionId, TableId, TxnId};
-use qstore_storage::{PartitionStore, RowVersion, Table};
+use qstore_storage::{PartitionStore, RowId, RowVersion, Table};
 
 /// How many accesses ahead an executor starts fetching rows (and twice as many ahead, their
 /// index entries); see [`Lookahead`].
@@ -325,6 +325,91 @@ unsafe fn run_insert(
     // SAFETY: the row was created just now by this transaction, which holds its key
     // exclusively (the contract): no other reference to its bytes exists.
     steps.run(a, RowRef::Write(unsafe { table.row_mut(rid) }), outputs)
+}
+
+/// The rows a transaction of a buffered protocol wrote, as private copies to be installed at
+/// commit (see [`run_on_copy`], [`copy_row`] and [`install_row`]).
+#[derive(Default)]
+pub struct WriteBuffer {
+    writes: Vec<BufferedWrite>,
+}
+
+/// One row written: where it goes and its new bytes.
+pub struct BufferedWrite {
+    pub table: TableId,
+    pub key: u64,
+    pub rid: RowId,
+    pub bytes: Vec<u8>,
+}
+
+impl WriteBuffer {
+    /// The transaction's copy of record (`table`, `key`), if it wrote it.
+    pub fn get_mut(&mut self, table: TableId, key: u64) -> Option<&mut [u8]> {
+        self.writes
+            .iter_mut()
+            .find(|w| w.table == table && w.key == key)
+            .map(|w| w.bytes.as_mut_slice())
+    }
+
+    pub fn push(&mut self, table: TableId, key: u64, rid: RowId, bytes: Vec<u8>) {
+        debug_assert!(self.get_mut(table, key).is_none(), "one copy per record");
+        self.writes.push(BufferedWrite {
+            table,
+            key,
+            rid,
+            bytes,
+        });
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.writes.is_empty()
+    }
+
+    /// The writes, in the order they were first made.
+    pub fn drain(&mut self) -> impl Iterator<Item = BufferedWrite> + '_ {
+        self.writes.drain(..)
+    }
+}
+
+/// Runs access `a` (a read or a read-modify-write; no insert or delete) on `row`, a private
+/// copy: the transaction's own buffered write, or a copy of the committed row. Failures settle
+/// as in [`run_access`].
+pub fn run_on_copy(
+    steps: &StepRegistry,
+    a: AccessRef<'_>,
+    row: &mut [u8],
+    outputs: &[Value],
+) -> Result<Value, LogicAbort> {
+    debug_assert!(!matches!(a.kind, AccessKind::Insert | AccessKind::Delete));
+    let row = if a.kind == AccessKind::Read {
+        RowRef::Read(row)
+    } else {
+        RowRef::Write(row)
+    };
+    a.settle(steps.run(a, row, outputs))
+}
+
+/// A copy of row `rid` of `table`, and its version.
+///
+/// # Safety
+/// `rid` must be live, and nothing may write the row's bytes meanwhile: the caller holds the
+/// latch that every [`install_row`] of the row holds too.
+pub unsafe fn copy_row(table: &Table, rid: RowId) -> (Vec<u8>, RowVersion) {
+    // SAFETY: live and not written meanwhile (this function's contract).
+    let bytes = unsafe { table.row(rid) }.to_vec();
+    (bytes, table.version(rid))
+}
+
+/// Installs `bytes` as row `rid`'s contents, a new version written by `txn`.
+///
+/// # Safety
+/// `rid` must be live, and nothing else may read or write the row's bytes meanwhile: the
+/// caller holds the latch that every [`copy_row`] of the row holds too, and no protocol that
+/// reads rows in place runs on the same table.
+pub unsafe fn install_row(table: &Table, rid: RowId, bytes: &[u8], txn: TxnId) {
+    // SAFETY: live and referenced by nothing else meanwhile (this function's contract).
+    unsafe { table.row_mut(rid) }.copy_from_slice(bytes);
+    table.set_version(rid, table.version(rid).next_for(txn));
 }
 
 /// How [`run_program_alone`] runs a program.

@@ -11,6 +11,7 @@ pub mod protocol;
 pub mod runtime;
 pub mod server;
 pub mod stages;
+pub mod timestamp;
 
 pub use cluster::{Cluster, EngineCtx, Hosting, NodeHosting, StoppedCluster};
 pub use protocol::{wall_clock_us, Engine, ReplyTo, TxnRequest, PROTOCOLS};

@@ -189,9 +189,7 @@ struct RunArgs {
     config: Option<PathBuf>,
 
     // --- system under test ---
-    /// Concurrency-control protocol: qstore (the default), serial, calvin, hstore, no_wait or
-    /// wait_die (see `qstore protocols`).
-    #[arg(long, help_heading = "Cluster")]
+    #[arg(long, help_heading = "Cluster", help = protocol_help())]
     protocol: Option<String>,
     /// Nodes in the cluster; each hosts one partition.
     #[arg(long, help_heading = "Cluster")]
@@ -379,6 +377,14 @@ struct RunArgs {
     /// No progress line and no table (files are still written).
     #[arg(long, short, help_heading = "Output")]
     quiet: bool,
+}
+
+/// `--protocol`'s help, listing the registry's protocols.
+fn protocol_help() -> String {
+    format!(
+        "Concurrency-control protocol: {} (default qstore; `qstore protocols` says what each is)",
+        qstore_engine::protocol::names().join(", ")
+    )
 }
 
 fn parse_isolation(s: &str) -> Result<Isolation, String> {

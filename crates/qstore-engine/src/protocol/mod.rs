@@ -5,6 +5,7 @@ pub mod hstore;
 pub(crate) mod interactive;
 pub mod qstore;
 pub mod serial;
+pub mod timestamp;
 pub mod twopl;
 
 use crate::cluster::EngineCtx;
@@ -179,6 +180,12 @@ pub const PROTOCOLS: &[ProtocolInfo] = &[
         deterministic: false,
         summary: "two-phase locking, wait only for younger lock holders (else abort), 2PC",
         start: twopl::start_wait_die,
+    },
+    ProtocolInfo {
+        name: "timestamp",
+        deterministic: false,
+        summary: "basic timestamp ordering: reads and buffered writes checked against per-row timestamps, 2PC",
+        start: timestamp::start,
     },
 ];
 

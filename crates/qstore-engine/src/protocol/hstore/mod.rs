@@ -9,7 +9,7 @@
 //! design); they only serve messages.
 
 use crate::cluster::EngineCtx;
-use crate::protocol::interactive::{self, Age, Cc, Gate};
+use crate::protocol::interactive::{self, Attempt, Cc, Gate};
 use crate::protocol::Engine;
 use parking_lot::Mutex;
 use qstore_core::{Key, QError, TableId, TxnId};
@@ -36,7 +36,7 @@ impl Cc for HStore {
         true
     }
 
-    fn reserve(&self, txn: TxnId, _: Age, held: &mut bool) -> Gate {
+    fn reserve(&self, txn: TxnId, _: &Attempt, held: &mut bool) -> Gate {
         let mut p = self.partition.lock();
         match p.holder {
             Some(h) if h == txn => {}
@@ -52,7 +52,15 @@ impl Cc for HStore {
         Gate::Go
     }
 
-    fn access(&self, txn: TxnId, _: Age, _: TableId, _: Key, _: bool, held: &mut bool) -> Gate {
+    fn access(
+        &self,
+        txn: TxnId,
+        _: &Attempt,
+        _: TableId,
+        _: Key,
+        _: bool,
+        held: &mut bool,
+    ) -> Gate {
         debug_assert!(*held, "{txn:?} accesses a partition it did not reserve");
         Gate::Go
     }

@@ -1,7 +1,7 @@
 //! The coordinator side: walking a transaction's program in waves, then (two-phase) commit
 //! or abort, then the answer to the client.
 
-use super::msg::{Age, Body, GroupEnd, Vote};
+use super::msg::{Age, Attempt, Body, GroupEnd, Vote};
 use super::part::Group;
 use super::{Cc, Node};
 use crate::history::TxnTrace;
@@ -38,7 +38,7 @@ struct Participant {
 pub(super) struct CoordTxn {
     req: TxnRequest,
     program: Arc<Program>,
-    age: Age,
+    at: Attempt,
     outputs: Vec<Value>,
     /// Per access: the wave it was sent in (0: not yet).
     wave_of: Vec<u32>,
@@ -59,7 +59,7 @@ pub(super) struct CoordTxn {
 /// message to this node is handled at once and may come back to the same transaction).
 enum Action {
     Send(NodeId, Body),
-    ExecHere(Age, Group, Vec<(u16, Value)>),
+    ExecHere(Attempt, Group, Vec<(u16, Value)>),
 }
 
 impl CoordTxn {
@@ -122,9 +122,12 @@ impl<C: Cc> Node<C> {
             to_reserve.dedup();
         }
         let mut t = CoordTxn {
-            age: Age {
-                birth_us: req.birth_us,
-                id: txn,
+            at: Attempt {
+                age: Age {
+                    birth_us: req.birth_us,
+                    id: txn,
+                },
+                ts: self.timestamps.next(),
             },
             req,
             program,
@@ -185,8 +188,8 @@ impl<C: Cc> Node<C> {
         for a in actions {
             match a {
                 Action::Send(to, body) => self.send(to, txn, body),
-                Action::ExecHere(age, group, inputs) => {
-                    self.on_exec(self.id, txn, age, group, inputs)
+                Action::ExecHere(at, group, inputs) => {
+                    self.on_exec(self.id, txn, at, group, inputs)
                 }
             }
         }
@@ -197,7 +200,7 @@ impl<C: Cc> Node<C> {
         let p = t.participant(node);
         p.owes = true;
         t.outstanding = 1;
-        vec![Action::Send(node, Body::Reserve { age: t.age })]
+        vec![Action::Send(node, Body::Reserve { at: t.at })]
     }
 
     pub(super) fn on_reserved(&self, from: NodeId, txn: TxnId) {
@@ -258,7 +261,7 @@ impl<C: Cc> Node<C> {
             let indices = p.group.clone();
             actions.push(if p.node == self.id {
                 Action::ExecHere(
-                    t.age,
+                    t.at,
                     Group::Local {
                         program: program.clone(),
                         indices,
@@ -273,7 +276,7 @@ impl<C: Cc> Node<C> {
                 Action::Send(
                     p.node,
                     Body::Exec {
-                        age: t.age,
+                        at: t.at,
                         accesses,
                         inputs,
                     },
@@ -360,7 +363,7 @@ impl<C: Cc> Node<C> {
     /// participants that hold changes make them permanent.
     fn decide_commit(&self, t: &mut CoordTxn) -> Vec<Action> {
         t.phase = Phase::Committing;
-        t.order = self.tick();
+        t.order = self.cc.commit_order(&t.at).unwrap_or_else(|| self.tick());
         t.outstanding = 0;
         let mut actions = Vec::new();
         for p in t.participants.iter_mut().filter(|p| p.commits) {

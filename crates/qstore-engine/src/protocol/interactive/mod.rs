@@ -26,8 +26,10 @@
 mod coord;
 mod msg;
 mod part;
+#[cfg(test)]
+pub(crate) mod testing;
 
-pub(crate) use msg::Age;
+pub(crate) use msg::{Age, Attempt};
 
 use self::coord::CoordTxn;
 use self::msg::{Body, GroupEnd, IMsg};
@@ -41,7 +43,7 @@ use parking_lot::{Mutex, RwLock};
 use qstore_core::txn::{Access, CcAbortCause};
 use qstore_core::{Key, NodeId, PartitionId, QError, TableId, TxnId};
 use qstore_net::{Envelope, NetCounters, Transport};
-use qstore_storage::PartitionStore;
+use qstore_storage::{PartitionStore, RowId};
 use rustc_hash::FxHashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
@@ -57,10 +59,27 @@ pub(crate) enum Gate {
     Abort(CcAbortCause),
 }
 
-/// The concurrency control of one node's partition, as the skeleton sees it.
+/// How a participant runs a transaction's accesses.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Execution {
+    /// On the rows themselves, once [`Cc::access`] grants them, keeping before-images to
+    /// undo an abort (locking protocols).
+    InPlace,
+    /// On private copies: a read copies the row under its latch, once [`Cc::read_copy`]
+    /// allows it; a write changes the copy, which [`Cc::install`] puts in place at commit
+    /// (timestamp ordering, optimistic protocols). Inserts and deletes are not supported.
+    Buffered,
+}
+
+/// The concurrency control of one node's partition, as the skeleton sees it: the
+/// participant's side of a transaction's lifecycle.
 pub(crate) trait Cc: Send + Sync + 'static {
-    /// What a transaction holds here (its locks, its reservation).
+    /// What a transaction holds here (its locks, its reservation, its prewrites).
     type Held: Default + Send;
+
+    fn execution(&self) -> Execution {
+        Execution::InPlace
+    }
 
     /// Whether the coordinator reserves every partition the transaction touches, one after
     /// the other in ascending order, before its first access (H-Store).
@@ -69,21 +88,62 @@ pub(crate) trait Cc: Send + Sync + 'static {
     }
 
     /// Reserves the whole partition for `txn`. Asked again when a `Wait` is resumed.
-    fn reserve(&self, _txn: TxnId, _age: Age, _held: &mut Self::Held) -> Gate {
+    fn reserve(&self, _txn: TxnId, _at: &Attempt, _held: &mut Self::Held) -> Gate {
         Gate::Go
     }
 
-    /// May `txn` access record (`table`, `key`) (`write`: to change it)? Asked again when a
-    /// `Wait` is resumed, so it must answer `Go` for what the transaction was granted.
+    /// In place: may `txn` access record (`table`, `key`) (`write`: to change it)? Asked
+    /// again when a `Wait` is resumed, so it must answer `Go` for what it granted.
     fn access(
         &self,
-        txn: TxnId,
-        age: Age,
-        table: TableId,
-        key: Key,
-        write: bool,
-        held: &mut Self::Held,
-    ) -> Gate;
+        _txn: TxnId,
+        _at: &Attempt,
+        _table: TableId,
+        _key: Key,
+        _write: bool,
+        _held: &mut Self::Held,
+    ) -> Gate {
+        unreachable!("only protocols that execute in place are asked for access")
+    }
+
+    /// Buffered: may `txn` read row `rid` of `table` (`write`: to change a copy of it, to be
+    /// installed at commit)? On `Go`, `copy` has been called, under the row's latch. Asked
+    /// again when a `Wait` is resumed.
+    #[allow(clippy::too_many_arguments)]
+    fn read_copy(
+        &self,
+        _txn: TxnId,
+        _at: &Attempt,
+        _table: TableId,
+        _rid: RowId,
+        _write: bool,
+        _held: &mut Self::Held,
+        _copy: &mut dyn FnMut(),
+    ) -> Gate {
+        unreachable!("only buffered protocols are asked for copies")
+    }
+
+    /// Buffered, at commit: puts `txn`'s copy of row `rid` in place by calling `install`
+    /// under the row's latch; transactions whose wait is over are added to `woken`.
+    #[allow(clippy::too_many_arguments)]
+    fn install(
+        &self,
+        _txn: TxnId,
+        _at: &Attempt,
+        _table: TableId,
+        _rid: RowId,
+        _held: &mut Self::Held,
+        _install: &mut dyn FnMut(),
+        _woken: &mut Vec<TxnId>,
+    ) {
+        unreachable!("only buffered protocols install copies")
+    }
+
+    /// The attempt's place in the serialization order, when the protocol fixes it (its
+    /// timestamp); otherwise the coordinator's Lamport clock places it at the decision.
+    fn commit_order(&self, _at: &Attempt) -> Option<u128> {
+        None
+    }
 
     /// Releases everything `txn` holds here; the transactions whose wait is over are added
     /// to `woken`.
@@ -116,6 +176,7 @@ pub(crate) fn start<C: Cc>(
             net: transport.clone(),
             cc,
             clock: AtomicU64::new(0),
+            timestamps: crate::timestamp::TsSource::new(id),
             coords: Shards::new(),
             parts: Shards::new(),
             wake_tx,
@@ -206,6 +267,8 @@ pub(crate) struct Node<C: Cc> {
     cc: C,
     /// Lamport clock: merged from every message received, ticked by every commit decision.
     clock: AtomicU64,
+    /// Timestamps of the attempts coordinated here.
+    timestamps: crate::timestamp::TsSource,
     coords: Shards<FxHashMap<TxnId, Arc<Mutex<CoordTxn>>>>,
     parts: Shards<PartShard<C::Held>>,
     /// Transactions whose wait ended, to be resumed by a worker (never inline: resuming runs
@@ -243,13 +306,13 @@ impl<C: Cc> Node<C> {
         self.clock.fetch_max(msg.clock, Ordering::AcqRel);
         let txn = msg.txn;
         match msg.body {
-            Body::Reserve { age } => self.on_reserve(from, txn, age),
+            Body::Reserve { at } => self.on_reserve(from, txn, at),
             Body::Exec {
-                age,
+                at,
                 accesses,
                 inputs,
             } => match self.misplaced(&accesses) {
-                None => self.on_exec(from, txn, age, part::Group::Remote(accesses), inputs),
+                None => self.on_exec(from, txn, at, part::Group::Remote(accesses), inputs),
                 Some(why) => {
                     tracing::warn!("node {from} sent transaction {txn:?} an access {why}");
                     let end = GroupEnd::LogicAbort(format!("invalid access: {why}"));

@@ -13,6 +13,15 @@ pub struct Age {
     pub id: TxnId,
 }
 
+/// One attempt of a transaction as its participants see it: its age (for protocols that
+/// favour old transactions) and its timestamp, fresh for every attempt (for protocols that
+/// order transactions by timestamp; see [`crate::timestamp`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Attempt {
+    pub age: Age,
+    pub ts: u64,
+}
+
 /// Every message: the transaction it is about, the sender's logical clock (a Lamport clock
 /// that orders commit decisions, see `Node::tick`) and what it says.
 #[derive(Clone, Debug, Serialize, Deserialize)]
@@ -27,11 +36,11 @@ pub enum Body {
     // Coordinator to participant.
     /// Reserve the whole partition (protocols that take partitions before running).
     Reserve {
-        age: Age,
+        at: Attempt,
     },
     /// Run these accesses, in order, with these outputs of earlier accesses.
     Exec {
-        age: Age,
+        at: Attempt,
         accesses: Vec<(u16, Access)>,
         inputs: Vec<(u16, Value)>,
     },

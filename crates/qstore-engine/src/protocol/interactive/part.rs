@@ -1,11 +1,11 @@
 //! The participant side: running groups of accesses under the node's concurrency control,
 //! parking and resuming those that wait, and the participant's half of (two-phase) commit.
 
-use super::msg::{Age, Body, GroupEnd, Vote};
-use super::{Cc, Gate, Node};
-use crate::exec::{run_access, UndoLog};
+use super::msg::{Attempt, Body, GroupEnd, Vote};
+use super::{Cc, Execution, Gate, Node};
+use crate::exec::{copy_row, install_row, run_access, run_on_copy, UndoLog, WriteBuffer};
 use crate::history::TxnTrace;
-use qstore_core::txn::{Access, Program, Value};
+use qstore_core::txn::{Access, AccessKind, LogicAbort, Program, Value, KEY_NOT_FOUND};
 use qstore_core::{NodeId, TxnId};
 use rustc_hash::{FxHashMap, FxHashSet};
 use std::sync::Arc;
@@ -73,21 +73,24 @@ enum Waiting {
 /// What a participant keeps for a transaction between its coordinator's messages.
 pub(super) struct PartTxn<H> {
     coord: NodeId,
-    age: Age,
+    at: Attempt,
     held: H,
     undo: UndoLog,
+    /// Buffered execution: the rows written, installed at commit.
+    writes: WriteBuffer,
     trace: TxnTrace,
     wrote: bool,
     waiting: Option<Waiting>,
 }
 
 impl<H: Default> PartTxn<H> {
-    fn new(coord: NodeId, age: Age) -> Self {
+    fn new(coord: NodeId, at: Attempt) -> Self {
         PartTxn {
             coord,
-            age,
+            at,
             held: H::default(),
             undo: UndoLog::default(),
+            writes: WriteBuffer::default(),
             trace: TxnTrace::default(),
             wrote: false,
             waiting: None,
@@ -163,16 +166,16 @@ impl<C: Cc> Node<C> {
         }
     }
 
-    pub(super) fn on_reserve(&self, from: NodeId, txn: TxnId, age: Age) {
+    pub(super) fn on_reserve(&self, from: NodeId, txn: TxnId, at: Attempt) {
         let t = self
             .take_part(txn)
-            .unwrap_or_else(|| PartTxn::new(from, age));
+            .unwrap_or_else(|| PartTxn::new(from, at));
         self.reserve(txn, t);
     }
 
     fn reserve(&self, txn: TxnId, mut t: PartTxn<C::Held>) {
         loop {
-            match self.cc.reserve(txn, t.age, &mut t.held) {
+            match self.cc.reserve(txn, &t.at, &mut t.held) {
                 Gate::Go => break,
                 Gate::Wait => match self.park(txn, t, Waiting::Reservation) {
                     Some((again, _)) => t = again,
@@ -195,13 +198,13 @@ impl<C: Cc> Node<C> {
         &self,
         from: NodeId,
         txn: TxnId,
-        age: Age,
+        at: Attempt,
         group: Group,
         inputs: Vec<(u16, Value)>,
     ) {
         let t = self
             .take_part(txn)
-            .unwrap_or_else(|| PartTxn::new(from, age));
+            .unwrap_or_else(|| PartTxn::new(from, at));
         let mut outs = vec![Value::Null; group.span()];
         for (i, v) in inputs {
             if let Some(slot) = outs.get_mut(i as usize) {
@@ -214,41 +217,28 @@ impl<C: Cc> Node<C> {
 
     /// Runs the group's accesses from `g.at` on, until it ends or must wait.
     fn run_group(&self, txn: TxnId, mut t: PartTxn<C::Held>, mut g: ParkedGroup) {
-        let store = self.store();
-        let steps = &self.ctx.catalog.steps;
-        let tracing = self.ctx.history.is_some();
         let mut end = GroupEnd::Done;
         while g.at < g.group.len() {
             let (idx, a) = g.group.get(g.at);
-            let write = a.kind.is_write();
-            match self
-                .cc
-                .access(txn, t.age, a.table, a.key, write, &mut t.held)
-            {
-                Gate::Go => {}
-                Gate::Wait => match self.park(txn, t, Waiting::Group(g)) {
+            let step = match self.cc.execution() {
+                Execution::InPlace => self.step_in_place(txn, &mut t, a, &g.outs),
+                Execution::Buffered => self.step_buffered(txn, &mut t, a, &g.outs),
+            };
+            match step {
+                Step::Ran(Ok(v)) => g.outs[idx as usize] = v,
+                Step::Ran(Err(abort)) => {
+                    end = GroupEnd::LogicAbort(abort.0.to_string());
+                    break;
+                }
+                Step::Wait => match self.park(txn, t, Waiting::Group(g)) {
                     Some((again, Waiting::Group(again_g))) => {
                         (t, g) = (again, again_g);
                         continue;
                     }
                     _ => return,
                 },
-                Gate::Abort(cause) => {
+                Step::Refused(cause) => {
                     end = GroupEnd::CcAbort(cause);
-                    break;
-                }
-            }
-            t.wrote |= write;
-            let undo = write.then_some(&mut t.undo);
-            let trace = tracing.then_some(&mut t.trace);
-            // SAFETY: the concurrency control granted this access (exclusively if it writes:
-            // no other reference to the row's bytes; shared otherwise: no writer), and the
-            // transaction keeps that grant until it commits or aborts. Every write keeps its
-            // before-image in `undo`.
-            match unsafe { run_access(store, steps, txn, a.as_ref(), &g.outs, undo, trace) } {
-                Ok(v) => g.outs[idx as usize] = v,
-                Err(abort) => {
-                    end = GroupEnd::LogicAbort(abort.0.to_string());
                     break;
                 }
             }
@@ -257,6 +247,86 @@ impl<C: Cc> Node<C> {
         let (coord, wrote) = (t.coord, t.wrote);
         self.put_part(txn, t);
         self.send(coord, txn, executed(g.into_results(), end, wrote));
+    }
+
+    /// One access on the rows themselves, once the concurrency control grants it.
+    fn step_in_place(
+        &self,
+        txn: TxnId,
+        t: &mut PartTxn<C::Held>,
+        a: &Access,
+        outs: &[Value],
+    ) -> Step {
+        let write = a.kind.is_write();
+        match self
+            .cc
+            .access(txn, &t.at, a.table, a.key, write, &mut t.held)
+        {
+            Gate::Go => {}
+            Gate::Wait => return Step::Wait,
+            Gate::Abort(cause) => return Step::Refused(cause),
+        }
+        t.wrote |= write;
+        let undo = write.then_some(&mut t.undo);
+        let trace = self.ctx.history.is_some().then_some(&mut t.trace);
+        let (store, steps) = (self.store(), &self.ctx.catalog.steps);
+        // SAFETY: the concurrency control granted this access (exclusively if it writes: no
+        // other reference to the row's bytes; shared otherwise: no writer), and the
+        // transaction keeps that grant until it commits or aborts. Every write keeps its
+        // before-image in `undo`.
+        Step::Ran(unsafe { run_access(store, steps, txn, a.as_ref(), outs, undo, trace) })
+    }
+
+    /// One access on a private copy: the transaction's own buffered write of the record, or
+    /// a copy of the row the concurrency control lets it read.
+    fn step_buffered(
+        &self,
+        txn: TxnId,
+        t: &mut PartTxn<C::Held>,
+        a: &Access,
+        outs: &[Value],
+    ) -> Step {
+        let steps = &self.ctx.catalog.steps;
+        if matches!(a.kind, AccessKind::Insert | AccessKind::Delete) {
+            return Step::Ran(Err(LogicAbort(
+                "inserts and deletes are not supported by this protocol yet",
+            )));
+        }
+        if let Some(row) = t.writes.get_mut(a.table, a.key) {
+            return Step::Ran(run_on_copy(steps, a.as_ref(), row, outs));
+        }
+        let table = self.store().table(a.table);
+        let Some(rid) = table.lookup(a.key) else {
+            return Step::Ran(a.as_ref().settle(Err(KEY_NOT_FOUND)));
+        };
+        let write = a.kind.is_write();
+        let mut copy = None;
+        // SAFETY: `rid` is live (just looked up; buffered protocols never remove rows), and
+        // the concurrency control calls this under the row's latch, which every install
+        // takes: nothing writes the row's bytes while they are copied.
+        let mut take = || copy = Some(unsafe { copy_row(table, rid) });
+        match self
+            .cc
+            .read_copy(txn, &t.at, a.table, rid, write, &mut t.held, &mut take)
+        {
+            Gate::Go => {}
+            Gate::Wait => return Step::Wait,
+            Gate::Abort(cause) => return Step::Refused(cause),
+        }
+        let (mut row, version) = copy.expect("a read that may go was copied");
+        let tracing = self.ctx.history.is_some();
+        if tracing && a.kind != AccessKind::Write {
+            t.trace.read(a.table, a.key, version);
+        }
+        let out = run_on_copy(steps, a.as_ref(), &mut row, outs);
+        if write {
+            t.wrote = true;
+            if tracing {
+                t.trace.write(a.table, a.key);
+            }
+            t.writes.push(a.table, a.key, rid, row);
+        }
+        Step::Ran(out)
     }
 
     /// Phase one: a participant that wrote nothing is done and says so.
@@ -284,12 +354,28 @@ impl<C: Cc> Node<C> {
         self.send(coord, txn, Body::CommitAck);
     }
 
-    /// Keeps what `txn` did here and releases what it holds.
+    /// Keeps what `txn` did here (installing its buffered writes) and releases what it holds.
     fn finish(&self, txn: TxnId, mut t: PartTxn<C::Held>) {
+        let mut woken = Vec::new();
+        let store = self.store();
+        for w in t.writes.drain() {
+            let table = store.table(w.table);
+            // SAFETY: `w.rid` is live (buffered protocols never remove rows), and the
+            // concurrency control calls this under the row's latch, which every copy takes.
+            let mut put = || unsafe { install_row(table, w.rid, &w.bytes, txn) };
+            self.cc.install(
+                txn,
+                &t.at,
+                w.table,
+                w.rid,
+                &mut t.held,
+                &mut put,
+                &mut woken,
+            );
+        }
         if let Some(h) = &self.ctx.history {
             h.add_part(txn, &t.trace);
         }
-        let mut woken = Vec::new();
         self.cc.release(txn, &mut t.held, &mut woken);
         self.wake_all(woken);
     }
@@ -320,6 +406,16 @@ impl<C: Cc> Node<C> {
             s.woken_early.clear();
         }
     }
+}
+
+/// How one access went.
+enum Step {
+    /// It ran: its output, or the failed check that aborts the transaction.
+    Ran(Result<Value, LogicAbort>),
+    /// It must wait: the group parks until the concurrency control wakes it.
+    Wait,
+    /// The concurrency control refused it.
+    Refused(qstore_core::txn::CcAbortCause),
 }
 
 fn executed(outputs: Vec<Value>, end: GroupEnd, wrote: bool) -> Body {

@@ -12,7 +12,7 @@ pub use locks::Policy;
 
 use self::locks::LockTable;
 use crate::cluster::EngineCtx;
-use crate::protocol::interactive::{self, Age, Cc, Gate};
+use crate::protocol::interactive::{self, Attempt, Cc, Gate};
 use crate::protocol::Engine;
 use qstore_core::{Key, QError, TableId, TxnId};
 use std::sync::Arc;
@@ -28,13 +28,13 @@ impl Cc for TwoPl {
     fn access(
         &self,
         txn: TxnId,
-        age: Age,
+        at: &Attempt,
         table: TableId,
         key: Key,
         write: bool,
         held: &mut Self::Held,
     ) -> Gate {
-        self.locks.lock(txn, age, (table, key), write, held)
+        self.locks.lock(txn, at.age, (table, key), write, held)
     }
 
     fn release(&self, txn: TxnId, held: &mut Self::Held, woken: &mut Vec<TxnId>) {

@@ -1,0 +1,81 @@
+//! For protocol tests: a contended YCSB run on an embedded cluster of an engine the test
+//! builds (e.g. a protocol with one of its checks switched off), with its history checked.
+//! A protocol's check is known to bite when the run without it fails the history check and
+//! the run with it passes.
+
+use crate::cluster::{Cluster, EngineCtx, Hosting};
+use crate::protocol::{Engine, TxnRequest};
+use qstore_core::txn::{ProcCall, TxnOutcome};
+use qstore_core::{NodeId, PartitionId, QError, RunConfig, TxnId};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// Clients, each keeping one transaction in flight.
+const CLIENTS: u32 = 8;
+
+/// Runs `commits` YCSB transactions (2 nodes, 64 records per partition, θ 0.9, half of them
+/// multi-partition, half the accesses writes) on the engine `start` makes, retrying
+/// concurrency-control aborts, and returns the history checker's report.
+pub(crate) fn contended_ycsb(
+    start: &dyn Fn(Arc<EngineCtx>) -> Result<Box<dyn Engine>, QError>,
+    commits: u64,
+) -> qstore_check::Report {
+    let mut cfg = RunConfig::default();
+    cfg.cluster.nodes = 2;
+    cfg.cluster.workers = 2;
+    let y = &mut cfg.workload.ycsb;
+    (y.records_per_partition, y.ops_per_txn, y.theta) = (64, 4, 0.9);
+    y.multi_partition_fraction = 0.5;
+    let workload = qstore_workload::build(&cfg).expect("a valid workload");
+    let cluster = Cluster::start_engine(
+        cfg.clone(),
+        workload.catalog(),
+        workload.partition_map().clone(),
+        &|p, loader| workload.load(p, loader),
+        true,
+        Hosting::Embedded,
+        start,
+    )
+    .expect("the cluster starts");
+    let ids = AtomicU64::new(1);
+    let committed = AtomicU64::new(0);
+    std::thread::scope(|s| {
+        for c in 0..CLIENTS {
+            let (cluster, workload) = (&cluster, &workload);
+            let (ids, committed) = (&ids, &committed);
+            s.spawn(move || {
+                let home = c % cfg.cluster.nodes;
+                let mut gen = workload.generator(c, PartitionId(home));
+                while committed.load(Ordering::Relaxed) < commits {
+                    let call = Arc::new(gen.next_txn().call);
+                    if run_to_end(cluster, NodeId(home), &call, ids) {
+                        committed.fetch_add(1, Ordering::Relaxed);
+                    }
+                }
+            });
+        }
+    });
+    let stopped = cluster.stop();
+    let recorder = stopped.ctx().history.as_ref().expect("recorded");
+    qstore_check::check(&recorder.history())
+}
+
+/// Submits `call` at `home` until it commits (true) or ends otherwise (false), retrying
+/// concurrency-control aborts.
+fn run_to_end(cluster: &Cluster, home: NodeId, call: &Arc<ProcCall>, ids: &AtomicU64) -> bool {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let (tx, rx) = crossbeam_channel::bounded(1);
+        let id = TxnId(ids.fetch_add(1, Ordering::Relaxed));
+        cluster.submit(home, TxnRequest::new(id, call.clone(), tx));
+        let answer = rx
+            .recv_timeout(deadline.saturating_duration_since(Instant::now()))
+            .expect("every transaction is answered");
+        match answer.outcome {
+            TxnOutcome::Committed(_) => return true,
+            TxnOutcome::CcAbort(_) => std::thread::yield_now(),
+            _ => return false,
+        }
+    }
+}
