@@ -140,6 +140,8 @@ pub struct Driver<'a> {
     next_arrival: Option<(Instant, Duration, usize)>,
     /// When the driver started, on the monotonic and on the wall clock (see `wall_us`).
     started: (Instant, u64),
+    /// When a transaction last got its final answer (committed, failed its check, refused).
+    last_finished: Instant,
 }
 
 /// What every load-generator thread of a run shares.
@@ -205,6 +207,7 @@ impl<'a> Driver<'a> {
             stats: ClientStats::default(),
             next_arrival,
             started: (Instant::now(), wall_clock_us()),
+            last_finished: Instant::now(),
         }
     }
 
@@ -217,7 +220,9 @@ impl<'a> Driver<'a> {
                 }
             }
         }
-        let mut drain_deadline = None;
+        // When the run stopped, and whether because the cluster stopped answering.
+        let mut stopped_at = None;
+        let mut stalled = false;
         let stall_limit = Duration::from_secs_f64(self.cfg.drain_timeout_s);
         let mut last_answer = Instant::now();
         loop {
@@ -234,15 +239,18 @@ impl<'a> Driver<'a> {
                     self.pending.len()
                 );
                 self.control.stop.store(true, Ordering::Relaxed);
-                drain_deadline = Some(now);
+                stalled = true;
             }
             if self.control.stop.load(Ordering::Relaxed) {
-                let deadline = *drain_deadline
-                    .get_or_insert_with(|| now + Duration::from_secs_f64(self.cfg.drain_timeout_s));
+                // The run is over: wait for what is in flight for as long as transactions keep
+                // finishing. A cluster that only answers aborts (retried without end) or
+                // nothing at all for the drain timeout leaves them unfinished.
+                let stopped = *stopped_at.get_or_insert(now);
+                let progress = stopped.max(self.last_finished);
                 if self.pending.is_empty() && self.retries.is_empty() {
                     break;
                 }
-                if now >= deadline {
+                if now.duration_since(progress) >= stall_limit || stalled {
                     self.give_up_outstanding();
                     break;
                 }
@@ -432,6 +440,7 @@ impl<'a> Driver<'a> {
                 self.elle_complete(&p, Completion::Fail, None);
                 self.stats.rejected += 1;
                 self.stats.first_rejection.get_or_insert(why);
+                self.last_finished = now;
                 self.control.stop.store(true, Ordering::Relaxed);
             }
         }
@@ -448,6 +457,7 @@ impl<'a> Driver<'a> {
     /// Transaction `p` has its final answer; a closed-loop client starts another, in the
     /// finished call's memory when nobody else holds it any more. `now` is the time of the answer.
     fn finish(&mut self, p: Pending, now: Instant) {
+        self.last_finished = now;
         let c = p.client;
         if let Ok(call) = Arc::try_unwrap(p.call) {
             self.spare = Some((c, call));

@@ -456,4 +456,39 @@ mod tests {
         assert_eq!(driven.stats.unfinished, 3);
         assert_eq!(target.0.lock().len(), 3);
     }
+
+    /// A cluster that commits one request every `PACE`, in order of arrival.
+    struct Slow(crossbeam_channel::Sender<TxnRequest>);
+
+    const PACE: Duration = Duration::from_millis(60);
+
+    impl Target for Slow {
+        fn submit(&self, _: NodeId, req: TxnRequest) {
+            let _ = self.0.send(req);
+        }
+        fn traffic(&self) -> Vec<(u64, u64)> {
+            Vec::new()
+        }
+    }
+
+    #[test]
+    fn a_slow_cluster_drains_every_transaction_while_it_keeps_finishing_them() {
+        let mut cfg = small();
+        cfg.client.inflight = 8;
+        cfg.client.duration_s = 0.2;
+        // Draining 8 transactions takes 8 x PACE, longer than the drain timeout, but one
+        // finishes every PACE.
+        cfg.client.drain_timeout_s = 0.3;
+        let (tx, rx) = crossbeam_channel::unbounded::<TxnRequest>();
+        let server = std::thread::spawn(move || {
+            while let Ok(req) = rx.recv() {
+                std::thread::sleep(PACE);
+                req.answer(qstore_core::txn::TxnOutcome::Committed(Vec::new()));
+            }
+        });
+        let workload = qstore_workload::build(&cfg).unwrap();
+        let driven = drive(&cfg, &Slow(tx), workload.as_ref(), &mut None, None);
+        assert_eq!(driven.stats.unfinished, 0);
+        server.join().unwrap();
+    }
 }

@@ -3,6 +3,7 @@
 pub mod calvin;
 pub mod hstore;
 pub(crate) mod interactive;
+pub mod occ;
 pub mod qstore;
 pub mod serial;
 pub mod timestamp;
@@ -186,6 +187,12 @@ pub const PROTOCOLS: &[ProtocolInfo] = &[
         deterministic: false,
         summary: "basic timestamp ordering: reads and buffered writes checked against per-row timestamps, 2PC",
         start: timestamp::start,
+    },
+    ProtocolInfo {
+        name: "occ",
+        deterministic: false,
+        summary: "optimistic (Google F1): read phase on copies, then lock, validate and install at commit, 2PC",
+        start: occ::start,
     },
 ];
 

@@ -127,7 +127,11 @@ impl<C: Cc> Node<C> {
                     birth_us: req.birth_us,
                     id: txn,
                 },
-                ts: self.timestamps.next(),
+                ts: if self.cc.uses_timestamps() {
+                    self.timestamps.next()
+                } else {
+                    0
+                },
             },
             req,
             program,
@@ -319,9 +323,11 @@ impl<C: Cc> Node<C> {
         });
     }
 
-    /// Every access ran: one participant commits at once, several vote first.
+    /// Every access ran: one participant commits at once (unless the protocol validates),
+    /// several vote first.
     fn start_commit(&self, t: &mut CoordTxn) -> Vec<Action> {
-        if t.participants.len() <= 1 {
+        let alone = t.participants.len() <= 1 && !self.cc.validates();
+        if alone || t.participants.is_empty() {
             for p in &mut t.participants {
                 p.commits = true;
             }

@@ -29,7 +29,7 @@ mod part;
 #[cfg(test)]
 pub(crate) mod testing;
 
-pub(crate) use msg::{Age, Attempt};
+pub(crate) use msg::{Age, Attempt, Vote};
 
 use self::coord::CoordTxn;
 use self::msg::{Body, GroupEnd, IMsg};
@@ -43,7 +43,7 @@ use parking_lot::{Mutex, RwLock};
 use qstore_core::txn::{Access, CcAbortCause};
 use qstore_core::{Key, NodeId, PartitionId, QError, TableId, TxnId};
 use qstore_net::{Envelope, NetCounters, Transport};
-use qstore_storage::{PartitionStore, RowId};
+use qstore_storage::{PartitionStore, RowId, RowVersion};
 use rustc_hash::FxHashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
@@ -81,6 +81,12 @@ pub(crate) trait Cc: Send + Sync + 'static {
         Execution::InPlace
     }
 
+    /// Whether the protocol orders attempts by timestamp: only then does an attempt take one
+    /// (otherwise its `Attempt::ts` is 0).
+    fn uses_timestamps(&self) -> bool {
+        false
+    }
+
     /// Whether the coordinator reserves every partition the transaction touches, one after
     /// the other in ascending order, before its first access (H-Store).
     fn reserves_partitions(&self) -> bool {
@@ -107,8 +113,8 @@ pub(crate) trait Cc: Send + Sync + 'static {
     }
 
     /// Buffered: may `txn` read row `rid` of `table` (`write`: to change a copy of it, to be
-    /// installed at commit)? On `Go`, `copy` has been called, under the row's latch. Asked
-    /// again when a `Wait` is resumed.
+    /// installed at commit)? On `Go`, `copy` has been called, under the row's latch; it
+    /// returns the version copied. Asked again when a `Wait` is resumed.
     #[allow(clippy::too_many_arguments)]
     fn read_copy(
         &self,
@@ -118,7 +124,7 @@ pub(crate) trait Cc: Send + Sync + 'static {
         _rid: RowId,
         _write: bool,
         _held: &mut Self::Held,
-        _copy: &mut dyn FnMut(),
+        _copy: &mut dyn FnMut() -> RowVersion,
     ) -> Gate {
         unreachable!("only buffered protocols are asked for copies")
     }
@@ -143,6 +149,30 @@ pub(crate) trait Cc: Send + Sync + 'static {
     /// timestamp); otherwise the coordinator's Lamport clock places it at the decision.
     fn commit_order(&self, _at: &Attempt) -> Option<u128> {
         None
+    }
+
+    /// Phase one here: `Yes` keeps what the transaction holds until the decision,
+    /// `ReadOnly` (it wrote nothing here) releases it at once and skips phase two, `No`
+    /// aborts it. By default a participant that wrote votes yes, one that did not read-only.
+    fn prepare(
+        &self,
+        _txn: TxnId,
+        _at: &Attempt,
+        _held: &mut Self::Held,
+        wrote: bool,
+        _store: &PartitionStore,
+    ) -> Vote {
+        if wrote {
+            Vote::Yes
+        } else {
+            Vote::ReadOnly
+        }
+    }
+
+    /// Whether a transaction with a single participant also goes through [`Cc::prepare`]
+    /// (protocols that validate at commit); otherwise it commits in one phase.
+    fn validates(&self) -> bool {
+        false
     }
 
     /// Releases everything `txn` holds here; the transactions whose wait is over are added

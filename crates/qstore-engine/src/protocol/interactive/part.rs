@@ -301,10 +301,14 @@ impl<C: Cc> Node<C> {
         };
         let write = a.kind.is_write();
         let mut copy = None;
-        // SAFETY: `rid` is live (just looked up; buffered protocols never remove rows), and
-        // the concurrency control calls this under the row's latch, which every install
-        // takes: nothing writes the row's bytes while they are copied.
-        let mut take = || copy = Some(unsafe { copy_row(table, rid) });
+        let mut take = || {
+            // SAFETY: `rid` is live (just looked up; buffered protocols never remove rows),
+            // and the concurrency control calls this under the row's latch, which every
+            // install takes: nothing writes the row's bytes while they are copied.
+            let (row, version) = unsafe { copy_row(table, rid) };
+            copy = Some((row, version));
+            version
+        };
         match self
             .cc
             .read_copy(txn, &t.at, a.table, rid, write, &mut t.held, &mut take)
@@ -331,17 +335,18 @@ impl<C: Cc> Node<C> {
 
     /// Phase one: a participant that wrote nothing is done and says so.
     pub(super) fn on_prepare(&self, coord: NodeId, txn: TxnId) {
-        let vote = match self.take_part(txn) {
-            Some(t) if t.wrote => {
-                self.put_part(txn, t);
-                Vote::Yes
-            }
-            Some(t) => {
-                self.finish(txn, t);
-                Vote::ReadOnly
-            }
-            None => Vote::ReadOnly,
+        let Some(mut t) = self.take_part(txn) else {
+            return self.send(coord, txn, Body::Vote(Vote::ReadOnly));
         };
+        let vote = self
+            .cc
+            .prepare(txn, &t.at, &mut t.held, t.wrote, self.store());
+        if vote == Vote::ReadOnly {
+            self.finish(txn, t);
+        } else {
+            // A no vote keeps the state too: the abort that follows releases it.
+            self.put_part(txn, t);
+        }
         self.send(coord, txn, Body::Vote(vote));
     }
 

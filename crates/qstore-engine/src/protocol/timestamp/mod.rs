@@ -21,7 +21,7 @@ use crate::protocol::Engine;
 use parking_lot::Mutex;
 use qstore_core::txn::CcAbortCause;
 use qstore_core::{QError, TableId, TxnId};
-use qstore_storage::{MetaColumn, PartitionStore, RowId};
+use qstore_storage::{MetaColumn, PartitionStore, RowId, RowVersion};
 use std::sync::Arc;
 
 /// A row's timestamps: 16 bytes, plus the pending writes and waiting readers while there are
@@ -95,6 +95,10 @@ impl Cc for Timestamp {
         Execution::Buffered
     }
 
+    fn uses_timestamps(&self) -> bool {
+        true
+    }
+
     fn read_copy(
         &self,
         txn: TxnId,
@@ -103,7 +107,7 @@ impl Cc for Timestamp {
         rid: RowId,
         write: bool,
         held: &mut Held,
-        copy: &mut dyn FnMut(),
+        copy: &mut dyn FnMut() -> RowVersion,
     ) -> Gate {
         let ts = at.ts;
         let mut row = self.rows.get(table, rid).lock();
