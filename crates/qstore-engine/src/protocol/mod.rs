@@ -183,6 +183,12 @@ pub const PROTOCOLS: &[ProtocolInfo] = &[
         start: twopl::start_wait_die,
     },
     ProtocolInfo {
+        name: "dl_detect",
+        deterministic: false,
+        summary: "two-phase locking, wait on any conflict, cluster-wide deadlock detection (youngest of a cycle aborts), 2PC",
+        start: twopl::start_dl_detect,
+    },
+    ProtocolInfo {
         name: "timestamp",
         deterministic: false,
         summary: "basic timestamp ordering: reads and buffered writes checked against per-row timestamps, 2PC",

@@ -24,11 +24,13 @@
 //! (clock, node) that the history records agrees with the order of versions.
 
 mod coord;
+mod deadlock;
 mod msg;
 mod part;
 #[cfg(test)]
 pub(crate) mod testing;
 
+pub(crate) use deadlock::WaitEdge;
 pub(crate) use msg::{Age, Attempt, Vote};
 
 use self::coord::CoordTxn;
@@ -169,6 +171,22 @@ pub(crate) trait Cc: Send + Sync + 'static {
         }
     }
 
+    /// Whether transactions wait on any conflict, so that a detector must find and break
+    /// deadlocks (see [`deadlock`]).
+    fn detects_deadlocks(&self) -> bool {
+        false
+    }
+
+    /// Deadlock detection: every transaction waiting here, with what it waits for.
+    fn waits_for(&self, _out: &mut Vec<WaitEdge>) {}
+
+    /// Deadlock detection: if `txn` waits here, it stops waiting, and is refused
+    /// (`Deadlock`) when it asks again; true if it was waiting. Transactions whose wait ended
+    /// with it (queued behind it) are added to `woken`.
+    fn abort_waiter(&self, _txn: TxnId, _woken: &mut Vec<TxnId>) -> bool {
+        false
+    }
+
     /// Whether a transaction with a single participant also goes through [`Cc::prepare`]
     /// (protocols that validate at commit); otherwise it commits in one phase.
     fn validates(&self) -> bool {
@@ -200,6 +218,13 @@ pub(crate) fn start<C: Cc>(
         let cc = make_cc(ctx.store(PartitionId(id.0)));
         let (admission, requests) = bounded(ctx.cfg.protocol.admission_queue as usize);
         let (wake_tx, wakeups) = unbounded();
+        // Node 0 runs the deadlock detector of protocols that need one.
+        let (detector, answers) = if id.0 == 0 && cc.detects_deadlocks() {
+            let (tx, rx) = unbounded();
+            (Some(tx), Some(rx))
+        } else {
+            (None, None)
+        };
         let node = Arc::new(Node {
             id,
             ctx: ctx.clone(),
@@ -212,8 +237,20 @@ pub(crate) fn start<C: Cc>(
             wake_tx,
             admission: RwLock::new(Some(admission)),
             stop: AtomicBool::new(false),
+            detector,
         });
         nodes[id.index()] = Some(node.clone());
+        if let Some(answers) = answers {
+            let n = node.clone();
+            threads.push(
+                std::thread::Builder::new()
+                    .name(format!("{label}-deadlocks"))
+                    .spawn(move || deadlock::detector(n, answers))
+                    .map_err(|e| {
+                        QError::Other(format!("cannot start the deadlock detector: {e}"))
+                    })?,
+            );
+        }
         let queues = Queues {
             wakeups,
             inbox,
@@ -306,6 +343,8 @@ pub(crate) struct Node<C: Cc> {
     wake_tx: Sender<TxnId>,
     admission: RwLock<Option<AdmissionQueue>>,
     stop: AtomicBool,
+    /// At node 0 of a protocol that detects deadlocks: where the nodes' edges go.
+    detector: Option<Sender<deadlock::Answer>>,
 }
 
 impl<C: Cc> Node<C> {
@@ -365,6 +404,9 @@ impl<C: Cc> Node<C> {
             } => self.on_executed(from, txn, outputs, end, wrote),
             Body::Vote(v) => self.on_vote(from, txn, v),
             Body::CommitAck => self.on_commit_ack(from, txn),
+            Body::WaitsForRequest { round } => self.on_waits_for_request(from, round),
+            Body::WaitsFor { round, edges } => self.on_waits_for(round, edges),
+            Body::Victim { txn } => self.on_victim(txn),
         }
     }
 

@@ -62,6 +62,21 @@ pub enum Body {
     },
     Vote(Vote),
     CommitAck,
+
+    // Deadlock detection (protocols that wait on any conflict), about no transaction.
+    /// The detector (at node 0) asks for this node's waits-for edges.
+    WaitsForRequest {
+        round: u64,
+    },
+    /// A node's waits-for edges: (waiting transaction, its age, the transaction it waits for).
+    WaitsFor {
+        round: u64,
+        edges: Vec<(TxnId, Age, TxnId)>,
+    },
+    /// `txn` is a deadlock's victim: if it waits here, it aborts.
+    Victim {
+        txn: TxnId,
+    },
 }
 
 /// How a group of accesses ended at a participant.

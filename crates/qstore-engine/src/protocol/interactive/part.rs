@@ -159,7 +159,7 @@ impl<C: Cc> Node<C> {
         }
     }
 
-    fn wake_all(&self, woken: Vec<TxnId>) {
+    pub(super) fn wake_all(&self, woken: Vec<TxnId>) {
         for w in woken {
             // Workers hold the receiver until they stop; after that nothing waits anyway.
             let _ = self.wake_tx.send(w);

@@ -9,18 +9,28 @@ use qstore_core::txn::{ProcCall, TxnOutcome};
 use qstore_core::{NodeId, PartitionId, QError, RunConfig, TxnId};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// Clients, each keeping one transaction in flight.
 const CLIENTS: u32 = 8;
 
 /// Runs `commits` YCSB transactions (2 nodes, 64 records per partition, θ 0.9, half of them
 /// multi-partition, half the accesses writes) on the engine `start` makes, retrying
-/// concurrency-control aborts, and returns the history checker's report.
+/// concurrency-control aborts, and returns the history checker's report; panics if a
+/// transaction goes unanswered for 30 s.
 pub(crate) fn contended_ycsb(
     start: &dyn Fn(Arc<EngineCtx>) -> Result<Box<dyn Engine>, QError>,
     commits: u64,
 ) -> qstore_check::Report {
+    contended_ycsb_within(start, commits, Duration::from_secs(30)).unwrap_or_else(|e| panic!("{e}"))
+}
+
+/// [`contended_ycsb`], or how many clients were left waiting for an answer for `patience`.
+pub(crate) fn contended_ycsb_within(
+    start: &dyn Fn(Arc<EngineCtx>) -> Result<Box<dyn Engine>, QError>,
+    commits: u64,
+    patience: Duration,
+) -> Result<qstore_check::Report, String> {
     let mut cfg = RunConfig::default();
     cfg.cluster.nodes = 2;
     cfg.cluster.workers = 2;
@@ -40,42 +50,57 @@ pub(crate) fn contended_ycsb(
     .expect("the cluster starts");
     let ids = AtomicU64::new(1);
     let committed = AtomicU64::new(0);
+    let stuck = AtomicU64::new(0);
     std::thread::scope(|s| {
         for c in 0..CLIENTS {
             let (cluster, workload) = (&cluster, &workload);
-            let (ids, committed) = (&ids, &committed);
+            let (ids, committed, stuck) = (&ids, &committed, &stuck);
             s.spawn(move || {
                 let home = c % cfg.cluster.nodes;
                 let mut gen = workload.generator(c, PartitionId(home));
                 while committed.load(Ordering::Relaxed) < commits {
                     let call = Arc::new(gen.next_txn().call);
-                    if run_to_end(cluster, NodeId(home), &call, ids) {
-                        committed.fetch_add(1, Ordering::Relaxed);
+                    match run_to_end(cluster, NodeId(home), &call, ids, patience) {
+                        Some(true) => {
+                            committed.fetch_add(1, Ordering::Relaxed);
+                        }
+                        Some(false) => {}
+                        None => {
+                            stuck.fetch_add(1, Ordering::Relaxed);
+                            return;
+                        }
                     }
                 }
             });
         }
     });
     let stopped = cluster.stop();
-    let recorder = stopped.ctx().history.as_ref().expect("recorded");
-    qstore_check::check(&recorder.history())
+    match stuck.into_inner() {
+        0 => {
+            let recorder = stopped.ctx().history.as_ref().expect("recorded");
+            Ok(qstore_check::check(&recorder.history()))
+        }
+        n => Err(format!("{n} client(s) got no answer for {patience:?}")),
+    }
 }
 
 /// Submits `call` at `home` until it commits (true) or ends otherwise (false), retrying
-/// concurrency-control aborts.
-fn run_to_end(cluster: &Cluster, home: NodeId, call: &Arc<ProcCall>, ids: &AtomicU64) -> bool {
-    let deadline = Instant::now() + Duration::from_secs(30);
+/// concurrency-control aborts; `None` if an attempt is not answered within `patience`.
+fn run_to_end(
+    cluster: &Cluster,
+    home: NodeId,
+    call: &Arc<ProcCall>,
+    ids: &AtomicU64,
+    patience: Duration,
+) -> Option<bool> {
     loop {
         let (tx, rx) = crossbeam_channel::bounded(1);
         let id = TxnId(ids.fetch_add(1, Ordering::Relaxed));
         cluster.submit(home, TxnRequest::new(id, call.clone(), tx));
-        let answer = rx
-            .recv_timeout(deadline.saturating_duration_since(Instant::now()))
-            .expect("every transaction is answered");
-        match answer.outcome {
-            TxnOutcome::Committed(_) => return true,
+        match rx.recv_timeout(patience).ok()?.outcome {
+            TxnOutcome::Committed(_) => return Some(true),
             TxnOutcome::CcAbort(_) => std::thread::yield_now(),
-            _ => return false,
+            _ => return Some(false),
         }
     }
 }

@@ -16,6 +16,9 @@ pub enum Policy {
     /// Wait if older than every holder and every waiter, otherwise abort ("die"). Waits only
     /// ever go from older to younger transactions, so there is no deadlock.
     WaitDie,
+    /// Always wait; deadlocks are found by a detector and broken by aborting a victim
+    /// ([`LockTable::abort_waiter`]).
+    Wait,
 }
 
 type Record = (TableId, Key);
@@ -79,6 +82,15 @@ impl LockEntry {
 pub struct LockTable {
     policy: Policy,
     shards: Box<[Mutex<FxHashMap<Record, LockEntry>>]>,
+    /// `Wait`: the record each waiting transaction waits for, and the deadlock victims that
+    /// have not yet asked again.
+    waiting: Mutex<Waiting>,
+}
+
+#[derive(Default)]
+struct Waiting {
+    on: FxHashMap<TxnId, Record>,
+    victims: rustc_hash::FxHashSet<TxnId>,
 }
 
 const SHARDS: usize = 256;
@@ -88,6 +100,7 @@ impl LockTable {
         LockTable {
             policy,
             shards: (0..SHARDS).map(|_| Mutex::default()).collect(),
+            waiting: Mutex::default(),
         }
     }
 
@@ -106,6 +119,20 @@ impl LockTable {
         write: bool,
         held: &mut Vec<Record>,
     ) -> Gate {
+        if self.policy != Policy::Wait {
+            return self.ask(txn, age, r, write, held);
+        }
+        if self.waiting.lock().victims.remove(&txn) {
+            return Gate::Abort(CcAbortCause::Deadlock);
+        }
+        let gate = self.ask(txn, age, r, write, held);
+        if gate == Gate::Go {
+            self.waiting.lock().on.remove(&txn);
+        }
+        gate
+    }
+
+    fn ask(&self, txn: TxnId, age: Age, r: Record, write: bool, held: &mut Vec<Record>) -> Gate {
         let mut shard = self.shard(r).lock();
         let e = shard.entry(r).or_default();
         let holds = e.owns(txn);
@@ -140,7 +167,58 @@ impl LockTable {
                 }
                 Gate::Wait
             }
+            Policy::Wait => {
+                if !e.waiters.iter().any(|w| w.txn == txn) {
+                    e.waiters.push_back(Waiter { txn, age, write });
+                    if !holds {
+                        held.push(r);
+                    }
+                }
+                self.waiting.lock().on.insert(txn, r);
+                Gate::Wait
+            }
         }
+    }
+
+    /// Every waiting transaction with what it waits for: the record's owners, and the
+    /// waiters ahead of it (granted first).
+    pub fn waits_for(&self, out: &mut Vec<(TxnId, Age, TxnId)>) {
+        let on: Vec<(TxnId, Record)> = self
+            .waiting
+            .lock()
+            .on
+            .iter()
+            .map(|(t, r)| (*t, *r))
+            .collect();
+        for (txn, r) in on {
+            let shard = self.shard(r).lock();
+            let Some(e) = shard.get(&r) else { continue };
+            let Some(at) = e.waiters.iter().position(|w| w.txn == txn) else {
+                continue; // granted meanwhile
+            };
+            let age = e.waiters[at].age;
+            let ahead = e.waiters.iter().take(at).map(|w| w.txn);
+            let owners = e.owners.iter().map(|o| o.0).filter(|&o| o != txn);
+            out.extend(owners.chain(ahead).map(|h| (txn, age, h)));
+        }
+    }
+
+    /// A deadlock's victim stops waiting, and is refused (`Deadlock`) when it asks again;
+    /// true if it was waiting.
+    pub fn abort_waiter(&self, txn: TxnId, woken: &mut Vec<TxnId>) -> bool {
+        let mut waiting = self.waiting.lock();
+        let Some(r) = waiting.on.remove(&txn) else {
+            return false;
+        };
+        waiting.victims.insert(txn);
+        drop(waiting);
+        let mut shard = self.shard(r).lock();
+        if let Some(e) = shard.get_mut(&r) {
+            e.waiters.retain(|w| w.txn != txn);
+            // Those behind it may fit now.
+            e.grant_waiters(woken);
+        }
+        true
     }
 
     /// Releases every lock in `held`, granting waiters that now fit.
@@ -150,6 +228,11 @@ impl LockTable {
             let Some(e) = shard.get_mut(&r) else { continue };
             e.owners.retain(|&(t, _)| t != txn);
             e.waiters.retain(|w| w.txn != txn);
+            if self.policy == Policy::Wait {
+                let mut waiting = self.waiting.lock();
+                waiting.on.remove(&txn);
+                waiting.victims.remove(&txn);
+            }
             // An exclusive lock has a single owner, so it ends with that owner.
             if e.owners.is_empty() {
                 e.exclusive = false;
@@ -239,5 +322,41 @@ mod tests {
         let mut woken = vec![];
         t.release(TxnId(9), &mut w, &mut woken);
         assert_eq!(woken, vec![TxnId(4), TxnId(3)]);
+    }
+
+    #[test]
+    fn waiters_report_what_they_wait_for_and_a_victim_is_refused() {
+        let t = LockTable::new(Policy::Wait);
+        let (a, b) = ((0, 1), (0, 2));
+        let (mut h1, mut h2) = (vec![], vec![]);
+        assert_eq!(t.lock(TxnId(1), age(1, 1), a, true, &mut h1), Gate::Go);
+        assert_eq!(t.lock(TxnId(2), age(2, 2), b, true, &mut h2), Gate::Go);
+        // A cycle: 1 waits for b (held by 2), 2 waits for a (held by 1).
+        assert_eq!(t.lock(TxnId(1), age(1, 1), b, true, &mut h1), Gate::Wait);
+        assert_eq!(t.lock(TxnId(2), age(2, 2), a, false, &mut h2), Gate::Wait);
+        let mut edges = vec![];
+        t.waits_for(&mut edges);
+        edges.sort_unstable_by_key(|e| e.0);
+        assert_eq!(
+            edges,
+            vec![
+                (TxnId(1), age(1, 1), TxnId(2)),
+                (TxnId(2), age(2, 2), TxnId(1))
+            ]
+        );
+        // 2 is the victim: it stops waiting, and is refused when it asks again.
+        let mut woken = vec![];
+        assert!(t.abort_waiter(TxnId(2), &mut woken));
+        assert!(!t.abort_waiter(TxnId(2), &mut woken), "no longer waiting");
+        assert_eq!(
+            t.lock(TxnId(2), age(2, 2), a, false, &mut h2),
+            Gate::Abort(CcAbortCause::Deadlock)
+        );
+        t.release(TxnId(2), &mut h2, &mut woken);
+        assert_eq!(woken, vec![TxnId(1)]);
+        assert_eq!(t.lock(TxnId(1), age(1, 1), b, true, &mut h1), Gate::Go);
+        let mut edges = vec![];
+        t.waits_for(&mut edges);
+        assert!(edges.is_empty());
     }
 }
