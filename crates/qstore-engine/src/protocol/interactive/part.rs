@@ -258,13 +258,11 @@ impl<C: Cc> Node<C> {
         outs: &[Value],
     ) -> Step {
         let write = a.kind.is_write();
-        match self
+        let gate = self
             .cc
-            .access(txn, &t.at, a.table, a.key, write, &mut t.held)
-        {
-            Gate::Go => {}
-            Gate::Wait => return Step::Wait,
-            Gate::Abort(cause) => return Step::Refused(cause),
+            .access(txn, &t.at, a.table, a.key, write, &mut t.held);
+        if let Some(stop) = stopped_by(gate) {
+            return stop;
         }
         t.wrote |= write;
         let undo = write.then_some(&mut t.undo);
@@ -309,13 +307,11 @@ impl<C: Cc> Node<C> {
             copy = Some((row, version));
             version
         };
-        match self
+        let gate = self
             .cc
-            .read_copy(txn, &t.at, a.table, rid, write, &mut t.held, &mut take)
-        {
-            Gate::Go => {}
-            Gate::Wait => return Step::Wait,
-            Gate::Abort(cause) => return Step::Refused(cause),
+            .read_copy(txn, &t.at, a.table, rid, write, &mut t.held, &mut take);
+        if let Some(stop) = stopped_by(gate) {
+            return stop;
         }
         let (mut row, version) = copy.expect("a read that may go was copied");
         let tracing = self.ctx.history.is_some();
@@ -421,6 +417,15 @@ enum Step {
     Wait,
     /// The concurrency control refused it.
     Refused(qstore_core::txn::CcAbortCause),
+}
+
+/// What a gate that does not let the access go means for it.
+fn stopped_by(gate: Gate) -> Option<Step> {
+    match gate {
+        Gate::Go => None,
+        Gate::Wait => Some(Step::Wait),
+        Gate::Abort(cause) => Some(Step::Refused(cause)),
+    }
 }
 
 fn executed(outputs: Vec<Value>, end: GroupEnd, wrote: bool) -> Body {
