@@ -455,6 +455,9 @@ pub struct YcsbConfig {
     pub multi_partition_fraction: f64,
     /// Partitions a multi-partition transaction touches (its home partition included).
     pub partitions_per_mp_txn: u32,
+    /// Sundial's mode, instead of multi-partition transactions: each access independently
+    /// goes to a uniformly chosen other partition with this probability (Sundial uses 0.1).
+    pub remote_access_fraction: f64,
     /// Allow one transaction to pick the same key twice.
     pub allow_duplicate_keys: bool,
 }
@@ -469,6 +472,7 @@ impl Default for YcsbConfig {
             theta: 0.0,
             multi_partition_fraction: 0.0,
             partitions_per_mp_txn: 2,
+            remote_access_fraction: 0.0,
             allow_duplicate_keys: false,
         }
     }
@@ -832,6 +836,18 @@ impl YcsbConfig {
             "workload.ycsb.multi_partition_fraction",
             self.multi_partition_fraction,
             "must be 0 on a single-node cluster (multi-partition transactions need 2+ nodes)",
+        )?;
+        mp_fraction(
+            "workload.ycsb.remote_access_fraction",
+            self.remote_access_fraction,
+            partitions,
+        )?;
+        check(
+            self.remote_access_fraction == 0.0 || self.multi_partition_fraction == 0.0,
+            "workload.ycsb.remote_access_fraction",
+            self.remote_access_fraction,
+            "must be 0 when workload.ycsb.multi_partition_fraction is not: choose remote \
+             accesses (Sundial's mode) or multi-partition transactions",
         )?;
         check(
             self.partitions_per_mp_txn >= 2 && self.partitions_per_mp_txn <= partitions.max(2),

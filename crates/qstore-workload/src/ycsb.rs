@@ -174,9 +174,15 @@ impl YcsbGenerator {
         // A counter, not `i % len`: a division per access is a visible share of the
         // generator's time.
         let mut next = 0;
+        let remote = self.cfg.remote_access_fraction;
         for _ in 0..ops {
-            let p = parts[next];
+            let mut p = parts[next];
             next = if next + 1 == parts.len() { 0 } else { next + 1 };
+            if remote > 0.0 && rng.random::<f64>() < remote {
+                // Any partition but the home one, uniformly.
+                let other = rng.random_range(1..self.partitions);
+                p = PartitionId((self.home.0 + other) % self.partitions);
+            }
             loop {
                 let key = self
                     .pmap
@@ -402,6 +408,25 @@ mod tests {
             multi += (parts.len() == 2) as u32;
         }
         assert!((900..1100).contains(&multi), "{multi}");
+    }
+
+    #[test]
+    fn remote_accesses_go_to_the_other_partitions_at_their_rate() {
+        let mut c = config(4, 0.0, 0.0);
+        c.workload.ycsb.remote_access_fraction = 0.1;
+        let y = Ycsb::new(&c).unwrap();
+        let mut g = y.generator(0, PartitionId(2));
+        let mut per_partition = [0u32; 4];
+        for _ in 0..1000 {
+            for k in keys_of(&g.next_txn()) {
+                per_partition[y.pmap.partition_of(0, k).index()] += 1;
+            }
+        }
+        let remote = 16_000 - per_partition[2];
+        assert!((1400..1800).contains(&remote), "{per_partition:?}");
+        for p in [0, 1, 3] {
+            assert!((400..650).contains(&per_partition[p]), "{per_partition:?}");
+        }
     }
 
     #[test]

@@ -286,6 +286,10 @@ struct RunArgs {
     /// ycsb: fraction of accesses that are read-modify-writes (0 to 1).
     #[arg(long, allow_negative_numbers = true, help_heading = "Workload")]
     write_fraction: Option<f64>,
+    /// ycsb: Sundial's mode instead of multi-partition transactions: each access goes to a
+    /// uniformly chosen other partition with this probability (e.g. 0.1).
+    #[arg(long, allow_negative_numbers = true, help_heading = "Workload")]
+    remote_access_fraction: Option<f64>,
     /// ycsb: allow a transaction to pick the same key twice.
     #[arg(long, help_heading = "Workload")]
     allow_duplicate_keys: bool,
@@ -511,6 +515,7 @@ impl RunArgs {
                 set(&mut y.partitions_per_mp_txn, self.mp_partitions);
                 set(&mut y.row_size, self.row_size);
                 set(&mut y.write_fraction, self.write_fraction);
+                set(&mut y.remote_access_fraction, self.remote_access_fraction);
                 y.allow_duplicate_keys |= self.allow_duplicate_keys;
             }
             "bank" => {
@@ -539,8 +544,10 @@ impl RunArgs {
             }
             _ => {}
         }
-        let ycsb_only =
-            self.row_size.is_some() || self.write_fraction.is_some() || self.allow_duplicate_keys;
+        let ycsb_only = self.row_size.is_some()
+            || self.write_fraction.is_some()
+            || self.remote_access_fraction.is_some()
+            || self.allow_duplicate_keys;
         let bank_only = self.branch_size.is_some()
             || self.initial_balance.is_some()
             || self.max_amount.is_some()
@@ -550,7 +557,7 @@ impl RunArgs {
             || self.read_fraction.is_some()
             || self.active_keys.is_some();
         not_for(
-            "--row-size/--write-fraction/--allow-duplicate-keys",
+            "--row-size/--write-fraction/--remote-access-fraction/--allow-duplicate-keys",
             ycsb_only && name != "ycsb",
         )?;
         not_for(

@@ -33,6 +33,14 @@ fn invalid_values_exit_2_with_one_clear_line() {
         (&["--row-size", "99999999"], "workload.ycsb.row_size"),
         (&["--nodes", "1", "--mp-fraction", "0.5"], "single-node"),
         (
+            &["--remote-access-fraction", "0.1", "--mp-fraction", "0.5"],
+            "choose remote accesses (Sundial's mode) or multi-partition transactions",
+        ),
+        (
+            &["--remote-access-fraction", "1.5"],
+            "workload.ycsb.remote_access_fraction = 1.5",
+        ),
+        (
             &["--config", "/nonexistent/q.toml"],
             "cannot read configuration file",
         ),
