@@ -29,6 +29,25 @@ pub const SUITES: &[(&str, &str)] = &[
          multi-partition transactions, 0 and 200 us injected network delay: every protocol of \
          `qstore protocols` (ratios are to qstore in the same setting)",
     ),
+    (
+        "sundial",
+        "the Sundial paper's setting: YCSB (16 ops, 90% reads, 10% of accesses remote) on 4 \
+         nodes x 1 and x 2 workers at theta 0.6 and 0.9: the interactive protocols and qstore \
+         (ratios are to no_wait in the same setting)",
+    ),
+];
+
+/// The protocols the Sundial paper compares (those this build has), and qstore.
+const SUNDIAL_PROTOCOLS: [&str; 9] = [
+    "no_wait",
+    "wait_die",
+    "dl_detect",
+    "timestamp",
+    "mvcc",
+    "occ",
+    "maat",
+    "sundial",
+    "qstore",
 ];
 
 /// The protocols the baselines suite compares: every registered one, qstore first (the
@@ -44,6 +63,7 @@ pub fn scenarios(name: &str, base: &RunConfig) -> Result<Vec<Scenario>, String> 
     match name {
         "qstore" => Ok(qstore_suite(base)),
         "baselines" => Ok(baselines_suite(base)),
+        "sundial" => Ok(sundial_suite(base)),
         _ => Err(format!(
             "unknown suite {name:?}; choose one of: {}",
             SUITES
@@ -86,6 +106,29 @@ fn baselines_suite(base: &RunConfig) -> Vec<Scenario> {
                         baseline: (protocol != "qstore").then(|| format!("qstore {setting}")),
                     });
                 }
+            }
+        }
+    }
+    s
+}
+
+fn sundial_suite(base: &RunConfig) -> Vec<Scenario> {
+    let mut s = Vec::new();
+    for workers in [1, 2] {
+        for theta in [0.6, 0.9] {
+            let setting = format!("4x{workers} θ{theta}");
+            let present = SUNDIAL_PROTOCOLS
+                .into_iter()
+                .filter(|p| qstore_engine::protocol::info(p).is_some());
+            for protocol in present {
+                let mut cfg = ycsb(base, protocol, 4, workers, 0.0);
+                let y = &mut cfg.workload.ycsb;
+                (y.theta, y.write_fraction, y.remote_access_fraction) = (theta, 0.1, 0.1);
+                s.push(Scenario {
+                    name: format!("{protocol} {setting}"),
+                    cfg,
+                    baseline: (protocol != "no_wait").then(|| format!("no_wait {setting}")),
+                });
             }
         }
     }
@@ -323,6 +366,23 @@ mod tests {
         // Per round: 1.2, 1.2, 0.6; median 1.2 (the ratio of medians would be 0.67).
         assert!((rows[qstore].ratio.unwrap() - 1.2).abs() < 1e-9);
         assert_eq!(rows[serial].ratio, None);
+    }
+
+    #[test]
+    fn sundial_suite_runs_what_this_build_has_in_the_papers_setting() {
+        let s = scenarios("sundial", &RunConfig::default()).unwrap();
+        let present = SUNDIAL_PROTOCOLS
+            .iter()
+            .filter(|p| qstore_engine::protocol::info(p).is_some())
+            .count();
+        assert_eq!(s.len(), 4 * present);
+        for sc in &s {
+            sc.cfg.validate().unwrap();
+            assert_eq!(sc.cfg.workload.ycsb.remote_access_fraction, 0.1);
+            if let Some(b) = &sc.baseline {
+                assert!(s.iter().any(|x| &x.name == b), "{b}");
+            }
+        }
     }
 
     #[test]

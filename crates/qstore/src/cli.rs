@@ -139,7 +139,7 @@ struct ClientArgs {
 
 #[derive(Args)]
 struct BenchArgs {
-    /// Suite to run: qstore or baselines (see --list).
+    /// Suite to run: qstore, baselines or sundial (see --list).
     #[arg(long, default_value = "qstore")]
     suite: String,
     /// List the suites and exit.
