@@ -461,6 +461,28 @@ fn put<DB: DrawingBackend>(
     text::draw(root, plan.mode, plan.font, &label)
 }
 
+/// One tick of an axis: its mark, and the label of `value` anchored at `at`.
+fn draw_tick<DB: DrawingBackend>(
+    root: &DrawingArea<DB, Shift>,
+    plan: &Plan,
+    mark: [(i32, i32); 2],
+    value: f64,
+    at: (i32, i32),
+    (h, v): (HPos, VPos),
+) -> DrawResult<DB> {
+    root.draw(&PathElement::new(mark.to_vec(), AXIS))?;
+    let text = tick_label(value);
+    let label = Label {
+        text: &text,
+        at,
+        em: TICK_EM,
+        h,
+        v,
+        vertical: false,
+    };
+    put(root, plan, label)
+}
+
 fn draw_panel<DB: DrawingBackend>(
     root: &DrawingArea<DB, Shift>,
     area: &DrawingArea<DB, Shift>,
@@ -535,43 +557,15 @@ fn draw_panel<DB: DrawingBackend>(
     ))?;
     for v in &x_axis.major {
         let x = x_px(*v);
-        root.draw(&PathElement::new(
-            vec![(x, bottom), (x, bottom + TICK_LEN)],
-            AXIS,
-        ))?;
-        let label = tick_label(*v);
-        put(
-            root,
-            plan,
-            Label {
-                text: &label,
-                at: (x, bottom + TICK_LEN + TICK_GAP),
-                em: TICK_EM,
-                h: HPos::Center,
-                v: VPos::Top,
-                vertical: false,
-            },
-        )?;
+        let mark = [(x, bottom), (x, bottom + TICK_LEN)];
+        let at = (x, bottom + TICK_LEN + TICK_GAP);
+        draw_tick(root, plan, mark, *v, at, (HPos::Center, VPos::Top))?;
     }
     for v in &y_axis.major {
         let y = y_px(*v);
-        root.draw(&PathElement::new(
-            vec![(left - TICK_LEN, y), (left, y)],
-            AXIS,
-        ))?;
-        let label = tick_label(*v);
-        put(
-            root,
-            plan,
-            Label {
-                text: &label,
-                at: (left - TICK_LEN - TICK_GAP, y),
-                em: TICK_EM,
-                h: HPos::Right,
-                v: VPos::Center,
-                vertical: false,
-            },
-        )?;
+        let mark = [(left - TICK_LEN, y), (left, y)];
+        let at = (left - TICK_LEN - TICK_GAP, y);
+        draw_tick(root, plan, mark, *v, at, (HPos::Right, VPos::Center))?;
     }
     put(
         root,
