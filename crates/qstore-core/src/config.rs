@@ -230,6 +230,7 @@ pub struct ProtocolConfig {
     pub admission_queue: u32,
     pub qstore: QStoreConfig,
     pub calvin: CalvinConfig,
+    pub mvcc: MvccConfig,
 }
 
 impl Default for ProtocolConfig {
@@ -239,6 +240,7 @@ impl Default for ProtocolConfig {
             admission_queue: 65_536,
             qstore: QStoreConfig::default(),
             calvin: CalvinConfig::default(),
+            mvcc: MvccConfig::default(),
         }
     }
 }
@@ -376,6 +378,32 @@ pub enum CalvinLocks {
     /// Very lightweight locking: per-record request counters and one queue of transactions,
     /// with selective contention analysis.
     Vll,
+}
+
+/// Knobs of the MVCC protocol.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct MvccConfig {
+    /// Older versions kept per row, besides the current one; a read that needs an older
+    /// version than those kept aborts (`version_reclaimed`).
+    pub max_versions: u32,
+}
+
+impl Default for MvccConfig {
+    fn default() -> Self {
+        MvccConfig { max_versions: 4 }
+    }
+}
+
+impl MvccConfig {
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        check(
+            (1..=64).contains(&self.max_versions),
+            "protocol.mvcc.max_versions",
+            self.max_versions,
+            "must be between 1 and 64",
+        )
+    }
 }
 
 /// Knobs of the Calvin protocol.
@@ -704,6 +732,7 @@ impl RunConfig {
         )?;
         self.protocol.qstore.validate()?;
         self.protocol.calvin.validate()?;
+        self.protocol.mvcc.validate()?;
         let q = &self.protocol.qstore;
         check(
             q.dedicated_planners || c.workers == 0 || q.planners <= c.workers,

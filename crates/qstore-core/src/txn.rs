@@ -461,6 +461,8 @@ pub enum CcAbortCause {
     Overload,
     /// Speculative execution: it touched a write of a transaction that then aborted.
     Cascade,
+    /// MVCC: the version the transaction's timestamp must read was already reclaimed.
+    VersionReclaimed,
 }
 
 impl CcAbortCause {
@@ -474,6 +476,7 @@ impl CcAbortCause {
             CcAbortCause::RemoteAbort => "remote_abort",
             CcAbortCause::Overload => "overload",
             CcAbortCause::Cascade => "cascade",
+            CcAbortCause::VersionReclaimed => "version_reclaimed",
         }
     }
 }

@@ -328,7 +328,7 @@ unsafe fn run_insert(
 }
 
 /// The rows a transaction of a buffered protocol wrote, as private copies to be installed at
-/// commit (see [`run_on_copy`], [`copy_row`] and [`install_row`]).
+/// commit (see [`run_on_copy`], [`RowCopy`] and [`RowInstall`]).
 #[derive(Default)]
 pub struct WriteBuffer {
     writes: Vec<BufferedWrite>,
@@ -389,27 +389,95 @@ pub fn run_on_copy(
     a.settle(steps.run(a, row, outputs))
 }
 
-/// A copy of row `rid` of `table`, and its version.
-///
-/// # Safety
-/// `rid` must be live, and nothing may write the row's bytes meanwhile: the caller holds the
-/// latch that every [`install_row`] of the row holds too.
-pub unsafe fn copy_row(table: &Table, rid: RowId) -> (Vec<u8>, RowVersion) {
-    // SAFETY: live and not written meanwhile (this function's contract).
-    let bytes = unsafe { table.row(rid) }.to_vec();
-    (bytes, table.version(rid))
+/// A buffered read of row `rid` of `table`: the concurrency control, holding the row's latch,
+/// takes either the row's current contents ([`RowCopy::current`]) or an older version it kept
+/// ([`RowCopy::older`], multi-version protocols).
+pub struct RowCopy<'a> {
+    table: &'a Table,
+    rid: RowId,
+    taken: Option<(Vec<u8>, RowVersion)>,
 }
 
-/// Installs `bytes` as row `rid`'s contents, a new version written by `txn`.
-///
-/// # Safety
-/// `rid` must be live, and nothing else may read or write the row's bytes meanwhile: the
-/// caller holds the latch that every [`copy_row`] of the row holds too, and no protocol that
-/// reads rows in place runs on the same table.
-pub unsafe fn install_row(table: &Table, rid: RowId, bytes: &[u8], txn: TxnId) {
-    // SAFETY: live and referenced by nothing else meanwhile (this function's contract).
-    unsafe { table.row_mut(rid) }.copy_from_slice(bytes);
-    table.set_version(rid, table.version(rid).next_for(txn));
+impl<'a> RowCopy<'a> {
+    /// `rid` must be live, and stay so (buffered protocols never remove rows).
+    pub fn new(table: &'a Table, rid: RowId) -> Self {
+        RowCopy {
+            table,
+            rid,
+            taken: None,
+        }
+    }
+
+    /// Copies the row's current contents; returns their version.
+    ///
+    /// # Safety
+    /// Nothing may write the row's bytes meanwhile: the caller holds the latch that every
+    /// [`RowInstall::install`] of the row holds too.
+    pub unsafe fn current(&mut self) -> RowVersion {
+        // SAFETY: live (`new`'s contract) and not written meanwhile (this function's).
+        let bytes = unsafe { self.table.row(self.rid) }.to_vec();
+        let version = self.table.version(self.rid);
+        self.taken = Some((bytes, version));
+        version
+    }
+
+    /// Takes an older version of the row, which the concurrency control kept.
+    pub fn older(&mut self, bytes: &[u8], version: RowVersion) {
+        debug_assert_eq!(bytes.len(), self.table.row_size());
+        self.taken = Some((bytes.to_vec(), version));
+    }
+
+    /// What was taken, if anything.
+    pub fn take(self) -> Option<(Vec<u8>, RowVersion)> {
+        self.taken
+    }
+}
+
+/// A buffered write of row `rid` of `table` being installed at commit: the concurrency
+/// control, holding the row's latch, may look at the version it replaces, then installs it.
+pub struct RowInstall<'a> {
+    table: &'a Table,
+    rid: RowId,
+    bytes: &'a [u8],
+    txn: TxnId,
+}
+
+impl<'a> RowInstall<'a> {
+    /// `rid` must be live (buffered protocols never remove rows); `bytes` are `txn`'s copy.
+    pub fn new(table: &'a Table, rid: RowId, bytes: &'a [u8], txn: TxnId) -> Self {
+        debug_assert_eq!(bytes.len(), table.row_size());
+        RowInstall {
+            table,
+            rid,
+            bytes,
+            txn,
+        }
+    }
+
+    /// The row's contents and version before the install.
+    ///
+    /// # Safety
+    /// As for [`RowCopy::current`]: the caller holds the row's latch.
+    pub unsafe fn replaced(&self) -> (&[u8], RowVersion) {
+        // SAFETY: live and not written meanwhile (`new`'s and this function's contracts).
+        let bytes = unsafe { self.table.row(self.rid) };
+        (bytes, self.table.version(self.rid))
+    }
+
+    /// Puts the copy in place, a new version written by the transaction.
+    ///
+    /// # Safety
+    /// Nothing else may read or write the row's bytes meanwhile: the caller holds the latch
+    /// that every [`RowCopy::current`] of the row holds too, no reference from
+    /// [`RowInstall::replaced`] is alive, and no protocol that reads rows in place runs on
+    /// the same table.
+    pub unsafe fn install(&mut self) {
+        // SAFETY: live and referenced by nothing else meanwhile (`new`'s and this
+        // function's contracts).
+        unsafe { self.table.row_mut(self.rid) }.copy_from_slice(self.bytes);
+        let version = self.table.version(self.rid).next_for(self.txn);
+        self.table.set_version(self.rid, version);
+    }
 }
 
 /// How [`run_program_alone`] runs a program.

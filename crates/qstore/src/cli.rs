@@ -246,6 +246,9 @@ struct RunArgs {
     /// Calvin: also close an epoch once it holds this many transactions (0 = time only).
     #[arg(long, help_heading = "Calvin")]
     calvin_epoch_txns: Option<u32>,
+    /// MVCC: older versions kept per row (1-64); a read needing an older one aborts.
+    #[arg(long, help_heading = "MVCC")]
+    mvcc_max_versions: Option<u32>,
     /// Injected one-way network delay per message, in microseconds.
     #[arg(long, help_heading = "Cluster")]
     delay_us: Option<u64>,
@@ -464,6 +467,7 @@ impl RunArgs {
         set(&mut k.locks, self.calvin_locks);
         set(&mut k.epoch_us, self.calvin_epoch_us);
         set(&mut k.epoch_txns, self.calvin_epoch_txns);
+        set(&mut c.protocol.mvcc.max_versions, self.mvcc_max_versions);
         set(&mut c.net.delay_us, self.delay_us);
         set(&mut c.net.jitter_us, self.jitter_us);
         set(&mut c.net.drop_fraction, self.drop_fraction);

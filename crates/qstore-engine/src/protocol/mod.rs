@@ -3,6 +3,7 @@
 pub mod calvin;
 pub mod hstore;
 pub(crate) mod interactive;
+pub mod mvcc;
 pub mod occ;
 pub mod qstore;
 pub mod serial;
@@ -193,6 +194,12 @@ pub const PROTOCOLS: &[ProtocolInfo] = &[
         deterministic: false,
         summary: "basic timestamp ordering: reads and buffered writes checked against per-row timestamps, 2PC",
         start: timestamp::start,
+    },
+    ProtocolInfo {
+        name: "mvcc",
+        deterministic: false,
+        summary: "multi-version timestamp ordering: reads of the past take older versions and never abort, 2PC",
+        start: mvcc::start,
     },
     ProtocolInfo {
         name: "occ",

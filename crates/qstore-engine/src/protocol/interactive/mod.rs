@@ -37,6 +37,7 @@ use self::coord::CoordTxn;
 use self::msg::{Body, GroupEnd, IMsg};
 use self::part::PartShard;
 use crate::cluster::EngineCtx;
+use crate::exec::{RowCopy, RowInstall};
 use crate::net::NodeNet;
 use crate::protocol::{admit, home_node, AdmissionQueue, Admitted, Engine, TxnRequest};
 use crate::runtime::spawn_worker;
@@ -45,7 +46,7 @@ use parking_lot::{Mutex, RwLock};
 use qstore_core::txn::{Access, CcAbortCause};
 use qstore_core::{Key, NodeId, PartitionId, QError, TableId, TxnId};
 use qstore_net::{Envelope, NetCounters, Transport};
-use qstore_storage::{PartitionStore, RowId, RowVersion};
+use qstore_storage::{PartitionStore, RowId};
 use rustc_hash::FxHashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
@@ -115,8 +116,8 @@ pub(crate) trait Cc: Send + Sync + 'static {
     }
 
     /// Buffered: may `txn` read row `rid` of `table` (`write`: to change a copy of it, to be
-    /// installed at commit)? On `Go`, `copy` has been called, under the row's latch; it
-    /// returns the version copied. Asked again when a `Wait` is resumed.
+    /// installed at commit)? On `Go`, the protocol has taken the copy to read from `copy`,
+    /// under the row's latch. Asked again when a `Wait` is resumed.
     #[allow(clippy::too_many_arguments)]
     fn read_copy(
         &self,
@@ -126,13 +127,13 @@ pub(crate) trait Cc: Send + Sync + 'static {
         _rid: RowId,
         _write: bool,
         _held: &mut Self::Held,
-        _copy: &mut dyn FnMut() -> RowVersion,
+        _copy: &mut RowCopy<'_>,
     ) -> Gate {
         unreachable!("only buffered protocols are asked for copies")
     }
 
-    /// Buffered, at commit: puts `txn`'s copy of row `rid` in place by calling `install`
-    /// under the row's latch; transactions whose wait is over are added to `woken`.
+    /// Buffered, at commit: puts `txn`'s copy of row `rid` in place through `row`, under the
+    /// row's latch; transactions whose wait is over are added to `woken`.
     #[allow(clippy::too_many_arguments)]
     fn install(
         &self,
@@ -141,7 +142,7 @@ pub(crate) trait Cc: Send + Sync + 'static {
         _table: TableId,
         _rid: RowId,
         _held: &mut Self::Held,
-        _install: &mut dyn FnMut(),
+        _row: &mut RowInstall<'_>,
         _woken: &mut Vec<TxnId>,
     ) {
         unreachable!("only buffered protocols install copies")

@@ -3,7 +3,7 @@
 
 use super::msg::{Attempt, Body, GroupEnd, Vote};
 use super::{Cc, Execution, Gate, Node};
-use crate::exec::{copy_row, install_row, run_access, run_on_copy, UndoLog, WriteBuffer};
+use crate::exec::{run_access, run_on_copy, RowCopy, RowInstall, UndoLog, WriteBuffer};
 use crate::history::TxnTrace;
 use qstore_core::txn::{Access, AccessKind, LogicAbort, Program, Value, KEY_NOT_FOUND};
 use qstore_core::{NodeId, TxnId};
@@ -298,22 +298,14 @@ impl<C: Cc> Node<C> {
             return Step::Ran(a.as_ref().settle(Err(KEY_NOT_FOUND)));
         };
         let write = a.kind.is_write();
-        let mut copy = None;
-        let mut take = || {
-            // SAFETY: `rid` is live (just looked up; buffered protocols never remove rows),
-            // and the concurrency control calls this under the row's latch, which every
-            // install takes: nothing writes the row's bytes while they are copied.
-            let (row, version) = unsafe { copy_row(table, rid) };
-            copy = Some((row, version));
-            version
-        };
+        let mut copy = RowCopy::new(table, rid);
         let gate = self
             .cc
-            .read_copy(txn, &t.at, a.table, rid, write, &mut t.held, &mut take);
+            .read_copy(txn, &t.at, a.table, rid, write, &mut t.held, &mut copy);
         if let Some(stop) = stopped_by(gate) {
             return stop;
         }
-        let (mut row, version) = copy.expect("a read that may go was copied");
+        let (mut row, version) = copy.take().expect("a read that may go was copied");
         let tracing = self.ctx.history.is_some();
         if tracing && a.kind != AccessKind::Write {
             t.trace.read(a.table, a.key, version);
@@ -361,18 +353,10 @@ impl<C: Cc> Node<C> {
         let store = self.store();
         for w in t.writes.drain() {
             let table = store.table(w.table);
-            // SAFETY: `w.rid` is live (buffered protocols never remove rows), and the
-            // concurrency control calls this under the row's latch, which every copy takes.
-            let mut put = || unsafe { install_row(table, w.rid, &w.bytes, txn) };
-            self.cc.install(
-                txn,
-                &t.at,
-                w.table,
-                w.rid,
-                &mut t.held,
-                &mut put,
-                &mut woken,
-            );
+            let mut row = RowInstall::new(table, w.rid, &w.bytes, txn);
+            let (at, held) = (&t.at, &mut t.held);
+            self.cc
+                .install(txn, at, w.table, w.rid, held, &mut row, &mut woken);
         }
         if let Some(h) = &self.ctx.history {
             h.add_part(txn, &t.trace);

@@ -18,6 +18,7 @@
 //! writer can lock it only after this commit has released it.
 
 use crate::cluster::EngineCtx;
+use crate::exec::{RowCopy, RowInstall};
 use crate::protocol::interactive::{self, Attempt, Cc, Execution, Gate, Vote};
 use crate::protocol::Engine;
 use parking_lot::Mutex;
@@ -105,11 +106,12 @@ impl Cc for Occ {
         rid: RowId,
         write: bool,
         held: &mut Held,
-        copy: &mut dyn FnMut() -> RowVersion,
+        copy: &mut RowCopy<'_>,
     ) -> Gate {
         let version = {
             let _latch = self.rows.get(table, rid).lock();
-            copy()
+            // SAFETY: under the row's latch, which every install takes.
+            unsafe { copy.current() }
         };
         held.reads.push((table, rid, version));
         if write {
@@ -142,11 +144,12 @@ impl Cc for Occ {
         table: TableId,
         rid: RowId,
         _held: &mut Held,
-        install: &mut dyn FnMut(),
+        install: &mut RowInstall<'_>,
         _woken: &mut Vec<TxnId>,
     ) {
         let _latch = self.rows.get(table, rid).lock();
-        install();
+        // SAFETY: under the row's latch, which every copy takes; OCC owns the table.
+        unsafe { install.install() };
     }
 
     fn release(&self, txn: TxnId, held: &mut Held, _woken: &mut Vec<TxnId>) {

@@ -16,12 +16,13 @@
 //! timestamp order, which is the attempts' place in the serialization order.
 
 use crate::cluster::EngineCtx;
+use crate::exec::{RowCopy, RowInstall};
 use crate::protocol::interactive::{self, Attempt, Cc, Execution, Gate};
 use crate::protocol::Engine;
 use parking_lot::Mutex;
 use qstore_core::txn::CcAbortCause;
 use qstore_core::{QError, TableId, TxnId};
-use qstore_storage::{MetaColumn, PartitionStore, RowId, RowVersion};
+use qstore_storage::{MetaColumn, PartitionStore, RowId};
 use std::sync::Arc;
 
 /// A row's timestamps: 16 bytes, plus the pending writes and waiting readers while there are
@@ -30,8 +31,13 @@ use std::sync::Arc;
 struct RowTs {
     rts: u64,
     wts: u64,
-    pending: Option<Box<Pending>>,
+    prewrites: Prewrites,
 }
+
+/// A row's pending writes (prewrites) and the attempts waiting for them, in the timestamp
+/// protocols (TIMESTAMP, MVCC). Empty, as most rows are, it is one null pointer.
+#[derive(Default)]
+pub(crate) struct Prewrites(Option<Box<Pending>>);
 
 #[derive(Default)]
 struct Pending {
@@ -41,10 +47,10 @@ struct Pending {
     waiters: Vec<TxnId>,
 }
 
-impl RowTs {
+impl Prewrites {
     /// Whether an attempt other than `txn`, older than `ts`, has a pending write here.
-    fn older_prewrite(&self, txn: TxnId, ts: u64) -> bool {
-        self.pending.as_ref().is_some_and(|p| {
+    pub(crate) fn older_than(&self, txn: TxnId, ts: u64) -> bool {
+        self.0.as_ref().is_some_and(|p| {
             p.prewrites
                 .iter()
                 .any(|&(pts, owner)| pts < ts && owner != txn)
@@ -52,32 +58,92 @@ impl RowTs {
     }
 
     fn pending(&mut self) -> &mut Pending {
-        self.pending.get_or_insert_with(Default::default)
+        self.0.get_or_insert_with(Default::default)
+    }
+
+    pub(crate) fn add(&mut self, ts: u64, txn: TxnId) {
+        self.pending().prewrites.push((ts, txn));
+    }
+
+    pub(crate) fn wait(&mut self, txn: TxnId) {
+        self.pending().waiters.push(txn);
     }
 
     /// Drops `txn`'s prewrite and wakes every waiter (each checks again).
-    fn resolve(&mut self, txn: TxnId, woken: &mut Vec<TxnId>) {
-        if let Some(p) = &mut self.pending {
+    pub(crate) fn resolve(&mut self, txn: TxnId, woken: &mut Vec<TxnId>) {
+        if let Some(p) = &mut self.0 {
             p.prewrites.retain(|&(_, owner)| owner != txn);
             woken.append(&mut p.waiters);
             if p.prewrites.is_empty() {
-                self.pending = None;
+                self.0 = None;
             }
         }
     }
 
-    fn stop_waiting(&mut self, txn: TxnId) {
-        if let Some(p) = &mut self.pending {
+    pub(crate) fn stop_waiting(&mut self, txn: TxnId) {
+        if let Some(p) = &mut self.0 {
             p.waiters.retain(|&w| w != txn);
         }
     }
 }
 
-/// What an attempt has at a partition: the rows it prewrote, and the row it waits on.
+/// What an attempt has at a partition, in the timestamp protocols: the rows it prewrote, and
+/// the row it waits on.
 #[derive(Default)]
-struct Held {
-    prewrites: Vec<(TableId, RowId)>,
-    waiting: Option<(TableId, RowId)>,
+pub(crate) struct Held {
+    pub(crate) prewrites: Vec<(TableId, RowId)>,
+    pub(crate) waiting: Option<(TableId, RowId)>,
+}
+
+impl Held {
+    /// The row `txn` waited on, if any, is (`table`, `rid`): it no longer waits there.
+    pub(crate) fn resumed(&mut self, txn: TxnId, table: TableId, rid: RowId, p: &mut Prewrites) {
+        if let Some(w) = self.waiting.take() {
+            debug_assert_eq!(w, (table, rid), "an attempt waits on one row at a time");
+            p.stop_waiting(txn);
+        }
+    }
+
+    /// `txn` waits at row (`table`, `rid`) for an older prewrite.
+    pub(crate) fn wait(
+        &mut self,
+        txn: TxnId,
+        table: TableId,
+        rid: RowId,
+        p: &mut Prewrites,
+    ) -> Gate {
+        p.wait(txn);
+        self.waiting = Some((table, rid));
+        Gate::Wait
+    }
+
+    /// `txn` prewrites row (`table`, `rid`) at `ts`.
+    pub(crate) fn prewrite(
+        &mut self,
+        txn: TxnId,
+        ts: u64,
+        table: TableId,
+        rid: RowId,
+        p: &mut Prewrites,
+    ) {
+        p.add(ts, txn);
+        self.prewrites.push((table, rid));
+    }
+
+    /// Stops waiting and drops every prewrite (each row's prewrites are reached by `row`).
+    pub(crate) fn release(
+        &mut self,
+        txn: TxnId,
+        row: impl Fn(TableId, RowId, &mut dyn FnMut(&mut Prewrites)),
+        woken: &mut Vec<TxnId>,
+    ) {
+        if let Some((table, rid)) = self.waiting.take() {
+            row(table, rid, &mut |p| p.stop_waiting(txn));
+        }
+        for (table, rid) in self.prewrites.drain(..) {
+            row(table, rid, &mut |p| p.resolve(txn, woken));
+        }
+    }
 }
 
 /// Timestamp ordering's concurrency control for one partition: a latch and timestamps per row.
@@ -107,30 +173,25 @@ impl Cc for Timestamp {
         rid: RowId,
         write: bool,
         held: &mut Held,
-        copy: &mut dyn FnMut() -> RowVersion,
+        copy: &mut RowCopy<'_>,
     ) -> Gate {
         let ts = at.ts;
         let mut row = self.rows.get(table, rid).lock();
-        if let Some(w) = held.waiting.take() {
-            debug_assert_eq!(w, (table, rid), "an attempt waits on one row at a time");
-            row.stop_waiting(txn);
-        }
+        held.resumed(txn, table, rid, &mut row.prewrites);
         if self.order_checks && ts < row.wts {
             return Gate::Abort(CcAbortCause::TimestampOrder);
         }
-        if row.older_prewrite(txn, ts) {
-            row.pending().waiters.push(txn);
-            held.waiting = Some((table, rid));
-            return Gate::Wait;
+        if row.prewrites.older_than(txn, ts) {
+            return held.wait(txn, table, rid, &mut row.prewrites);
         }
         if self.order_checks && write && ts < row.rts {
             return Gate::Abort(CcAbortCause::TimestampOrder);
         }
-        copy();
+        // SAFETY: under the row's latch, which every install takes.
+        unsafe { copy.current() };
         row.rts = row.rts.max(ts);
         if write {
-            row.pending().prewrites.push((ts, txn));
-            held.prewrites.push((table, rid));
+            held.prewrite(txn, ts, table, rid, &mut row.prewrites);
         }
         Gate::Go
     }
@@ -142,13 +203,14 @@ impl Cc for Timestamp {
         table: TableId,
         rid: RowId,
         _held: &mut Held,
-        install: &mut dyn FnMut(),
+        install: &mut RowInstall<'_>,
         woken: &mut Vec<TxnId>,
     ) {
         let mut row = self.rows.get(table, rid).lock();
-        install();
+        // SAFETY: under the row's latch, which every copy takes; TIMESTAMP owns the table.
+        unsafe { install.install() };
         row.wts = row.wts.max(at.ts);
-        row.resolve(txn, woken);
+        row.prewrites.resolve(txn, woken);
     }
 
     fn commit_order(&self, at: &Attempt) -> Option<u128> {
@@ -156,12 +218,10 @@ impl Cc for Timestamp {
     }
 
     fn release(&self, txn: TxnId, held: &mut Held, woken: &mut Vec<TxnId>) {
-        if let Some((table, rid)) = held.waiting.take() {
-            self.rows.get(table, rid).lock().stop_waiting(txn);
-        }
-        for (table, rid) in held.prewrites.drain(..) {
-            self.rows.get(table, rid).lock().resolve(txn, woken);
-        }
+        let row = |table, rid, f: &mut dyn FnMut(&mut Prewrites)| {
+            f(&mut self.rows.get(table, rid).lock().prewrites)
+        };
+        held.release(txn, row, woken);
     }
 }
 
