@@ -463,6 +463,11 @@ pub enum CcAbortCause {
     Cascade,
     /// MVCC: the version the transaction's timestamp must read was already reclaimed.
     VersionReclaimed,
+    /// MaaT: the transaction had to follow one validated with no upper bound (`[x, inf)`),
+    /// whose range is frozen.
+    FrozenRange,
+    /// MaaT: its commit-timestamp ranges left no timestamp (other conflicts).
+    RangeEmpty,
 }
 
 impl CcAbortCause {
@@ -477,6 +482,8 @@ impl CcAbortCause {
             CcAbortCause::Overload => "overload",
             CcAbortCause::Cascade => "cascade",
             CcAbortCause::VersionReclaimed => "version_reclaimed",
+            CcAbortCause::FrozenRange => "frozen_range",
+            CcAbortCause::RangeEmpty => "range_empty",
         }
     }
 }

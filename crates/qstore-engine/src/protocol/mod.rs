@@ -3,6 +3,7 @@
 pub mod calvin;
 pub mod hstore;
 pub(crate) mod interactive;
+pub mod maat;
 pub mod mvcc;
 pub mod occ;
 pub mod qstore;
@@ -206,6 +207,12 @@ pub const PROTOCOLS: &[ProtocolInfo] = &[
         deterministic: false,
         summary: "optimistic (Google F1): read phase on copies, then lock, validate and install at commit, 2PC",
         start: occ::start,
+    },
+    ProtocolInfo {
+        name: "maat",
+        deterministic: false,
+        summary: "MaaT: commit-timestamp ranges per transaction, shrunk at validation to order conflicts; commit at the smallest common timestamp, 2PC",
+        start: maat::start,
     },
 ];
 

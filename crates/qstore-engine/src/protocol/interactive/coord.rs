@@ -1,13 +1,13 @@
 //! The coordinator side: walking a transaction's program in waves, then (two-phase) commit
 //! or abort, then the answer to the client.
 
-use super::msg::{Age, Attempt, Body, GroupEnd, Vote};
+use super::msg::{Age, Attempt, Body, GroupEnd, TsRange, Vote};
 use super::part::Group;
 use super::{Cc, Node};
 use crate::history::TxnTrace;
 use crate::protocol::{reply, TxnRequest};
 use parking_lot::Mutex;
-use qstore_core::txn::{Program, TxnOutcome, Value};
+use qstore_core::txn::{CcAbortCause, Program, TxnOutcome, Value};
 use qstore_core::{NodeId, TxnId};
 use std::sync::Arc;
 
@@ -53,6 +53,8 @@ pub(super) struct CoordTxn {
     to_reserve: Vec<NodeId>,
     reserved: usize,
     order: u128,
+    /// The intersection of the commit-timestamp ranges voted (protocols that vote ranges).
+    range: Option<TsRange>,
 }
 
 /// What a coordinator decided to do, done after its transaction's lock is released (a
@@ -146,6 +148,7 @@ impl<C: Cc> Node<C> {
             to_reserve,
             reserved: 0,
             order: 0,
+            range: None,
         };
         let actions = if t.to_reserve.is_empty() {
             self.next_wave(&mut t)
@@ -352,11 +355,23 @@ impl<C: Cc> Node<C> {
             let p = t.participant(from);
             match vote {
                 Vote::Yes => p.commits = true,
+                Vote::YesWithin(r) => {
+                    p.commits = true;
+                    t.range = Some(t.range.unwrap_or(TsRange::ALL).intersect(&r));
+                }
                 Vote::ReadOnly => {}
                 Vote::No(cause) => t.fail(GroupEnd::CcAbort(cause)),
             }
             if !t.answered(from) {
                 return Vec::new();
+            }
+            if let Some(r) = t.range {
+                if r.is_empty() {
+                    t.fail(GroupEnd::CcAbort(CcAbortCause::RangeEmpty));
+                } else {
+                    // The smallest timestamp every participant accepts.
+                    t.at.ts = r.lower;
+                }
             }
             if t.failure.is_some() {
                 return node.abort_everywhere(t);
@@ -375,7 +390,7 @@ impl<C: Cc> Node<C> {
         for p in t.participants.iter_mut().filter(|p| p.commits) {
             p.owes = true;
             t.outstanding += 1;
-            actions.push(Action::Send(p.node, Body::Commit));
+            actions.push(Action::Send(p.node, Body::Commit { ts: t.at.ts }));
         }
         actions
     }

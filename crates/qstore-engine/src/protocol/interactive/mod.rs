@@ -31,7 +31,7 @@ mod part;
 pub(crate) mod testing;
 
 pub(crate) use deadlock::WaitEdge;
-pub(crate) use msg::{Age, Attempt, Vote};
+pub(crate) use msg::{Age, Attempt, TsRange, Vote};
 
 use self::coord::CoordTxn;
 use self::msg::{Body, GroupEnd, IMsg};
@@ -171,6 +171,11 @@ pub(crate) trait Cc: Send + Sync + 'static {
             Vote::ReadOnly
         }
     }
+
+    /// Phase two reached this participant: `txn` commits at `at.ts` (for protocols that
+    /// choose the commit timestamp at the decision, the one chosen). Called before its writes
+    /// are installed and it is released.
+    fn commit(&self, _txn: TxnId, _at: &Attempt, _held: &mut Self::Held) {}
 
     /// Whether transactions wait on any conflict, so that a detector must find and break
     /// deadlocks (see [`deadlock`]).
@@ -395,7 +400,7 @@ impl<C: Cc> Node<C> {
                 }
             },
             Body::Prepare => self.on_prepare(from, txn),
-            Body::Commit => self.on_commit(txn),
+            Body::Commit { ts } => self.on_commit(txn, ts),
             Body::Abort => self.on_abort(txn),
             Body::Reserved => self.on_reserved(from, txn),
             Body::Executed {

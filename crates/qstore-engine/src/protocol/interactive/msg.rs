@@ -46,9 +46,13 @@ pub enum Body {
     },
     /// Two-phase commit, phase one.
     Prepare,
-    /// Make the transaction's changes here permanent (the message's clock is at least the
-    /// decision's, which keeps later writers of these records later in the commit order).
-    Commit,
+    /// Make the transaction's changes here permanent, at commit timestamp `ts` (the
+    /// attempt's own, or the one the coordinator chose from the votes' ranges). The
+    /// message's clock is at least the decision's, which keeps later writers of these
+    /// records later in the commit order.
+    Commit {
+        ts: u64,
+    },
     /// Undo the transaction's changes here and release what it holds.
     Abort,
 
@@ -93,7 +97,35 @@ pub enum GroupEnd {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Vote {
     Yes,
+    /// Yes, at any commit timestamp in the range (protocols that choose the commit
+    /// timestamp from the participants' ranges: MaaT).
+    YesWithin(TsRange),
     /// It wrote nothing here: it released everything and needs no second phase.
     ReadOnly,
     No(CcAbortCause),
+}
+
+/// Commit timestamps `lower..upper` (`upper` excluded; `u64::MAX` stands for no bound).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TsRange {
+    pub lower: u64,
+    pub upper: u64,
+}
+
+impl TsRange {
+    pub const ALL: TsRange = TsRange {
+        lower: 0,
+        upper: u64::MAX,
+    };
+
+    pub fn is_empty(&self) -> bool {
+        self.lower >= self.upper
+    }
+
+    pub fn intersect(&self, other: &TsRange) -> TsRange {
+        TsRange {
+            lower: self.lower.max(other.lower),
+            upper: self.upper.min(other.upper),
+        }
+    }
 }

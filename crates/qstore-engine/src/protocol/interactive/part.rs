@@ -338,10 +338,12 @@ impl<C: Cc> Node<C> {
         self.send(coord, txn, Body::Vote(vote));
     }
 
-    pub(super) fn on_commit(&self, txn: TxnId) {
-        let Some(t) = self.take_part(txn) else {
+    pub(super) fn on_commit(&self, txn: TxnId, ts: u64) {
+        let Some(mut t) = self.take_part(txn) else {
             return;
         };
+        t.at.ts = ts;
+        self.cc.commit(txn, &t.at, &mut t.held);
         let coord = t.coord;
         self.finish(txn, t);
         self.send(coord, txn, Body::CommitAck);
