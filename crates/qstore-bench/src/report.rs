@@ -285,12 +285,56 @@ impl RunReport {
         let mut rows: Vec<(String, String)> =
             rows.into_iter().map(|(k, v)| (k.to_string(), v)).collect();
         for s in &self.stages {
-            rows.push((
-                format!("stage {} p50/mean (us)", s.stage),
-                format!("{:.1} / {:.1}", s.p50_us, s.mean_us),
-            ));
+            if let Some(c) = self.per_commit(s) {
+                rows.push((
+                    format!("{} per txn", s.stage),
+                    format!("{:.1} us, {:.2} msgs, {:.0} bytes", c.us, c.msgs, c.bytes),
+                ));
+            } else {
+                rows.push((
+                    format!("stage {} p50/mean (us)", s.stage),
+                    format!("{:.1} / {:.1}", s.p50_us, s.mean_us),
+                ));
+            }
         }
         rows
+    }
+
+    /// A stage's time and traffic per committed transaction, when every transaction was
+    /// measured (the interactive protocols' phases).
+    fn per_commit(&self, s: &StageSummary) -> Option<PhaseCost> {
+        (s.every_txn && self.committed > 0).then(|| {
+            let n = self.committed as f64;
+            PhaseCost {
+                us: s.total_us / n,
+                msgs: s.msgs as f64 / n,
+                bytes: s.bytes as f64 / n,
+            }
+        })
+    }
+
+    /// The CSV columns of the interactive protocols' phases, per committed transaction; empty
+    /// for protocols that do not measure them.
+    fn phase_columns(&self) -> Vec<(String, String)> {
+        let mut out = Vec::new();
+        for (stage, key) in PHASE_COLUMNS {
+            let cost = self
+                .stages
+                .iter()
+                .find(|s| s.stage == *stage)
+                .and_then(|s| self.per_commit(s));
+            let cell = |f: fn(&PhaseCost) -> String| cost.as_ref().map(f).unwrap_or_default();
+            out.push((format!("phase_{key}_us"), cell(|c| format!("{:.2}", c.us))));
+            out.push((
+                format!("phase_{key}_msgs"),
+                cell(|c| format!("{:.3}", c.msgs)),
+            ));
+            out.push((
+                format!("phase_{key}_bytes"),
+                cell(|c| format!("{:.1}", c.bytes)),
+            ));
+        }
+        out
     }
 
     pub fn write_json(&self, out: impl Write) -> std::io::Result<()> {
@@ -333,10 +377,28 @@ impl RunReport {
             ("backoff_base_us", self.backoff_base_us.to_string()),
             ("backoff_max_us", self.backoff_max_us.to_string()),
         ];
-        w.write_record(fields.iter().map(|(k, _)| *k))?;
-        w.write_record(fields.iter().map(|(_, v)| v.as_str()))?;
+        let phases = self.phase_columns();
+        let names = fields.iter().map(|(k, _)| *k);
+        w.write_record(names.chain(phases.iter().map(|(k, _)| k.as_str())))?;
+        let values = fields.iter().map(|(_, v)| v.as_str());
+        w.write_record(values.chain(phases.iter().map(|(_, v)| v.as_str())))?;
         w.flush()
     }
+}
+
+/// The interactive protocols' phases (as their stages are named) and their CSV column keys.
+const PHASE_COLUMNS: [(&str, &str); 4] = [
+    ("execution", "execution"),
+    ("prepare", "prepare"),
+    ("commit", "commit"),
+    ("aborted attempts", "abort"),
+];
+
+/// Time and traffic per committed transaction.
+struct PhaseCost {
+    us: f64,
+    msgs: f64,
+    bytes: f64,
 }
 
 /// 1234567 -> "1,234,567".

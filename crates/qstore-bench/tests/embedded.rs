@@ -81,3 +81,40 @@ fn progress_is_reported_each_second() {
     assert_eq!(samples.len(), 2, "{samples:?}");
     assert!(samples[1] > samples[0]);
 }
+
+/// The phases' time and traffic of an interactive protocol: their messages add up to the
+/// run's, and a protocol whose read-only participants skip phase two (2PL) sends fewer commit
+/// messages than one that cannot (F1's OCC), as the Sundial paper's figure 7c shows.
+#[test]
+fn interactive_phases_account_for_the_traffic_and_show_the_read_only_optimisation() {
+    let commit_msgs = |protocol: &str| {
+        let mut c = small(3);
+        c.protocol.name = protocol.into();
+        c.client.duration_s = 0.5;
+        c.workload.ycsb.write_fraction = 0.1;
+        c.workload.ycsb.remote_access_fraction = 0.3;
+        let r = run(&c, RunOptions::default()).unwrap().report;
+        let names: Vec<&str> = r.stages.iter().map(|s| s.stage.as_str()).collect();
+        assert_eq!(
+            names,
+            ["execution", "prepare", "commit", "aborted attempts"],
+            "{protocol}"
+        );
+        assert!(r.stages.iter().all(|s| s.every_txn));
+        let msgs: u64 = r.stages.iter().map(|s| s.msgs).sum();
+        let total = r.msgs_per_txn * r.committed as f64;
+        // The phases count every message of a transaction; the run's window may cut a few.
+        assert!(
+            (msgs as f64 - total).abs() <= 0.05 * total + 10.0,
+            "{protocol}: phases {msgs}, run {total}"
+        );
+        let commit = &r.stages[2];
+        assert!(commit.total_us > 0.0);
+        commit.msgs as f64 / r.committed as f64
+    };
+    let (locking, optimistic) = (commit_msgs("no_wait"), commit_msgs("occ"));
+    assert!(
+        locking < 0.6 * optimistic,
+        "commit messages per txn: no_wait {locking:.2}, occ {optimistic:.2}"
+    );
+}

@@ -1,6 +1,7 @@
 //! Where a transaction's time goes: latency histograms per stage of its life, for protocols
-//! that report them (Q-Store). A run snapshots them at both ends of its measurement window
-//! and reports the difference, so warm-up does not count.
+//! that report them (Q-Store's stages; the interactive protocols' phases, with the messages
+//! and bytes each sent). A run snapshots them at both ends of its measurement window and
+//! reports the difference, so warm-up does not count.
 
 use hdrhistogram::Histogram;
 use parking_lot::Mutex;
@@ -10,24 +11,59 @@ use std::time::Duration;
 /// Longest stage time recorded (longer ones are clamped): one minute, in nanoseconds.
 const MAX_NS: u64 = 60_000_000_000;
 
-/// One node's stage histograms, in nanoseconds, each value counted once per transaction.
+/// One node's stage histograms, in nanoseconds, each value counted once per transaction, and
+/// the node-to-node messages and bytes sent in each stage.
 pub struct StageClock {
     names: &'static [&'static str],
-    hists: Mutex<Vec<Histogram<u64>>>,
+    every: bool,
+    hists: Mutex<(Vec<Histogram<u64>>, Vec<Traffic>)>,
+}
+
+/// Messages and bytes sent.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Traffic {
+    pub msgs: u64,
+    pub bytes: u64,
 }
 
 impl StageClock {
+    /// Stages timed for a sample of the transactions.
     pub fn new(names: &'static [&'static str]) -> Self {
         StageClock {
             names,
-            hists: Mutex::new(names.iter().map(|_| histogram()).collect()),
+            every: false,
+            hists: Mutex::new((
+                names.iter().map(|_| histogram()).collect(),
+                vec![Traffic::default(); names.len()],
+            )),
+        }
+    }
+
+    /// Stages timed for every transaction: their totals are meaningful per transaction.
+    pub fn every_transaction(names: &'static [&'static str]) -> Self {
+        StageClock {
+            every: true,
+            ..Self::new(names)
+        }
+    }
+
+    /// Records one transaction's time and traffic in each stage given as (stage index, time,
+    /// traffic).
+    pub fn record_with_traffic(&self, costs: &[(usize, Duration, Traffic)]) {
+        let mut guard = self.hists.lock();
+        let (hists, traffic) = &mut *guard;
+        for &(stage, d, t) in costs {
+            let ns = (d.as_nanos() as u64).clamp(1, MAX_NS);
+            hists[stage].saturating_record(ns);
+            traffic[stage].msgs += t.msgs;
+            traffic[stage].bytes += t.bytes;
         }
     }
 
     /// Records, for `txns` transactions each, the time they spent in each stage given as
     /// (stage index, time).
     pub fn record(&self, times: &[(usize, Duration)], txns: u64) {
-        let mut hists = self.hists.lock();
+        let hists = &mut self.hists.lock().0;
         for &(stage, d) in times {
             let ns = (d.as_nanos() as u64).clamp(1, MAX_NS);
             hists[stage].saturating_record_n(ns, txns);
@@ -35,9 +71,12 @@ impl StageClock {
     }
 
     pub fn snapshot(&self) -> StageSnapshot {
+        let (hists, traffic) = self.hists.lock().clone();
         StageSnapshot {
             names: self.names,
-            hists: self.hists.lock().clone(),
+            every: self.every,
+            hists,
+            traffic,
         }
     }
 }
@@ -50,7 +89,9 @@ fn histogram() -> Histogram<u64> {
 #[derive(Clone)]
 pub struct StageSnapshot {
     names: &'static [&'static str],
+    every: bool,
     hists: Vec<Histogram<u64>>,
+    traffic: Vec<Traffic>,
 }
 
 impl StageSnapshot {
@@ -58,6 +99,10 @@ impl StageSnapshot {
     pub fn merge(&mut self, other: &StageSnapshot) {
         for (h, o) in self.hists.iter_mut().zip(&other.hists) {
             let _ = h.add(o);
+        }
+        for (t, o) in self.traffic.iter_mut().zip(&other.traffic) {
+            t.msgs += o.msgs;
+            t.bytes += o.bytes;
         }
     }
 
@@ -68,6 +113,10 @@ impl StageSnapshot {
             // Counts only grow, so the earlier snapshot is contained in this one.
             let _ = h.subtract(b);
         }
+        for (t, b) in d.traffic.iter_mut().zip(&before.traffic) {
+            t.msgs -= b.msgs;
+            t.bytes -= b.bytes;
+        }
         d
     }
 
@@ -77,12 +126,17 @@ impl StageSnapshot {
         self.names
             .iter()
             .zip(&self.hists)
-            .map(|(name, h)| StageSummary {
+            .zip(&self.traffic)
+            .map(|((name, h), t)| StageSummary {
                 stage: name.to_string(),
                 txns: h.len(),
                 mean_us: h.mean() / 1_000.0,
                 p50_us: us(h.value_at_quantile(0.5)),
                 p99_us: us(h.value_at_quantile(0.99)),
+                every_txn: self.every,
+                total_us: h.mean() * h.len() as f64 / 1_000.0,
+                msgs: t.msgs,
+                bytes: t.bytes,
             })
             .collect()
     }
@@ -97,6 +151,14 @@ pub struct StageSummary {
     pub mean_us: f64,
     pub p50_us: f64,
     pub p99_us: f64,
+    /// Whether every transaction was timed (not a sample): then the totals below, divided by
+    /// the commits, are per committed transaction.
+    pub every_txn: bool,
+    /// Time spent in the stage by all the transactions measured.
+    pub total_us: f64,
+    /// Node-to-node messages and bytes sent in the stage.
+    pub msgs: u64,
+    pub bytes: u64,
 }
 
 #[cfg(test)]

@@ -3,6 +3,7 @@
 
 use super::msg::{Age, Attempt, Body, GroupEnd, TsRange, Vote};
 use super::part::Group;
+use super::phases::{PhaseCosts, COMMIT, EXECUTION, PREPARE};
 use super::{Cc, Node};
 use crate::history::TxnTrace;
 use crate::protocol::{reply, TxnRequest};
@@ -55,6 +56,7 @@ pub(super) struct CoordTxn {
     order: u128,
     /// The intersection of the commit-timestamp ranges voted (protocols that vote ranges).
     range: Option<TsRange>,
+    costs: PhaseCosts,
 }
 
 /// What a coordinator decided to do, done after its transaction's lock is released (a
@@ -149,6 +151,7 @@ impl<C: Cc> Node<C> {
             reserved: 0,
             order: 0,
             range: None,
+            costs: PhaseCosts::start(),
         };
         let actions = if t.to_reserve.is_empty() {
             self.next_wave(&mut t)
@@ -156,6 +159,7 @@ impl<C: Cc> Node<C> {
             t.phase = Phase::Reserving;
             self.reserve_next(&mut t)
         };
+        self.account(&mut t, &actions);
         if t.phase == Phase::Committing && t.outstanding == 0 {
             return self.answer(&mut t);
         }
@@ -166,7 +170,14 @@ impl<C: Cc> Node<C> {
 
     /// Runs `f` on the coordinator state of `txn`, then does what it decided; a finished
     /// transaction is answered and forgotten.
-    fn with_coord(&self, txn: TxnId, f: impl FnOnce(&Self, &mut CoordTxn) -> Vec<Action>) {
+    /// `received`: the size of the message from another node that brought this, if any (0
+    /// otherwise).
+    fn with_coord(
+        &self,
+        txn: TxnId,
+        received: usize,
+        f: impl FnOnce(&Self, &mut CoordTxn) -> Vec<Action>,
+    ) {
         let Some(shared) = self.coords.shard(txn).lock().get(&txn).cloned() else {
             return; // already finished (or never known here): a stray message
         };
@@ -174,7 +185,11 @@ impl<C: Cc> Node<C> {
         if t.phase == Phase::Answered {
             return;
         }
+        if received > 0 {
+            t.costs.message(received);
+        }
         let actions = f(self, &mut t);
+        self.account(&mut t, &actions);
         let finished = t.phase == Phase::Committing && t.outstanding == 0;
         if finished {
             t.phase = Phase::Answered;
@@ -188,6 +203,22 @@ impl<C: Cc> Node<C> {
         self.act(txn, actions);
         if finished {
             self.answer(&mut shared.lock());
+        }
+    }
+
+    /// Accounts the phase `t` is now in and the messages to other nodes it is about to send.
+    fn account(&self, t: &mut CoordTxn, actions: &[Action]) {
+        t.costs.enter(match t.phase {
+            Phase::Reserving | Phase::Walking => EXECUTION,
+            Phase::Preparing => PREPARE,
+            Phase::Committing | Phase::Answered => COMMIT,
+        });
+        for a in actions {
+            if let Action::Send(to, body) = a {
+                if *to != self.id {
+                    t.costs.message(self.wire_size(t.req.id, body));
+                }
+            }
         }
     }
 
@@ -210,8 +241,8 @@ impl<C: Cc> Node<C> {
         vec![Action::Send(node, Body::Reserve { at: t.at })]
     }
 
-    pub(super) fn on_reserved(&self, from: NodeId, txn: TxnId) {
-        self.with_coord(txn, |node, t| {
+    pub(super) fn on_reserved(&self, from: NodeId, txn: TxnId, received: usize) {
+        self.with_coord(txn, received, |node, t| {
             if t.phase != Phase::Reserving || !t.answered(from) {
                 return Vec::new();
             }
@@ -301,8 +332,9 @@ impl<C: Cc> Node<C> {
         outputs: Vec<Value>,
         end: GroupEnd,
         wrote: bool,
+        received: usize,
     ) {
-        self.with_coord(txn, |node, t| {
+        self.with_coord(txn, received, |node, t| {
             // A refused reservation also answers `Executed`.
             if !matches!(t.phase, Phase::Walking | Phase::Reserving) {
                 return Vec::new();
@@ -347,8 +379,8 @@ impl<C: Cc> Node<C> {
             .collect()
     }
 
-    pub(super) fn on_vote(&self, from: NodeId, txn: TxnId, vote: Vote) {
-        self.with_coord(txn, |node, t| {
+    pub(super) fn on_vote(&self, from: NodeId, txn: TxnId, vote: Vote, received: usize) {
+        self.with_coord(txn, received, |node, t| {
             if t.phase != Phase::Preparing {
                 return Vec::new();
             }
@@ -395,8 +427,8 @@ impl<C: Cc> Node<C> {
         actions
     }
 
-    pub(super) fn on_commit_ack(&self, from: NodeId, txn: TxnId) {
-        self.with_coord(txn, |_, t| {
+    pub(super) fn on_commit_ack(&self, from: NodeId, txn: TxnId, received: usize) {
+        self.with_coord(txn, received, |_, t| {
             if t.phase == Phase::Committing {
                 t.answered(from);
             }
@@ -420,6 +452,8 @@ impl<C: Cc> Node<C> {
 
     /// Answers the client of a finished transaction and records its end.
     fn answer(&self, t: &mut CoordTxn) {
+        self.phases
+            .record_with_traffic(&t.costs.close(t.failure.is_none()));
         let history = self.ctx.history.as_deref();
         let (req, empty) = (&t.req, TxnTrace::default());
         let outcome = match t.failure.take() {

@@ -27,6 +27,7 @@ mod coord;
 mod deadlock;
 mod msg;
 mod part;
+mod phases;
 #[cfg(test)]
 pub(crate) mod testing;
 
@@ -41,11 +42,12 @@ use crate::exec::{RowCopy, RowInstall};
 use crate::net::NodeNet;
 use crate::protocol::{admit, home_node, AdmissionQueue, Admitted, Engine, TxnRequest};
 use crate::runtime::spawn_worker;
+use crate::stages::{StageClock, StageSnapshot};
 use crossbeam_channel::{bounded, unbounded, Receiver, Select, Sender};
 use parking_lot::{Mutex, RwLock};
 use qstore_core::txn::{Access, CcAbortCause};
 use qstore_core::{Key, NodeId, PartitionId, QError, TableId, TxnId};
-use qstore_net::{Envelope, NetCounters, Transport};
+use qstore_net::{encoded_len, Envelope, NetCounters, Transport};
 use qstore_storage::{PartitionStore, RowId};
 use rustc_hash::FxHashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -244,6 +246,7 @@ pub(crate) fn start<C: Cc>(
             admission: RwLock::new(Some(admission)),
             stop: AtomicBool::new(false),
             detector,
+            phases: StageClock::every_transaction(phases::PHASES),
         });
         nodes[id.index()] = Some(node.clone());
         if let Some(answers) = answers {
@@ -299,6 +302,15 @@ impl<C: Cc> Engine for Interactive<C> {
         Some(self.net.counters())
     }
 
+    fn stages(&self) -> Option<StageSnapshot> {
+        let mut nodes = self.nodes.iter().flatten().map(|n| n.phases.snapshot());
+        let mut all = nodes.next()?;
+        for s in nodes {
+            all.merge(&s);
+        }
+        Some(all)
+    }
+
     fn shutdown(&self) {
         let local = || self.nodes.iter().flatten();
         // Let transactions already answered finish their work (aborts on their way to
@@ -351,6 +363,8 @@ pub(crate) struct Node<C: Cc> {
     stop: AtomicBool,
     /// At node 0 of a protocol that detects deadlocks: where the nodes' edges go.
     detector: Option<Sender<deadlock::Answer>>,
+    /// Time and traffic per phase of the transactions coordinated here.
+    phases: StageClock,
 }
 
 impl<C: Cc> Node<C> {
@@ -379,6 +393,15 @@ impl<C: Cc> Node<C> {
 
     fn handle(&self, from: NodeId, msg: IMsg) {
         self.clock.fetch_max(msg.clock, Ordering::AcqRel);
+        // The coordinator accounts the answers it receives from other nodes.
+        let received = match msg.body {
+            Body::Reserved | Body::Executed { .. } | Body::Vote(_) | Body::CommitAck
+                if from != self.id =>
+            {
+                encoded_len(&msg)
+            }
+            _ => 0,
+        };
         let txn = msg.txn;
         match msg.body {
             Body::Reserve { at } => self.on_reserve(from, txn, at),
@@ -402,14 +425,14 @@ impl<C: Cc> Node<C> {
             Body::Prepare => self.on_prepare(from, txn),
             Body::Commit { ts } => self.on_commit(txn, ts),
             Body::Abort => self.on_abort(txn),
-            Body::Reserved => self.on_reserved(from, txn),
+            Body::Reserved => self.on_reserved(from, txn, received),
             Body::Executed {
                 outputs,
                 end,
                 wrote,
-            } => self.on_executed(from, txn, outputs, end, wrote),
-            Body::Vote(v) => self.on_vote(from, txn, v),
-            Body::CommitAck => self.on_commit_ack(from, txn),
+            } => self.on_executed(from, txn, outputs, end, wrote, received),
+            Body::Vote(v) => self.on_vote(from, txn, v, received),
+            Body::CommitAck => self.on_commit_ack(from, txn, received),
             Body::WaitsForRequest { round } => self.on_waits_for_request(from, round),
             Body::WaitsFor { round, edges } => self.on_waits_for(round, edges),
             Body::Victim { txn } => self.on_victim(txn),
@@ -443,6 +466,12 @@ impl<C: Cc> Node<C> {
         } else {
             self.net.send(self.id, to, msg);
         }
+    }
+
+    /// The size on the wire of a message about `txn` saying `body`.
+    fn wire_size(&self, txn: TxnId, body: &Body) -> usize {
+        // Postcard encodes a struct as the tuple of its fields.
+        encoded_len(&(txn, self.clock.load(Ordering::Relaxed), body))
     }
 
     /// A new position in the commit order.
