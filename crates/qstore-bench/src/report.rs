@@ -302,7 +302,7 @@ impl RunReport {
 
     /// A stage's time and traffic per committed transaction, when every transaction was
     /// measured (the interactive protocols' phases).
-    fn per_commit(&self, s: &StageSummary) -> Option<PhaseCost> {
+    pub fn per_commit(&self, s: &StageSummary) -> Option<PhaseCost> {
         (s.every_txn && self.committed > 0).then(|| {
             let n = self.committed as f64;
             PhaseCost {
@@ -395,10 +395,10 @@ const PHASE_COLUMNS: [(&str, &str); 4] = [
 ];
 
 /// Time and traffic per committed transaction.
-struct PhaseCost {
-    us: f64,
-    msgs: f64,
-    bytes: f64,
+pub struct PhaseCost {
+    pub us: f64,
+    pub msgs: f64,
+    pub bytes: f64,
 }
 
 /// 1234567 -> "1,234,567".

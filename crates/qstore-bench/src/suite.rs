@@ -306,6 +306,49 @@ pub fn table(rows: &[SuiteRow]) -> String {
     t.to_string()
 }
 
+/// Where the interactive protocols' transactions spent their time and messages, phase by
+/// phase, per committed transaction, and their aborts by cause; `None` when no run measured
+/// phases.
+pub fn breakdown(rows: &[SuiteRow]) -> Option<String> {
+    use comfy_table::{presets::UTF8_FULL_CONDENSED, Table};
+    let mut t = Table::new();
+    t.load_preset(UTF8_FULL_CONDENSED);
+    t.set_header(vec![
+        "scenario",
+        "execution us / msgs",
+        "prepare us / msgs",
+        "commit us / msgs",
+        "aborted us / msgs",
+        "cc aborts by cause (% of attempts)",
+    ]);
+    let mut any = false;
+    for r in rows {
+        let p = &r.report;
+        let phases: Vec<String> = p
+            .stages
+            .iter()
+            .filter_map(|s| p.per_commit(s))
+            .map(|c| format!("{:.0} / {:.2}", c.us, c.msgs))
+            .collect();
+        if phases.len() != 4 {
+            continue;
+        }
+        any = true;
+        let attempts = p.committed + p.cc_aborts.values().sum::<u64>();
+        let causes = p
+            .cc_aborts
+            .iter()
+            .map(|(c, n)| format!("{c} {:.1}", 100.0 * *n as f64 / attempts.max(1) as f64))
+            .collect::<Vec<_>>()
+            .join(", ");
+        let mut row = vec![r.scenario.clone()];
+        row.extend(phases);
+        row.push(causes);
+        t.add_row(row);
+    }
+    any.then(|| t.to_string())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -917,6 +917,10 @@ fn bench(args: BenchArgs) -> i32 {
     }
     let rows = suite::rows(&scenarios, runs);
     println!("{}", suite::table(&rows));
+    if let Some(phases) = suite::breakdown(&rows) {
+        println!("per committed transaction, by phase (the run with the median throughput):");
+        println!("{phases}");
+    }
     for f in &failures {
         eprintln!("error: {f}");
     }
