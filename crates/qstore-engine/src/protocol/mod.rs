@@ -12,9 +12,9 @@ pub mod timestamp;
 pub mod twopl;
 
 use crate::cluster::EngineCtx;
-use crate::history::HistoryRecorder;
+use crate::history::{HistoryRecorder, TxnTrace};
 use crossbeam_channel::{SendError, Sender, TrySendError};
-use qstore_core::txn::{CcAbortCause, ProcCall, TxnOutcome, TxnResponse};
+use qstore_core::txn::{CcAbortCause, ProcCall, TxnOutcome, TxnResponse, Value};
 use qstore_core::{ConfigError, NodeId, QError, TxnId};
 use qstore_net::NetCounters;
 use std::sync::Arc;
@@ -242,6 +242,47 @@ pub fn unknown_protocol(name: &str) -> ConfigError {
     )
 }
 
+/// How a transaction ended, as its home decided. `order` is its position in the protocol's
+/// serialization order.
+pub(crate) enum Ending {
+    Committed { order: u128, outputs: Vec<Value> },
+    LogicAbort { order: u128, why: String },
+    CcAbort(CcAbortCause),
+}
+
+/// The one place every protocol ends a transaction: records the end in the run's history
+/// (when one is kept) with what the transaction read and wrote at home (`trace`; what it did
+/// elsewhere was recorded there), and returns the answer its client gets.
+pub(crate) fn settle(
+    history: Option<&HistoryRecorder>,
+    home: NodeId,
+    id: TxnId,
+    call: &Arc<ProcCall>,
+    trace: &TxnTrace,
+    ending: Ending,
+) -> TxnOutcome {
+    match ending {
+        Ending::Committed { order, outputs } => {
+            if let Some(h) = history {
+                h.commit(home, id, call, trace, order);
+            }
+            TxnOutcome::Committed(outputs)
+        }
+        Ending::LogicAbort { order, why } => {
+            if let Some(h) = history {
+                h.logic_abort(home, id, call, &why, trace, order);
+            }
+            TxnOutcome::LogicAbort(why)
+        }
+        Ending::CcAbort(cause) => {
+            if let Some(h) = history {
+                h.cc_abort(home, id, cause, trace);
+            }
+            TxnOutcome::CcAbort(cause)
+        }
+    }
+}
+
 /// Answers a request. A client that went away no longer needs the answer, so a failed send
 /// is ignored.
 pub(crate) fn reply(req: &TxnRequest, outcome: TxnOutcome) {
@@ -290,10 +331,12 @@ pub(crate) fn admit(
     match queue.try_send(Admitted { home, req, at }) {
         Ok(()) => {}
         Err(TrySendError::Full(Admitted { home, req, .. })) => {
-            if let Some(h) = history {
-                h.cc_abort(home, req.id, CcAbortCause::Overload, &Default::default());
-            }
-            reply(&req, TxnOutcome::CcAbort(CcAbortCause::Overload));
+            let overload = Ending::CcAbort(CcAbortCause::Overload);
+            let trace = TxnTrace::default();
+            reply(
+                &req,
+                settle(history, home, req.id, &req.call, &trace, overload),
+            );
         }
         Err(TrySendError::Disconnected(Admitted { req, .. })) => closed(&req),
     }

@@ -5,7 +5,8 @@ use super::msg::{Ack, BatchTxn, CMsg, Pos, Reads, Verdict};
 use super::txn::Txn;
 use super::worker::Work;
 use crate::cluster::EngineCtx;
-use crate::protocol::{admit, reply, AdmissionQueue, Admitted, TxnRequest};
+use crate::history::TxnTrace;
+use crate::protocol::{admit, reply, settle, AdmissionQueue, Admitted, Ending, TxnRequest};
 use crossbeam_channel::{Receiver, RecvTimeoutError, Sender};
 use parking_lot::{Mutex, RwLock};
 use qstore_core::txn::{TxnOutcome, Value};
@@ -272,9 +273,8 @@ impl CalvinNode {
     /// Records a decided transaction and answers its client.
     fn answer(&self, pos: Pos, t: HomeTxn) {
         let order = pos.order();
-        let h = self.ctx.history.as_deref();
-        let (id, call, none) = (t.req.id, &t.req.call, Default::default());
-        match t.abort {
+        let (h, id) = (self.ctx.history.as_deref(), t.req.id);
+        let ending = match t.abort {
             Some(why) => {
                 if t.commits > 0 {
                     // Executing participants ran the same program on the same data: they
@@ -286,18 +286,15 @@ impl CalvinNode {
                         t.commits
                     );
                 }
-                if let Some(h) = h {
-                    h.logic_abort(self.id, id, call, &why, &none, order);
-                }
-                reply(&t.req, TxnOutcome::LogicAbort(why));
+                Ending::LogicAbort { order, why }
             }
-            None => {
-                if let Some(h) = h {
-                    h.commit(self.id, id, call, &none, order);
-                }
-                reply(&t.req, TxnOutcome::Committed(t.outputs));
-            }
-        }
+            None => Ending::Committed {
+                order,
+                outputs: t.outputs,
+            },
+        };
+        let trace = TxnTrace::default();
+        reply(&t.req, settle(h, self.id, id, &t.req.call, &trace, ending));
     }
 
     /// Whether everything this node sequenced has been answered and nothing waits to be.

@@ -6,7 +6,7 @@ use super::part::Group;
 use super::phases::{PhaseCosts, COMMIT, EXECUTION, PREPARE};
 use super::{Cc, Node};
 use crate::history::TxnTrace;
-use crate::protocol::{reply, TxnRequest};
+use crate::protocol::{reply, settle, Ending, TxnRequest};
 use parking_lot::Mutex;
 use qstore_core::txn::{CcAbortCause, Program, TxnOutcome, Value};
 use qstore_core::{NodeId, TxnId};
@@ -454,30 +454,24 @@ impl<C: Cc> Node<C> {
     fn answer(&self, t: &mut CoordTxn) {
         self.phases
             .record_with_traffic(&t.costs.close(t.failure.is_none()));
-        let history = self.ctx.history.as_deref();
-        let (req, empty) = (&t.req, TxnTrace::default());
-        let outcome = match t.failure.take() {
-            None => {
-                if let Some(h) = history {
-                    h.commit(self.id, req.id, &req.call, &empty, t.order);
-                }
-                TxnOutcome::Committed(std::mem::take(&mut t.outputs))
-            }
-            Some(GroupEnd::CcAbort(cause)) => {
-                if let Some(h) = history {
-                    h.cc_abort(self.id, req.id, cause, &empty);
-                }
-                TxnOutcome::CcAbort(cause)
-            }
-            Some(GroupEnd::LogicAbort(why)) => {
-                if let Some(h) = history {
-                    h.logic_abort(self.id, req.id, &req.call, &why, &empty, self.tick());
-                }
-                TxnOutcome::LogicAbort(why)
-            }
+        let ending = match t.failure.take() {
+            None => Ending::Committed {
+                order: t.order,
+                outputs: std::mem::take(&mut t.outputs),
+            },
+            Some(GroupEnd::CcAbort(cause)) => Ending::CcAbort(cause),
+            Some(GroupEnd::LogicAbort(why)) => Ending::LogicAbort {
+                order: self.tick(),
+                why,
+            },
             Some(GroupEnd::Done) => unreachable!("Done is not a failure"),
         };
-        reply(req, outcome);
+        let (history, req) = (self.ctx.history.as_deref(), &t.req);
+        let trace = TxnTrace::default();
+        reply(
+            req,
+            settle(history, self.id, req.id, &req.call, &trace, ending),
+        );
     }
 
     /// Answers every transaction still coordinated here `Rejected` (the node is stopping).

@@ -7,8 +7,11 @@ use super::plan::{BatchPlan, QueueShape};
 use super::spec::{PlannerBatch, RecordKey, Speculation};
 use crate::cluster::EngineCtx;
 use crate::exec::{run_access, Lookahead, TxnScratch, UndoLog};
+use crate::history::TxnTrace;
 use crate::net::NodeNet;
-use crate::protocol::{admit, home_node, reply, AdmissionQueue, Admitted, Engine, TxnRequest};
+use crate::protocol::{
+    admit, home_node, reply, settle, AdmissionQueue, Admitted, Ending, Engine, TxnRequest,
+};
 use crate::runtime::spawn_worker;
 use crate::stages::{StageClock, StageSnapshot};
 use crossbeam_channel::{bounded, Receiver, RecvTimeoutError};
@@ -1232,29 +1235,17 @@ impl QNode {
                 seq: seq as u32,
             }
             .order_key();
-            let h = self.ctx.history.as_deref();
-            let (id, call, none) = (t.req.id, &t.req.call, Default::default());
-            match fate {
-                Some(Fate::Abort(why)) => {
-                    if let Some(h) = h {
-                        h.logic_abort(self.id, id, call, &why, &none, order);
-                    }
-                    t.req.answer(TxnOutcome::LogicAbort(why));
-                }
-                Some(Fate::Cascade) => {
-                    if let Some(h) = h {
-                        h.cc_abort(self.id, id, CcAbortCause::Cascade, &none);
-                    }
-                    t.req.answer(TxnOutcome::CcAbort(CcAbortCause::Cascade));
-                }
-                None => {
-                    if let Some(h) = h {
-                        h.commit(self.id, id, call, &none, order);
-                    }
-                    let values = outputs.take(seq as u32, t.n_accesses);
-                    t.req.answer(TxnOutcome::Committed(values));
-                }
-            }
+            let ending = match fate {
+                Some(Fate::Abort(why)) => Ending::LogicAbort { order, why },
+                Some(Fate::Cascade) => Ending::CcAbort(CcAbortCause::Cascade),
+                None => Ending::Committed {
+                    order,
+                    outputs: outputs.take(seq as u32, t.n_accesses),
+                },
+            };
+            let (h, trace) = (self.ctx.history.as_deref(), TxnTrace::default());
+            let outcome = settle(h, self.id, t.req.id, &t.req.call, &trace, ending);
+            t.req.answer(outcome);
         }
         if let Some((clock, decided)) = clock {
             self.stages

@@ -9,7 +9,7 @@
 
 use crate::cluster::EngineCtx;
 use crate::exec::{run_program_alone, AloneOptions, Lookahead, TxnScratch};
-use crate::protocol::{admit, reply, AdmissionQueue, Admitted, Engine, TxnRequest};
+use crate::protocol::{admit, reply, settle, AdmissionQueue, Admitted, Ending, Engine, TxnRequest};
 use crate::runtime::spawn_worker;
 use crossbeam_channel::{bounded, Receiver};
 use parking_lot::{Mutex, RwLock};
@@ -170,19 +170,16 @@ impl Executor {
         };
         let order = self.decided as u128;
         self.decided += 1;
-        match result {
-            Ok(()) => {
-                if let Some(h) = history {
-                    h.commit(home, req.id, &req.call, &s.trace, order);
-                }
-                TxnOutcome::Committed(std::mem::take(&mut s.outputs))
-            }
-            Err(abort) => {
-                if let Some(h) = history {
-                    h.logic_abort(home, req.id, &req.call, abort.0, &s.trace, order);
-                }
-                TxnOutcome::LogicAbort(abort.0.to_string())
-            }
-        }
+        let ending = match result {
+            Ok(()) => Ending::Committed {
+                order,
+                outputs: std::mem::take(&mut s.outputs),
+            },
+            Err(abort) => Ending::LogicAbort {
+                order,
+                why: abort.0.to_string(),
+            },
+        };
+        settle(history, home, req.id, &req.call, &s.trace, ending)
     }
 }
