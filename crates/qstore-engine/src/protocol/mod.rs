@@ -8,6 +8,7 @@ pub mod mvcc;
 pub mod occ;
 pub mod qstore;
 pub mod serial;
+mod shell;
 pub mod timestamp;
 pub mod twopl;
 

@@ -33,6 +33,7 @@ mod worker;
 
 use crate::cluster::EngineCtx;
 use crate::net::NodeNet;
+use crate::protocol::shell::shut_down;
 use crate::protocol::{reply, Engine, TxnRequest};
 use crate::runtime::spawn_worker;
 use crossbeam_channel::{bounded, unbounded};
@@ -43,10 +44,10 @@ use qstore_core::txn::TxnOutcome;
 use qstore_core::{NodeId, QError};
 use qstore_net::{NetCounters, Transport};
 use rustc_hash::FxHashMap;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64};
 use std::sync::Arc;
 use std::thread::JoinHandle;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// How long shutdown lets transactions already sequenced finish.
 const QUIESCE_TIMEOUT: Duration = Duration::from_secs(2);
@@ -158,24 +159,9 @@ impl Engine for Calvin {
     }
 
     fn shutdown(&self) {
-        // New requests are refused; those already admitted are sequenced, and epochs go on
-        // while the transactions in flight finish (every node needs every sequencer's
-        // epochs), for a while.
-        for n in self.local() {
-            n.admission.write().take();
-        }
-        let deadline = Instant::now() + QUIESCE_TIMEOUT;
-        while !self.local().all(|n| n.quiescent()) && Instant::now() < deadline {
-            std::thread::sleep(Duration::from_millis(1));
-        }
-        for n in self.local() {
-            n.stop.store(true, Ordering::Release);
-        }
-        for h in self.threads.lock().drain(..) {
-            let _ = h.join();
-        }
-        for n in self.local() {
-            n.reject_leftovers();
-        }
+        // Epochs go on while the transactions in flight finish: every node needs every
+        // sequencer's epochs.
+        let nodes: Vec<&CalvinNode> = self.local().map(|n| &**n).collect();
+        shut_down(&nodes, &self.threads, QUIESCE_TIMEOUT);
     }
 }

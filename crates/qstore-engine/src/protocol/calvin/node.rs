@@ -6,6 +6,7 @@ use super::txn::Txn;
 use super::worker::Work;
 use crate::cluster::EngineCtx;
 use crate::history::TxnTrace;
+use crate::protocol::shell::NodeShell;
 use crate::protocol::{admit, reply, settle, AdmissionQueue, Admitted, Ending, TxnRequest};
 use crossbeam_channel::{Receiver, RecvTimeoutError, Sender};
 use parking_lot::{Mutex, RwLock};
@@ -296,14 +297,24 @@ impl CalvinNode {
         let trace = TxnTrace::default();
         reply(&t.req, settle(h, self.id, id, &t.req.call, &trace, ending));
     }
+}
+
+impl NodeShell for CalvinNode {
+    fn close_admission(&self) {
+        self.admission.write().take();
+    }
+
+    fn stop(&self) {
+        self.stop.store(true, Ordering::Release);
+    }
 
     /// Whether everything this node sequenced has been answered and nothing waits to be.
-    pub fn quiescent(&self) -> bool {
+    fn quiescent(&self) -> bool {
         self.queue.is_empty() && self.home.lock().is_empty()
     }
 
     /// Answers requests still queued or unanswered at shutdown.
-    pub fn reject_leftovers(&self) {
+    fn reject_leftovers(&self) {
         let rejected = || TxnOutcome::Rejected("cluster is shutting down".into());
         for Admitted { req, .. } in self.queue.try_iter() {
             reply(&req, rejected());

@@ -6,10 +6,12 @@ use super::part::Group;
 use super::phases::{PhaseCosts, COMMIT, EXECUTION, PREPARE};
 use super::{Cc, Node};
 use crate::history::TxnTrace;
+use crate::protocol::shell::NodeShell;
 use crate::protocol::{reply, settle, Ending, TxnRequest};
 use parking_lot::Mutex;
 use qstore_core::txn::{CcAbortCause, Program, TxnOutcome, Value};
 use qstore_core::{NodeId, TxnId};
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -473,9 +475,19 @@ impl<C: Cc> Node<C> {
             settle(history, self.id, req.id, &req.call, &trace, ending),
         );
     }
+}
+
+impl<C: Cc> NodeShell for Node<C> {
+    fn close_admission(&self) {
+        self.admission.write().take();
+    }
+
+    fn stop(&self) {
+        self.stop.store(true, Ordering::Release);
+    }
 
     /// Answers every transaction still coordinated here `Rejected` (the node is stopping).
-    pub(super) fn reject_unfinished(&self) {
+    fn reject_leftovers(&self) {
         for s in self.coords.all() {
             for (_, shared) in s.lock().drain() {
                 let t = shared.lock();
@@ -492,7 +504,7 @@ impl<C: Cc> Node<C> {
     }
 
     /// Whether no transaction has state here: nothing coordinated, nothing held.
-    pub(super) fn quiescent(&self) -> bool {
+    fn quiescent(&self) -> bool {
         self.coords.all().all(|s| s.lock().is_empty()) && self.parts_idle()
     }
 }

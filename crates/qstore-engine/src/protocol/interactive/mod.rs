@@ -40,6 +40,7 @@ use self::part::PartShard;
 use crate::cluster::EngineCtx;
 use crate::exec::{RowCopy, RowInstall};
 use crate::net::NodeNet;
+use crate::protocol::shell::shut_down;
 use crate::protocol::{admit, home_node, AdmissionQueue, Admitted, Engine, TxnRequest};
 use crate::runtime::spawn_worker;
 use crate::stages::{StageClock, StageSnapshot};
@@ -53,7 +54,7 @@ use rustc_hash::FxHashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// What a participant's concurrency control says about an access (or a reservation).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -312,26 +313,8 @@ impl<C: Cc> Engine for Interactive<C> {
     }
 
     fn shutdown(&self) {
-        let local = || self.nodes.iter().flatten();
-        // Let transactions already answered finish their work (aborts on their way to
-        // participants roll back there), or the data would keep their writes.
-        let deadline = Instant::now() + QUIESCE_TIMEOUT;
-        while !local().all(|n| n.quiescent()) && Instant::now() < deadline {
-            std::thread::sleep(Duration::from_millis(1));
-        }
-        if !local().all(|n| n.quiescent()) {
-            tracing::warn!("stopping with transactions still in flight");
-        }
-        for n in local() {
-            n.stop.store(true, Ordering::Release);
-            n.admission.write().take();
-        }
-        for h in self.threads.lock().drain(..) {
-            let _ = h.join();
-        }
-        for n in local() {
-            n.reject_unfinished();
-        }
+        let nodes: Vec<&Node<C>> = self.nodes.iter().flatten().map(|n| &**n).collect();
+        shut_down(&nodes, &self.threads, QUIESCE_TIMEOUT);
     }
 }
 

@@ -9,6 +9,7 @@ use crate::cluster::EngineCtx;
 use crate::exec::{run_access, Lookahead, TxnScratch, UndoLog};
 use crate::history::TxnTrace;
 use crate::net::NodeNet;
+use crate::protocol::shell::{shut_down, NodeShell};
 use crate::protocol::{
     admit, home_node, reply, settle, AdmissionQueue, Admitted, Ending, Engine, TxnRequest,
 };
@@ -154,24 +155,8 @@ impl Engine for QStore {
     }
 
     fn shutdown(&self) {
-        // Let answered batches finish their work first: fates still travelling (rollbacks of
-        // aborted transactions whose clients already have their answer) must be applied, or
-        // the data would keep their writes.
-        let deadline = Instant::now() + QUIESCE_TIMEOUT;
-        while !self.local().all(|n| n.quiescent()) && Instant::now() < deadline {
-            std::thread::sleep(Duration::from_millis(1));
-        }
-        for n in self.local() {
-            n.stop.store(true, Ordering::Release);
-            n.admission.queues.write().take();
-            n.notify();
-        }
-        for h in self.threads.lock().drain(..) {
-            let _ = h.join();
-        }
-        for n in self.local() {
-            n.reject_leftovers();
-        }
+        let nodes: Vec<&QNode> = self.local().map(|n| &**n).collect();
+        shut_down(&nodes, &self.threads, QUIESCE_TIMEOUT);
     }
 }
 
@@ -1445,6 +1430,17 @@ impl QNode {
                 } => self.on_final(batch, rank, aborted),
             }
         }
+    }
+}
+
+impl NodeShell for QNode {
+    fn close_admission(&self) {
+        self.admission.queues.write().take();
+    }
+
+    fn stop(&self) {
+        self.stop.store(true, Ordering::Release);
+        self.notify();
     }
 
     /// Whether nothing this node knows of is in flight: no batch of its planners unanswered,
