@@ -313,16 +313,19 @@ impl RunReport {
         })
     }
 
+    /// Phase `name`'s time and traffic per committed transaction (the interactive protocols'
+    /// phases: execution, prepare, commit, aborted attempts).
+    pub fn phase(&self, name: &str) -> Option<PhaseCost> {
+        let stage = self.stages.iter().find(|s| s.stage == name)?;
+        self.per_commit(stage)
+    }
+
     /// The CSV columns of the interactive protocols' phases, per committed transaction; empty
     /// for protocols that do not measure them.
     fn phase_columns(&self) -> Vec<(String, String)> {
         let mut out = Vec::new();
         for (stage, key) in PHASE_COLUMNS {
-            let cost = self
-                .stages
-                .iter()
-                .find(|s| s.stage == *stage)
-                .and_then(|s| self.per_commit(s));
+            let cost = self.phase(stage);
             let cell = |f: fn(&PhaseCost) -> String| cost.as_ref().map(f).unwrap_or_default();
             out.push((format!("phase_{key}_us"), cell(|c| format!("{:.2}", c.us))));
             out.push((

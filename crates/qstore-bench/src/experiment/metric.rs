@@ -15,6 +15,17 @@ fn ms(us: u64) -> f64 {
     us as f64 / 1000.0
 }
 
+/// Time (us) in an interactive protocol's phase per committed transaction; 0 for protocols
+/// without phases.
+fn phase_us(r: &RunReport, phase: &str) -> f64 {
+    r.phase(phase).map_or(0.0, |c| c.us)
+}
+
+/// Node-to-node messages in an interactive protocol's phase per committed transaction.
+fn phase_msgs(r: &RunReport, phase: &str) -> f64 {
+    r.phase(phase).map_or(0.0, |c| c.msgs)
+}
+
 /// Every metric, in the column order of `results.csv`.
 pub const METRICS: &[Metric] = &[
     Metric {
@@ -66,6 +77,41 @@ pub const METRICS: &[Metric] = &[
         name: "bytes_per_txn",
         label: "bytes sent per transaction",
         of: |r| r.bytes_per_txn,
+    },
+    Metric {
+        name: "phase_execution_us",
+        label: "execution phase per txn (us)",
+        of: |r| phase_us(r, "execution"),
+    },
+    Metric {
+        name: "phase_prepare_us",
+        label: "prepare phase per txn (us)",
+        of: |r| phase_us(r, "prepare"),
+    },
+    Metric {
+        name: "phase_commit_us",
+        label: "commit phase per txn (us)",
+        of: |r| phase_us(r, "commit"),
+    },
+    Metric {
+        name: "phase_abort_us",
+        label: "aborted attempts per txn (us)",
+        of: |r| phase_us(r, "aborted attempts"),
+    },
+    Metric {
+        name: "phase_execution_msgs",
+        label: "execution messages per txn",
+        of: |r| phase_msgs(r, "execution"),
+    },
+    Metric {
+        name: "phase_commit_msgs",
+        label: "commit-phase messages per txn",
+        of: |r| phase_msgs(r, "commit"),
+    },
+    Metric {
+        name: "phase_abort_msgs",
+        label: "messages of aborted attempts per txn",
+        of: |r| phase_msgs(r, "aborted attempts"),
     },
     Metric {
         name: "committed",
