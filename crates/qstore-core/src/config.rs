@@ -231,6 +231,7 @@ pub struct ProtocolConfig {
     pub qstore: QStoreConfig,
     pub calvin: CalvinConfig,
     pub mvcc: MvccConfig,
+    pub dl_detect: DlDetectConfig,
 }
 
 impl Default for ProtocolConfig {
@@ -241,6 +242,7 @@ impl Default for ProtocolConfig {
             qstore: QStoreConfig::default(),
             calvin: CalvinConfig::default(),
             mvcc: MvccConfig::default(),
+            dl_detect: DlDetectConfig::default(),
         }
     }
 }
@@ -402,6 +404,32 @@ impl MvccConfig {
             "protocol.mvcc.max_versions",
             self.max_versions,
             "must be between 1 and 64",
+        )
+    }
+}
+
+/// Knobs of deadlock-detecting 2PL.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct DlDetectConfig {
+    /// The detector gathers every node's waits-for edges this often (microseconds), and at
+    /// once again while it keeps finding deadlocks.
+    pub interval_us: u64,
+}
+
+impl Default for DlDetectConfig {
+    fn default() -> Self {
+        DlDetectConfig { interval_us: 2_000 }
+    }
+}
+
+impl DlDetectConfig {
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        check(
+            (100..=10_000_000).contains(&self.interval_us),
+            "protocol.dl_detect.interval_us",
+            self.interval_us,
+            "must be between 100 and 10000000 microseconds",
         )
     }
 }
@@ -733,6 +761,7 @@ impl RunConfig {
         self.protocol.qstore.validate()?;
         self.protocol.calvin.validate()?;
         self.protocol.mvcc.validate()?;
+        self.protocol.dl_detect.validate()?;
         let q = &self.protocol.qstore;
         check(
             q.dedicated_planners || c.workers == 0 || q.planners <= c.workers,

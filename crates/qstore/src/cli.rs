@@ -246,6 +246,9 @@ struct RunArgs {
     /// Calvin: also close an epoch once it holds this many transactions (0 = time only).
     #[arg(long, help_heading = "Calvin")]
     calvin_epoch_txns: Option<u32>,
+    /// DL_DETECT: the deadlock detector gathers every node's waits-for edges this often.
+    #[arg(long, help_heading = "DL_DETECT")]
+    dl_detect_interval_us: Option<u64>,
     /// MVCC: older versions kept per row (1-64); a read needing an older one aborts.
     #[arg(long, help_heading = "MVCC")]
     mvcc_max_versions: Option<u32>,
@@ -468,6 +471,10 @@ impl RunArgs {
         set(&mut k.epoch_us, self.calvin_epoch_us);
         set(&mut k.epoch_txns, self.calvin_epoch_txns);
         set(&mut c.protocol.mvcc.max_versions, self.mvcc_max_versions);
+        set(
+            &mut c.protocol.dl_detect.interval_us,
+            self.dl_detect_interval_us,
+        );
         set(&mut c.net.delay_us, self.delay_us);
         set(&mut c.net.jitter_us, self.jitter_us);
         set(&mut c.net.drop_fraction, self.drop_fraction);

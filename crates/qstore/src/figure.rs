@@ -473,7 +473,11 @@ mod tests {
             }
             for quick in [false, true] {
                 let plan = prepare(&s, quick).unwrap();
-                assert!(plan.series.iter().any(|x| x == "qstore"), "{}", s.name);
+                assert!(
+                    !plan.series.is_empty(),
+                    "{}: no series this build has",
+                    s.name
+                );
                 assert!(plan.points.len() >= 2 * plan.series.len(), "{}", s.name);
             }
         }

@@ -22,9 +22,6 @@ use std::time::{Duration, Instant};
 /// A transaction waiting (with its age) for another to release a record.
 pub(crate) type WaitEdge = (TxnId, Age, TxnId);
 
-/// How often the detector looks for cycles.
-const ROUND_EVERY: Duration = Duration::from_millis(2);
-
 /// How long a round waits for the nodes' edges before deciding on what it has.
 const ROUND_TIMEOUT: Duration = Duration::from_millis(100);
 
@@ -37,12 +34,14 @@ pub(super) type Answer = (u64, Vec<WaitEdge>);
 /// Runs rounds from node 0 until the node stops.
 pub(super) fn detector<C: Cc>(node: Arc<Node<C>>, answers: Receiver<Answer>) {
     let nodes = node.ctx.nodes();
+    // How often it looks for cycles.
+    let every = Duration::from_micros(node.ctx.cfg.protocol.dl_detect.interval_us);
     let mut round = 0;
     let mut found = false;
     while !node.stop.load(Ordering::Acquire) {
         // Right away while deadlocks keep being found: transactions wait on them.
         if !found {
-            std::thread::sleep(ROUND_EVERY);
+            std::thread::sleep(every);
         }
         round += 1;
         for n in 0..nodes {
