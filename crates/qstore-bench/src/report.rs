@@ -3,7 +3,7 @@
 use crate::stats::ClientStats;
 use comfy_table::{presets::UTF8_FULL_CONDENSED, Cell, CellAlignment, Table};
 use qstore_core::RunConfig;
-use qstore_engine::stages::StageSummary;
+use qstore_engine::stages::{PerTxn, StageSummary};
 use serde::Serialize;
 use std::collections::BTreeMap;
 use std::io::Write;
@@ -285,7 +285,7 @@ impl RunReport {
         let mut rows: Vec<(String, String)> =
             rows.into_iter().map(|(k, v)| (k.to_string(), v)).collect();
         for s in &self.stages {
-            if let Some(c) = self.per_commit(s) {
+            if let Some(c) = s.per_txn {
                 rows.push((
                     format!("{} per txn", s.stage),
                     format!("{:.1} us, {:.2} msgs, {:.0} bytes", c.us, c.msgs, c.bytes),
@@ -300,24 +300,10 @@ impl RunReport {
         rows
     }
 
-    /// A stage's time and traffic per committed transaction, when every transaction was
-    /// measured (the interactive protocols' phases).
-    pub fn per_commit(&self, s: &StageSummary) -> Option<PhaseCost> {
-        (s.every_txn && self.committed > 0).then(|| {
-            let n = self.committed as f64;
-            PhaseCost {
-                us: s.total_us / n,
-                msgs: s.msgs as f64 / n,
-                bytes: s.bytes as f64 / n,
-            }
-        })
-    }
-
     /// Phase `name`'s time and traffic per committed transaction (the interactive protocols'
     /// phases: execution, prepare, commit, aborted attempts).
-    pub fn phase(&self, name: &str) -> Option<PhaseCost> {
-        let stage = self.stages.iter().find(|s| s.stage == name)?;
-        self.per_commit(stage)
+    pub fn phase(&self, name: &str) -> Option<PerTxn> {
+        self.stages.iter().find(|s| s.stage == name)?.per_txn
     }
 
     /// The CSV columns of the interactive protocols' phases, per committed transaction; empty
@@ -326,7 +312,7 @@ impl RunReport {
         let mut out = Vec::new();
         for (stage, key) in PHASE_COLUMNS {
             let cost = self.phase(stage);
-            let cell = |f: fn(&PhaseCost) -> String| cost.as_ref().map(f).unwrap_or_default();
+            let cell = |f: fn(&PerTxn) -> String| cost.as_ref().map(f).unwrap_or_default();
             out.push((format!("phase_{key}_us"), cell(|c| format!("{:.2}", c.us))));
             out.push((
                 format!("phase_{key}_msgs"),
@@ -396,13 +382,6 @@ const PHASE_COLUMNS: [(&str, &str); 4] = [
     ("commit", "commit"),
     ("aborted attempts", "abort"),
 ];
-
-/// Time and traffic per committed transaction.
-pub struct PhaseCost {
-    pub us: f64,
-    pub msgs: f64,
-    pub bytes: f64,
-}
 
 /// 1234567 -> "1,234,567".
 fn group(n: u64) -> String {

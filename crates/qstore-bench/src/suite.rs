@@ -327,7 +327,7 @@ pub fn breakdown(rows: &[SuiteRow]) -> Option<String> {
         let phases: Vec<String> = p
             .stages
             .iter()
-            .filter_map(|s| p.per_commit(s))
+            .filter_map(|s| s.per_txn)
             .map(|c| format!("{:.0} / {:.2}", c.us, c.msgs))
             .collect();
         if phases.len() != 4 {

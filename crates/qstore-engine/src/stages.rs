@@ -15,7 +15,7 @@ const MAX_NS: u64 = 60_000_000_000;
 /// the node-to-node messages and bytes sent in each stage.
 pub struct StageClock {
     names: &'static [&'static str],
-    every: bool,
+    per_txn: bool,
     hists: Mutex<(Vec<Histogram<u64>>, Vec<Traffic>)>,
 }
 
@@ -31,7 +31,7 @@ impl StageClock {
     pub fn new(names: &'static [&'static str]) -> Self {
         StageClock {
             names,
-            every: false,
+            per_txn: false,
             hists: Mutex::new((
                 names.iter().map(|_| histogram()).collect(),
                 vec![Traffic::default(); names.len()],
@@ -39,10 +39,14 @@ impl StageClock {
         }
     }
 
-    /// Stages timed for every transaction: their totals are meaningful per transaction.
-    pub fn every_transaction(names: &'static [&'static str]) -> Self {
+    /// Stages whose totals are reported per transaction: divided by the number of
+    /// transactions recorded in the first stage (every transaction measured passes through
+    /// it; the others may be skipped, or stand for other transactions, as the interactive
+    /// protocols' aborted attempts do). Whether every transaction or a sample is measured,
+    /// the figures per transaction are then the same.
+    pub fn per_transaction(names: &'static [&'static str]) -> Self {
         StageClock {
-            every: true,
+            per_txn: true,
             ..Self::new(names)
         }
     }
@@ -74,7 +78,7 @@ impl StageClock {
         let (hists, traffic) = self.hists.lock().clone();
         StageSnapshot {
             names: self.names,
-            every: self.every,
+            per_txn: self.per_txn,
             hists,
             traffic,
         }
@@ -89,7 +93,7 @@ fn histogram() -> Histogram<u64> {
 #[derive(Clone)]
 pub struct StageSnapshot {
     names: &'static [&'static str],
-    every: bool,
+    per_txn: bool,
     hists: Vec<Histogram<u64>>,
     traffic: Vec<Traffic>,
 }
@@ -123,6 +127,7 @@ impl StageSnapshot {
     /// One line per stage, in the order of the stages.
     pub fn summary(&self) -> Vec<StageSummary> {
         let us = |ns: u64| ns as f64 / 1_000.0;
+        let txns = self.hists.first().map_or(0, |h| h.len());
         self.names
             .iter()
             .zip(&self.hists)
@@ -133,10 +138,14 @@ impl StageSnapshot {
                 mean_us: h.mean() / 1_000.0,
                 p50_us: us(h.value_at_quantile(0.5)),
                 p99_us: us(h.value_at_quantile(0.99)),
-                every_txn: self.every,
-                total_us: h.mean() * h.len() as f64 / 1_000.0,
-                msgs: t.msgs,
-                bytes: t.bytes,
+                per_txn: (self.per_txn && txns > 0).then(|| {
+                    let n = txns as f64;
+                    PerTxn {
+                        us: h.mean() * h.len() as f64 / 1_000.0 / n,
+                        msgs: t.msgs as f64 / n,
+                        bytes: t.bytes as f64 / n,
+                    }
+                }),
             })
             .collect()
     }
@@ -151,14 +160,18 @@ pub struct StageSummary {
     pub mean_us: f64,
     pub p50_us: f64,
     pub p99_us: f64,
-    /// Whether every transaction was timed (not a sample): then the totals below, divided by
-    /// the commits, are per committed transaction.
-    pub every_txn: bool,
-    /// Time spent in the stage by all the transactions measured.
-    pub total_us: f64,
-    /// Node-to-node messages and bytes sent in the stage.
-    pub msgs: u64,
-    pub bytes: u64,
+    /// For clocks that report per transaction (see [`StageClock::per_transaction`]): the
+    /// time and node-to-node traffic of the stage per transaction measured.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub per_txn: Option<PerTxn>,
+}
+
+/// A stage's cost per transaction.
+#[derive(Clone, Copy, Debug, Serialize, Deserialize, PartialEq)]
+pub struct PerTxn {
+    pub us: f64,
+    pub msgs: f64,
+    pub bytes: f64,
 }
 
 #[cfg(test)]

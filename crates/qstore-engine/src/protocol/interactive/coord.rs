@@ -3,7 +3,7 @@
 
 use super::msg::{Age, Attempt, Body, GroupEnd, TsRange, Vote};
 use super::part::Group;
-use super::phases::{PhaseCosts, COMMIT, EXECUTION, PREPARE};
+use super::phases::{self, PhaseCosts, COMMIT, EXECUTION, PREPARE};
 use super::{Cc, Node};
 use crate::history::TxnTrace;
 use crate::protocol::shell::NodeShell;
@@ -58,7 +58,8 @@ pub(super) struct CoordTxn {
     order: u128,
     /// The intersection of the commit-timestamp ranges voted (protocols that vote ranges).
     range: Option<TsRange>,
-    costs: PhaseCosts,
+    /// Its phases' time and traffic, if it is one of those measured.
+    costs: Option<PhaseCosts>,
 }
 
 /// What a coordinator decided to do, done after its transaction's lock is released (a
@@ -153,7 +154,7 @@ impl<C: Cc> Node<C> {
             reserved: 0,
             order: 0,
             range: None,
-            costs: PhaseCosts::start(),
+            costs: phases::measured(txn).then(PhaseCosts::start),
         };
         let actions = if t.to_reserve.is_empty() {
             self.next_wave(&mut t)
@@ -187,8 +188,8 @@ impl<C: Cc> Node<C> {
         if t.phase == Phase::Answered {
             return;
         }
-        if received > 0 {
-            t.costs.message(received);
+        if let (Some(c), true) = (&mut t.costs, received > 0) {
+            c.message(received);
         }
         let actions = f(self, &mut t);
         self.account(&mut t, &actions);
@@ -210,7 +211,10 @@ impl<C: Cc> Node<C> {
 
     /// Accounts the phase `t` is now in and the messages to other nodes it is about to send.
     fn account(&self, t: &mut CoordTxn, actions: &[Action]) {
-        t.costs.enter(match t.phase {
+        let Some(costs) = &mut t.costs else {
+            return;
+        };
+        costs.enter(match t.phase {
             Phase::Reserving | Phase::Walking => EXECUTION,
             Phase::Preparing => PREPARE,
             Phase::Committing | Phase::Answered => COMMIT,
@@ -218,7 +222,7 @@ impl<C: Cc> Node<C> {
         for a in actions {
             if let Action::Send(to, body) = a {
                 if *to != self.id {
-                    t.costs.message(self.wire_size(t.req.id, body));
+                    costs.message(self.wire_size(t.req.id, body));
                 }
             }
         }
@@ -454,8 +458,10 @@ impl<C: Cc> Node<C> {
 
     /// Answers the client of a finished transaction and records its end.
     fn answer(&self, t: &mut CoordTxn) {
-        self.phases
-            .record_with_traffic(&t.costs.close(t.failure.is_none()));
+        if let Some(c) = &mut t.costs {
+            let (costs, n) = c.close(t.failure.is_none());
+            self.phases.record_with_traffic(&costs[..n]);
+        }
         let ending = match t.failure.take() {
             None => Ending::Committed {
                 order: t.order,

@@ -247,7 +247,7 @@ pub(crate) fn start<C: Cc>(
             admission: RwLock::new(Some(admission)),
             stop: AtomicBool::new(false),
             detector,
-            phases: StageClock::every_transaction(phases::PHASES),
+            phases: StageClock::per_transaction(phases::PHASES),
         });
         nodes[id.index()] = Some(node.clone());
         if let Some(answers) = answers {
@@ -376,10 +376,11 @@ impl<C: Cc> Node<C> {
 
     fn handle(&self, from: NodeId, msg: IMsg) {
         self.clock.fetch_max(msg.clock, Ordering::AcqRel);
-        // The coordinator accounts the answers it receives from other nodes.
+        // The coordinator accounts the answers it receives from other nodes (for the
+        // transactions whose phases it measures).
         let received = match msg.body {
             Body::Reserved | Body::Executed { .. } | Body::Vote(_) | Body::CommitAck
-                if from != self.id =>
+                if from != self.id && phases::measured(msg.txn) =>
             {
                 encoded_len(&msg)
             }
