@@ -28,6 +28,7 @@ mod deadlock;
 mod msg;
 mod part;
 mod phases;
+pub(crate) mod prewrites;
 #[cfg(test)]
 pub(crate) mod testing;
 

@@ -20,8 +20,8 @@
 
 use crate::cluster::EngineCtx;
 use crate::exec::{RowCopy, RowInstall};
+use crate::protocol::interactive::prewrites::{Held, Prewrites};
 use crate::protocol::interactive::{self, Attempt, Cc, Execution, Gate};
-use crate::protocol::timestamp::{Held, Prewrites};
 use crate::protocol::Engine;
 use parking_lot::Mutex;
 use qstore_core::txn::CcAbortCause;
