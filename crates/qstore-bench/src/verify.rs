@@ -7,9 +7,12 @@ use qstore_check::{AnomalyClass, Report};
 use qstore_core::{QError, RunConfig};
 use qstore_engine::history::{HistoryPart, HistoryRecorder};
 use qstore_engine::server::proto::Collected;
+use qstore_engine::server::PartitionTally;
 use qstore_engine::{oracle, StoppedCluster};
-use qstore_workload::Workload;
+use qstore_storage::PartitionStore;
+use qstore_workload::{Tally, Workload};
 use std::fmt;
+use std::sync::Arc;
 
 /// The verdicts of one run.
 pub struct Verification {
@@ -20,8 +23,6 @@ pub struct Verification {
     pub oracle: Option<OracleVerdict>,
     /// Workload invariants: summary or failure (`None` if the workload has none).
     pub invariants: Option<Result<String, String>>,
-    /// Why the invariants were not checked, when they could not be.
-    pub invariants_skipped: Option<&'static str>,
     /// Violations seen by clients in committed answers (e.g. a bank audit's sum).
     pub client_violations: u64,
     pub first_client_violation: Option<String>,
@@ -92,11 +93,7 @@ impl fmt::Display for Verification {
         match &self.invariants {
             Some(Ok(s)) => writeln!(f, "invariants: ok ({s})")?,
             Some(Err(e)) => writeln!(f, "invariants: VIOLATED ({e})")?,
-            None => {
-                if let Some(why) = self.invariants_skipped {
-                    writeln!(f, "invariants: not checked ({why})")?;
-                }
-            }
+            None => {}
         }
         if self.client_violations > 0 {
             writeln!(
@@ -167,13 +164,7 @@ pub fn verify_remote(
     let recorder = HistoryRecorder::merge(workload.partition_map().clone(), parts);
     let hashes: Vec<u64> = collected.iter().map(|c| c.partition_hash).collect();
     let mut v = verify_recorded(cfg, workload, &recorder, &hashes, clients)?;
-    let deterministic =
-        qstore_engine::protocol::info(&cfg.protocol.name).is_some_and(|p| p.deterministic);
-    v.invariants_skipped = Some(if deterministic {
-        "the final state stays in the servers; the serial oracle compares it by hash"
-    } else {
-        "the final state stays in the servers; the history check covers the run"
-    });
+    v.invariants = check_collected_tallies(workload, collected)?;
     Ok(v)
 }
 
@@ -220,7 +211,6 @@ fn verify_recorded(
         read_committed,
         oracle,
         invariants: None,
-        invariants_skipped: None,
         client_violations: clients.invariant_violations,
         first_client_violation: clients.first_violation.clone(),
         unanswered: clients.unfinished,
@@ -241,15 +231,60 @@ pub fn check_final(
     cluster: &StoppedCluster,
 ) -> Option<Result<String, String>> {
     let ctx = cluster.ctx();
-    let mut scan = |table: u16, f: &mut dyn FnMut(u64, &[u8])| {
-        for store in ctx.hosted() {
-            let t = store.table(table);
-            t.for_each(|key, rid| {
-                // SAFETY: `rid` is live (the index holds it), and the cluster is stopped:
-                // nothing writes rows any more.
-                f(key, unsafe { t.row(rid) })
-            });
+    let mut tally: Option<Tally> = None;
+    for store in ctx.hosted() {
+        // The cluster is stopped: nothing writes rows any more.
+        if let Some(t) = tally_partition(workload, store) {
+            tally.get_or_insert_with(Tally::default).merge(&t);
         }
+    }
+    tally.map(|t| workload.check_tally(&t))
+}
+
+/// What the workload's final-state check finds in one partition.
+///
+/// Call it only while no transaction writes the partition (after a run).
+pub fn tally_partition(workload: &dyn Workload, store: &PartitionStore) -> Option<Tally> {
+    let mut scan = |table: u16, f: &mut dyn FnMut(u64, &[u8])| {
+        let t = store.table(table);
+        t.for_each(|key, rid| {
+            // SAFETY: `rid` is live (the index holds it), and nothing writes the partition
+            // meanwhile (this function's contract).
+            f(key, unsafe { t.row(rid) })
+        });
     };
-    workload.check_final(&mut scan).transpose()
+    workload.tally(&mut scan)
+}
+
+/// A server's way to tally its partition for a collect request (see
+/// [`qstore_engine::server::PartitionTally`]), for workloads with a final-state check.
+pub fn partition_tally(workload: Arc<dyn Workload>) -> PartitionTally {
+    Arc::new(move |store: &PartitionStore| {
+        let t = tally_partition(workload.as_ref(), store)?;
+        Some(postcard::to_stdvec(&t).expect("tallies serialize to memory"))
+    })
+}
+
+/// The final-state check from every server's tally of its partition.
+fn check_collected_tallies(
+    workload: &dyn Workload,
+    collected: &[Collected],
+) -> Result<Option<Result<String, String>>, QError> {
+    let mut whole: Option<Tally> = None;
+    for c in collected {
+        let Some(bytes) = &c.tally else { continue };
+        let t: Tally = postcard::from_bytes(bytes).map_err(|e| {
+            QError::Other(format!(
+                "node {}: unreadable final-state tally: {e}",
+                c.node
+            ))
+        })?;
+        whole.get_or_insert_with(Tally::default).merge(&t);
+    }
+    if whole.is_some() && collected.iter().any(|c| c.tally.is_none()) {
+        return Err(QError::Other(
+            "some nodes returned no final-state tally: are all servers the same version?".into(),
+        ));
+    }
+    Ok(whole.map(|t| workload.check_tally(&t)))
 }

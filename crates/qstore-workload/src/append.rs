@@ -25,7 +25,7 @@
 //! Row layout (`8 + 8 * max_list_len` bytes): a little-endian u64 count, then the values as
 //! little-endian u64s.
 
-use crate::{ElleOp, ScanFn, TxnCall, TxnGenerator, Workload};
+use crate::{ElleOp, ScanFn, Tally, TxnCall, TxnGenerator, Workload};
 use qstore_core::config::AppendConfig;
 use qstore_core::partition::PartitionMap;
 use qstore_core::rng::Rng;
@@ -141,32 +141,37 @@ impl Workload for Append {
             .collect()
     }
 
-    fn check_final(&self, scan: &mut ScanFn<'_>) -> Result<Option<String>, String> {
+    fn tally(&self, scan: &mut ScanFn<'_>) -> Option<Tally> {
         let cap = self.cfg.max_list_len as usize;
-        let (mut lists, mut nonempty, mut elements) = (0u64, 0u64, 0u64);
-        let mut bad: Option<String> = None;
+        let mut t = Tally::default();
         scan(LISTS, &mut |key, row| {
-            lists += 1;
+            t.add("lists", 1);
             let count = u64::from_le_bytes(row[..8].try_into().expect("rows have a count"));
             if count > cap as u64 {
-                bad.get_or_insert(format!("list {key} has count {count} > {cap}"));
+                t.problem(|| format!("list {key} has count {count} > {cap}"));
                 return;
             }
             let mut values = list_values(row).collect::<Vec<_>>();
-            nonempty += (count > 0) as u64;
-            elements += count;
+            t.add("non-empty", (count > 0) as i128);
+            t.add("elements", count as i128);
             values.sort_unstable();
             if let Some(w) = values.windows(2).find(|w| w[0] == w[1]) {
-                bad.get_or_insert(format!("list {key} holds value {} twice", w[0]));
+                t.problem(|| format!("list {key} holds value {} twice", w[0]));
             }
         });
-        match bad {
-            Some(why) => Err(format!("append: {why}")),
-            None => Ok(Some(format!(
-                "append: {lists} lists, {nonempty} non-empty, {elements} elements, \
-                 no value twice in a list"
-            ))),
+        Some(t)
+    }
+
+    fn check_tally(&self, t: &Tally) -> Result<String, String> {
+        if let Some(problems) = t.problems_line() {
+            return Err(format!("append: {problems}"));
         }
+        Ok(format!(
+            "append: {} lists, {} non-empty, {} elements, no value twice in a list",
+            t.count("lists"),
+            t.count("non-empty"),
+            t.count("elements")
+        ))
     }
 }
 

@@ -51,7 +51,7 @@
 //! Row layout (16 bytes): bytes 0..8 the balance, a little-endian i64; 8..16 spare (zero).
 
 use crate::zipf::RankChooser;
-use crate::{ScanFn, TxnCall, TxnGenerator, Workload};
+use crate::{ScanFn, Tally, TxnCall, TxnGenerator, Workload};
 use qstore_core::config::BankConfig;
 use qstore_core::partition::PartitionMap;
 use qstore_core::rng::{splitmix64, Rng};
@@ -401,19 +401,24 @@ impl Workload for Bank {
         }
     }
 
-    fn check_final(&self, scan: &mut ScanFn<'_>) -> Result<Option<String>, String> {
-        let (mut total, mut accounts) = (0i128, 0u64);
-        let mut negative: Vec<(Key, i64)> = Vec::new();
+    fn tally(&self, scan: &mut ScanFn<'_>) -> Option<Tally> {
+        let mut t = Tally::default();
         scan(ACCOUNTS, &mut |key, row| {
             let b = balance(row);
-            total += b as i128;
-            accounts += 1;
+            t.add("money", b as i128);
+            t.add("accounts", 1);
             if b < 0 {
-                negative.push((key, b));
+                t.problem(|| format!("account {key} = {b}"));
             }
         });
+        Some(t)
+    }
+
+    fn check_tally(&self, t: &Tally) -> Result<String, String> {
+        let (total, accounts) = (t.count("money"), t.count("accounts"));
         let expected = self.expected_total();
-        let want_accounts = self.layout.partitions as u64 * self.cfg.accounts_per_partition;
+        let want_accounts =
+            self.layout.partitions as i128 * self.cfg.accounts_per_partition as i128;
         if total != expected {
             return Err(format!("bank: total money {total}, expected {expected}"));
         }
@@ -422,15 +427,16 @@ impl Workload for Bank {
                 "bank: {accounts} accounts, expected {want_accounts}"
             ));
         }
-        if let Some((key, b)) = negative.first() {
+        if t.problem_count > 0 {
             return Err(format!(
-                "bank: {} negative balances, e.g. account {key} = {b}",
-                negative.len()
+                "bank: {} negative balances, e.g. {}",
+                t.problem_count,
+                t.problems.join(", ")
             ));
         }
-        Ok(Some(format!(
+        Ok(format!(
             "bank: total {total} = expected, {accounts} accounts, none negative"
-        )))
+        ))
     }
 }
 
@@ -1165,6 +1171,35 @@ mod tests {
         let moved = balance(row) + old + 1;
         set_balance(row, moved);
         assert!(m.check_final(&b).unwrap_err().contains("negative"));
+    }
+
+    /// Servers tally their own partitions; the merged tallies judge the whole as a scan of
+    /// everything does, a negative balance found on one server included.
+    #[test]
+    fn tallies_of_each_partition_merge_into_the_check_of_the_whole() {
+        let b = bank(&config(4, 0.5));
+        let mut m = MapLoader::loaded(&b);
+        let key = b.layout.pmap.nth_key_of(ACCOUNTS, PartitionId(3), 5);
+        let other = b.layout.pmap.nth_key_of(ACCOUNTS, PartitionId(1), 9);
+        // Money moves from `key` (left at -7) to `other`: the total stays right.
+        let moved = balance(&m.rows[&(ACCOUNTS, key)]) + 7;
+        set_balance(m.rows.get_mut(&(ACCOUNTS, key)).unwrap(), -7);
+        let richer = balance(&m.rows[&(ACCOUNTS, other)]) + moved;
+        set_balance(m.rows.get_mut(&(ACCOUNTS, other)).unwrap(), richer);
+        let whole = m.check_final(&b).unwrap_err();
+        let mut merged = Tally::default();
+        for p in 0..4 {
+            let part = b.tally(&mut |table, f| {
+                for ((t, k), row) in &m.rows {
+                    if *t == table && b.layout.pmap.partition_of(*t, *k) == PartitionId(p) {
+                        f(*k, row);
+                    }
+                }
+            });
+            merged.merge(&part.unwrap());
+        }
+        assert_eq!(b.check_tally(&merged).unwrap_err(), whole);
+        assert!(whole.contains("negative"), "{whole}");
     }
 
     #[test]

@@ -11,6 +11,8 @@ pub mod zipf;
 use qstore_core::partition::PartitionMap;
 use qstore_core::txn::{Catalog, ProcCall, RowLoader, Value};
 use qstore_core::{ConfigError, Key, PartitionId, QError, RunConfig, TableId};
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
 /// Names accepted by `--workload`.
@@ -55,11 +57,23 @@ pub trait Workload: Send + Sync {
         Ok(())
     }
 
-    /// Checks the final database state after a run. `scan(table, f)` calls `f(key, row)` for
-    /// every row of `table` in every partition. Returns a one-line summary of what was checked
-    /// (`None` if the workload has no final invariant), or what is wrong.
-    fn check_final(&self, _scan: &mut ScanFn<'_>) -> Result<Option<String>, String> {
-        Ok(None)
+    /// What the final-state check finds in the rows `scan` visits (`scan(table, f)` calls
+    /// `f(key, row)` for every row of `table`): counters and problems that add up across
+    /// partitions, so that each server can tally its own partition and the client merges
+    /// them. `None` if the workload has no final invariant.
+    fn tally(&self, _scan: &mut ScanFn<'_>) -> Option<Tally> {
+        None
+    }
+
+    /// Judges the whole database from its tally (every partition's, merged): a one-line
+    /// summary of what was checked, or what is wrong.
+    fn check_tally(&self, _tally: &Tally) -> Result<String, String> {
+        Ok(String::new())
+    }
+
+    /// Checks the final database state after a run, over every partition `scan` visits.
+    fn check_final(&self, scan: &mut ScanFn<'_>) -> Result<Option<String>, String> {
+        self.tally(scan).map(|t| self.check_tally(&t)).transpose()
     }
 
     /// The call as list-append micro-operations for an Elle-style history (`None` for
@@ -67,6 +81,60 @@ pub trait Workload: Send + Sync {
     /// committed outputs for the completion, where reads carry the lists they saw.
     fn elle_ops(&self, _call: &ProcCall, _outputs: Option<&[Value]>) -> Option<Vec<ElleOp>> {
         None
+    }
+}
+
+/// Counters and problems a final-state check found in part of the database; tallies of
+/// different partitions merge into the tally of the whole.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct Tally {
+    /// Named counters, summed across partitions.
+    pub counts: BTreeMap<String, i128>,
+    /// Problems found, the first few as examples.
+    pub problems: Vec<String>,
+    pub problem_count: u64,
+}
+
+impl Tally {
+    /// Problems kept as examples.
+    const EXAMPLES: usize = 5;
+
+    pub fn add(&mut self, counter: &str, n: i128) {
+        *self.counts.entry(counter.to_string()).or_default() += n;
+    }
+
+    pub fn count(&self, counter: &str) -> i128 {
+        self.counts.get(counter).copied().unwrap_or(0)
+    }
+
+    pub fn problem(&mut self, what: impl FnOnce() -> String) {
+        self.problem_count += 1;
+        if self.problems.len() < Self::EXAMPLES {
+            self.problems.push(what());
+        }
+    }
+
+    pub fn merge(&mut self, other: &Tally) {
+        for (k, v) in &other.counts {
+            *self.counts.entry(k.clone()).or_default() += v;
+        }
+        for p in &other.problems {
+            if self.problems.len() < Self::EXAMPLES {
+                self.problems.push(p.clone());
+            }
+        }
+        self.problem_count += other.problem_count;
+    }
+
+    /// The problems as one line, if there are any.
+    pub fn problems_line(&self) -> Option<String> {
+        (self.problem_count > 0).then(|| {
+            format!(
+                "{} problem(s), e.g. {}",
+                self.problem_count,
+                self.problems.join("; ")
+            )
+        })
     }
 }
 

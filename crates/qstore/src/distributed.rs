@@ -81,7 +81,9 @@ pub fn serve(cfg: RunConfig, node: u32, record_history: bool) -> Result<(), QErr
         }
         Err(e) => return Err(e),
     };
-    let endpoint = ClientEndpoint::start(cluster.clone(), me, clients, health, secret, limits)?;
+    let tally = Some(qstore_bench::verify::partition_tally(workload.clone()));
+    let endpoint =
+        ClientEndpoint::start(cluster.clone(), me, clients, health, secret, limits, tally)?;
     eprintln!(
         "node {node}: serving clients on {} ({:.1} s to start)",
         endpoint.local_addr(),

@@ -706,11 +706,11 @@ impl IoThread {
     /// not consume the history: every client may verify the run so far.
     fn collect(&self) -> Collected {
         let ctx = self.shared.cluster.ctx();
+        let store = ctx.store(qstore_core::PartitionId(self.shared.me.0));
         Collected {
             node: self.shared.me,
-            partition_hash: ctx
-                .store(qstore_core::PartitionId(self.shared.me.0))
-                .content_hash(),
+            partition_hash: store.content_hash(),
+            tally: self.shared.tally.as_ref().and_then(|t| t(store)),
             history: ctx
                 .history
                 .as_ref()

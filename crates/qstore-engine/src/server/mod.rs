@@ -19,6 +19,7 @@ use qstore_core::config::ServerConfig;
 use qstore_core::NodeId;
 use qstore_net::auth::ClusterSecret;
 use qstore_net::{PeerEvent, PeerEventKind};
+use qstore_storage::PartitionStore;
 use std::collections::BTreeMap;
 use std::net::{SocketAddr, TcpListener};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
@@ -188,8 +189,14 @@ fn open_file_limit() -> u64 {
 }
 
 /// What the I/O threads share.
+/// The workload's final-state check of one partition, encoded for the wire (the engine does
+/// not know workloads: the server's binary supplies it). Called after a run, when no
+/// transaction writes the partition.
+pub type PartitionTally = Arc<dyn Fn(&PartitionStore) -> Option<Vec<u8>> + Send + Sync>;
+
 pub(crate) struct Shared {
     cluster: Arc<Cluster>,
+    tally: Option<PartitionTally>,
     me: NodeId,
     health: Arc<PeerHealth>,
     secret: ClusterSecret,
@@ -213,6 +220,8 @@ impl ClientEndpoint {
     /// Serves clients of node `me` on `listener` until [`ClientEndpoint::stop`]; each must
     /// prove it holds `secret`. New transactions are refused while `health` reports a peer
     /// down, and for good once a peer restarted.
+    /// `tally`, if given, is how a collect request gets the workload's final-state tally of
+    /// the node's partition.
     pub fn start(
         cluster: Arc<Cluster>,
         me: NodeId,
@@ -220,11 +229,13 @@ impl ClientEndpoint {
         health: Arc<PeerHealth>,
         secret: ClusterSecret,
         limits: EndpointLimits,
+        tally: Option<PartitionTally>,
     ) -> std::io::Result<Self> {
         let addr = listener.local_addr()?;
         listener.set_nonblocking(true)?;
         let shared = Arc::new(Shared {
             cluster,
+            tally,
             me,
             health,
             secret,

@@ -38,7 +38,7 @@ use std::time::Duration;
 const MAX_HANDSHAKE_FRAME: usize = 4096;
 
 /// Version of the client protocol; a client with another version is refused.
-pub const CLIENT_FORMAT_VERSION: u32 = 3;
+pub const CLIENT_FORMAT_VERSION: u32 = 4;
 
 /// Role labels of the client handshake's proofs.
 pub const SERVER_ROLE: &str = "qstore client-port server";
@@ -123,6 +123,9 @@ pub struct Collected {
     /// The node's part of the engine history (a postcard-encoded
     /// `qstore_engine::history::HistoryPart`), when the server records one.
     pub history: Option<Vec<u8>>,
+    /// What the workload's final-state check finds in the node's partition (a
+    /// postcard-encoded `qstore_workload::Tally`), for workloads that have one.
+    pub tally: Option<Vec<u8>>,
 }
 
 /// The client's side of the handshake on a fresh connection: hello, check the server's proof,
