@@ -66,6 +66,17 @@ pub(crate) enum Gate {
     Abort(CcAbortCause),
 }
 
+/// A buffered access, as a participant's concurrency control is asked about it: the attempt,
+/// the row (`table`, `rid`), and whether the attempt writes it.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct RowAccess {
+    pub txn: TxnId,
+    pub at: Attempt,
+    pub table: TableId,
+    pub rid: RowId,
+    pub write: bool,
+}
+
 /// How a participant runs a transaction's accesses.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Execution {
@@ -119,32 +130,18 @@ pub(crate) trait Cc: Send + Sync + 'static {
         unreachable!("only protocols that execute in place are asked for access")
     }
 
-    /// Buffered: may `txn` read row `rid` of `table` (`write`: to change a copy of it, to be
+    /// Buffered: may the attempt read the row (`a.write`: to change a copy of it, to be
     /// installed at commit)? On `Go`, the protocol has taken the copy to read from `copy`,
     /// under the row's latch. Asked again when a `Wait` is resumed.
-    #[allow(clippy::too_many_arguments)]
-    fn read_copy(
-        &self,
-        _txn: TxnId,
-        _at: &Attempt,
-        _table: TableId,
-        _rid: RowId,
-        _write: bool,
-        _held: &mut Self::Held,
-        _copy: &mut RowCopy<'_>,
-    ) -> Gate {
+    fn read_copy(&self, _a: &RowAccess, _held: &mut Self::Held, _copy: &mut RowCopy<'_>) -> Gate {
         unreachable!("only buffered protocols are asked for copies")
     }
 
-    /// Buffered, at commit: puts `txn`'s copy of row `rid` in place through `row`, under the
-    /// row's latch; transactions whose wait is over are added to `woken`.
-    #[allow(clippy::too_many_arguments)]
+    /// Buffered, at commit: puts the attempt's copy of the row in place through `row`, under
+    /// the row's latch; transactions whose wait is over are added to `woken`.
     fn install(
         &self,
-        _txn: TxnId,
-        _at: &Attempt,
-        _table: TableId,
-        _rid: RowId,
+        _a: &RowAccess,
         _held: &mut Self::Held,
         _row: &mut RowInstall<'_>,
         _woken: &mut Vec<TxnId>,

@@ -2,7 +2,7 @@
 //! parking and resuming those that wait, and the participant's half of (two-phase) commit.
 
 use super::msg::{Attempt, Body, GroupEnd, Vote};
-use super::{Cc, Execution, Gate, Node};
+use super::{Cc, Execution, Gate, Node, RowAccess};
 use crate::exec::{run_access, run_on_copy, RowCopy, RowInstall, UndoLog, WriteBuffer};
 use crate::history::TxnTrace;
 use qstore_core::txn::{Access, AccessKind, LogicAbort, Program, Value, KEY_NOT_FOUND};
@@ -299,9 +299,14 @@ impl<C: Cc> Node<C> {
         };
         let write = a.kind.is_write();
         let mut copy = RowCopy::new(table, rid);
-        let gate = self
-            .cc
-            .read_copy(txn, &t.at, a.table, rid, write, &mut t.held, &mut copy);
+        let access = RowAccess {
+            txn,
+            at: t.at,
+            table: a.table,
+            rid,
+            write,
+        };
+        let gate = self.cc.read_copy(&access, &mut t.held, &mut copy);
         if let Some(stop) = stopped_by(gate) {
             return stop;
         }
@@ -356,9 +361,14 @@ impl<C: Cc> Node<C> {
         for w in t.writes.drain() {
             let table = store.table(w.table);
             let mut row = RowInstall::new(table, w.rid, &w.bytes, txn);
-            let (at, held) = (&t.at, &mut t.held);
-            self.cc
-                .install(txn, at, w.table, w.rid, held, &mut row, &mut woken);
+            let access = RowAccess {
+                txn,
+                at: t.at,
+                table: w.table,
+                rid: w.rid,
+                write: true,
+            };
+            self.cc.install(&access, &mut t.held, &mut row, &mut woken);
         }
         if let Some(h) = &self.ctx.history {
             h.add_part(txn, &t.trace);

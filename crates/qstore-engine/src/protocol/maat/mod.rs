@@ -32,7 +32,7 @@
 
 use crate::cluster::EngineCtx;
 use crate::exec::{RowCopy, RowInstall};
-use crate::protocol::interactive::{self, Attempt, Cc, Execution, Gate, TsRange, Vote};
+use crate::protocol::interactive::{self, Attempt, Cc, Execution, Gate, RowAccess, TsRange, Vote};
 use crate::protocol::Engine;
 use parking_lot::Mutex;
 use qstore_core::txn::CcAbortCause;
@@ -236,16 +236,14 @@ impl Cc for Maat {
         true
     }
 
-    fn read_copy(
-        &self,
-        txn: TxnId,
-        _at: &Attempt,
-        table: TableId,
-        rid: RowId,
-        write: bool,
-        held: &mut Held,
-        copy: &mut RowCopy<'_>,
-    ) -> Gate {
+    fn read_copy(&self, a: &RowAccess, held: &mut Held, copy: &mut RowCopy<'_>) -> Gate {
+        let RowAccess {
+            txn,
+            table,
+            rid,
+            write,
+            ..
+        } = *a;
         if !held.registered {
             self.times.lock().register(txn);
             held.registered = true;
@@ -294,14 +292,12 @@ impl Cc for Maat {
 
     fn install(
         &self,
-        _txn: TxnId,
-        at: &Attempt,
-        table: TableId,
-        rid: RowId,
+        a: &RowAccess,
         _held: &mut Held,
         install: &mut RowInstall<'_>,
         _woken: &mut Vec<TxnId>,
     ) {
+        let RowAccess { at, table, rid, .. } = *a;
         let mut row = self.rows.get(table, rid).lock();
         // Thomas write rule: a later version is already in place.
         if at.ts < row.wts && self.ordering {

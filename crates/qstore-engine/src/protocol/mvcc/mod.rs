@@ -21,12 +21,12 @@
 use crate::cluster::EngineCtx;
 use crate::exec::{RowCopy, RowInstall};
 use crate::protocol::interactive::prewrites::{Held, Prewrites};
-use crate::protocol::interactive::{self, Attempt, Cc, Execution, Gate};
+use crate::protocol::interactive::{self, Attempt, Cc, Execution, Gate, RowAccess};
 use crate::protocol::Engine;
 use parking_lot::Mutex;
 use qstore_core::txn::CcAbortCause;
-use qstore_core::{QError, TableId, TxnId};
-use qstore_storage::{MetaColumn, PartitionStore, RowId, RowVersion};
+use qstore_core::{QError, TxnId};
+use qstore_storage::{MetaColumn, PartitionStore, RowVersion};
 use std::sync::Arc;
 
 /// A row's versions: the current one's timestamps, the older ones, the pending writes.
@@ -92,16 +92,14 @@ impl Cc for Mvcc {
         true
     }
 
-    fn read_copy(
-        &self,
-        txn: TxnId,
-        at: &Attempt,
-        table: TableId,
-        rid: RowId,
-        write: bool,
-        held: &mut Held,
-        copy: &mut RowCopy<'_>,
-    ) -> Gate {
+    fn read_copy(&self, a: &RowAccess, held: &mut Held, copy: &mut RowCopy<'_>) -> Gate {
+        let RowAccess {
+            txn,
+            at,
+            table,
+            rid,
+            write,
+        } = *a;
         let ts = at.ts;
         let mut guard = self.rows.get(table, rid).lock();
         let row = &mut *guard;
@@ -124,14 +122,18 @@ impl Cc for Mvcc {
 
     fn install(
         &self,
-        txn: TxnId,
-        at: &Attempt,
-        table: TableId,
-        rid: RowId,
+        a: &RowAccess,
         _held: &mut Held,
         install: &mut RowInstall<'_>,
         woken: &mut Vec<TxnId>,
     ) {
+        let RowAccess {
+            txn,
+            at,
+            table,
+            rid,
+            ..
+        } = *a;
         let mut row = self.rows.get(table, rid).lock();
         // SAFETY: under the row's latch, which every copy takes.
         let (bytes, version) = unsafe { install.replaced() };
@@ -225,7 +227,14 @@ mod tests {
         let rid = table.lookup(0).unwrap();
         let mut copy = RowCopy::new(table, rid);
         let mut held = Held::default();
-        match cc.read_copy(TxnId(ts), &attempt(ts), 0, rid, false, &mut held, &mut copy) {
+        let access = RowAccess {
+            txn: TxnId(ts),
+            at: attempt(ts),
+            table: 0,
+            rid,
+            write: false,
+        };
+        match cc.read_copy(&access, &mut held, &mut copy) {
             Gate::Go => {
                 let (bytes, _) = copy.take().unwrap();
                 Ok(i64::from_le_bytes(bytes[..8].try_into().unwrap()))
@@ -236,18 +245,25 @@ mod tests {
 
     /// Attempt `ts` writes `value` to key 0 and commits at once.
     fn write(store: &PartitionStore, cc: &Mvcc, ts: u64, value: i64) -> Gate {
-        let (table, txn, at) = (store.table(0), TxnId(ts), attempt(ts));
+        let (table, txn) = (store.table(0), TxnId(ts));
         let rid = table.lookup(0).unwrap();
         let mut copy = RowCopy::new(table, rid);
         let mut held = Held::default();
-        let gate = cc.read_copy(txn, &at, 0, rid, true, &mut held, &mut copy);
+        let access = RowAccess {
+            txn,
+            at: attempt(ts),
+            table: 0,
+            rid,
+            write: true,
+        };
+        let gate = cc.read_copy(&access, &mut held, &mut copy);
         if gate != Gate::Go {
             return gate;
         }
         let bytes = value.to_le_bytes();
         let mut row = RowInstall::new(table, rid, &bytes, txn);
         let mut woken = Vec::new();
-        cc.install(txn, &at, 0, rid, &mut held, &mut row, &mut woken);
+        cc.install(&access, &mut held, &mut row, &mut woken);
         cc.release(txn, &mut held, &mut woken);
         Gate::Go
     }

@@ -19,7 +19,7 @@
 
 use crate::cluster::EngineCtx;
 use crate::exec::{RowCopy, RowInstall};
-use crate::protocol::interactive::{self, Attempt, Cc, Execution, Gate, Vote};
+use crate::protocol::interactive::{self, Attempt, Cc, Execution, Gate, RowAccess, Vote};
 use crate::protocol::Engine;
 use parking_lot::Mutex;
 use qstore_core::txn::CcAbortCause;
@@ -98,16 +98,10 @@ impl Cc for Occ {
         true
     }
 
-    fn read_copy(
-        &self,
-        _txn: TxnId,
-        _at: &Attempt,
-        table: TableId,
-        rid: RowId,
-        write: bool,
-        held: &mut Held,
-        copy: &mut RowCopy<'_>,
-    ) -> Gate {
+    fn read_copy(&self, a: &RowAccess, held: &mut Held, copy: &mut RowCopy<'_>) -> Gate {
+        let RowAccess {
+            table, rid, write, ..
+        } = *a;
         let version = {
             let _latch = self.rows.get(table, rid).lock();
             // SAFETY: under the row's latch, which every install takes.
@@ -139,14 +133,12 @@ impl Cc for Occ {
 
     fn install(
         &self,
-        _txn: TxnId,
-        _at: &Attempt,
-        table: TableId,
-        rid: RowId,
+        a: &RowAccess,
         _held: &mut Held,
         install: &mut RowInstall<'_>,
         _woken: &mut Vec<TxnId>,
     ) {
+        let RowAccess { table, rid, .. } = *a;
         let _latch = self.rows.get(table, rid).lock();
         // SAFETY: under the row's latch, which every copy takes; OCC owns the table.
         unsafe { install.install() };

@@ -18,12 +18,12 @@
 use crate::cluster::EngineCtx;
 use crate::exec::{RowCopy, RowInstall};
 use crate::protocol::interactive::prewrites::{Held, Prewrites};
-use crate::protocol::interactive::{self, Attempt, Cc, Execution, Gate};
+use crate::protocol::interactive::{self, Attempt, Cc, Execution, Gate, RowAccess};
 use crate::protocol::Engine;
 use parking_lot::Mutex;
 use qstore_core::txn::CcAbortCause;
-use qstore_core::{QError, TableId, TxnId};
-use qstore_storage::{MetaColumn, PartitionStore, RowId};
+use qstore_core::{QError, TxnId};
+use qstore_storage::{MetaColumn, PartitionStore};
 use std::sync::Arc;
 
 /// A row's timestamps: 16 bytes, plus the pending writes and waiting readers while there are
@@ -54,16 +54,14 @@ impl Cc for Timestamp {
         true
     }
 
-    fn read_copy(
-        &self,
-        txn: TxnId,
-        at: &Attempt,
-        table: TableId,
-        rid: RowId,
-        write: bool,
-        held: &mut Held,
-        copy: &mut RowCopy<'_>,
-    ) -> Gate {
+    fn read_copy(&self, a: &RowAccess, held: &mut Held, copy: &mut RowCopy<'_>) -> Gate {
+        let RowAccess {
+            txn,
+            at,
+            table,
+            rid,
+            write,
+        } = *a;
         let ts = at.ts;
         let mut row = self.rows.get(table, rid).lock();
         held.resumed(txn, table, rid, &mut row.prewrites);
@@ -87,14 +85,18 @@ impl Cc for Timestamp {
 
     fn install(
         &self,
-        txn: TxnId,
-        at: &Attempt,
-        table: TableId,
-        rid: RowId,
+        a: &RowAccess,
         _held: &mut Held,
         install: &mut RowInstall<'_>,
         woken: &mut Vec<TxnId>,
     ) {
+        let RowAccess {
+            txn,
+            at,
+            table,
+            rid,
+            ..
+        } = *a;
         let mut row = self.rows.get(table, rid).lock();
         // SAFETY: under the row's latch, which every copy takes; TIMESTAMP owns the table.
         unsafe { install.install() };
