@@ -32,9 +32,7 @@ impl Cc for HStore {
     /// Whether the transaction holds the partition.
     type Held = bool;
 
-    fn reserves_partitions(&self) -> bool {
-        true
-    }
+    const RESERVES_PARTITIONS: bool = true;
 
     fn reserve(&self, txn: TxnId, _: &Attempt, held: &mut bool) -> Gate {
         let mut p = self.partition.lock();

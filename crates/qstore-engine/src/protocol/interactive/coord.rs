@@ -119,7 +119,7 @@ impl<C: Cc> Node<C> {
         let txn = req.id;
         let n = program.accesses.len();
         let mut to_reserve = Vec::new();
-        if self.cc.reserves_partitions() {
+        if C::RESERVES_PARTITIONS {
             to_reserve = program
                 .accesses
                 .iter()
@@ -134,7 +134,7 @@ impl<C: Cc> Node<C> {
                     birth_us: req.birth_us,
                     id: txn,
                 },
-                ts: if self.cc.uses_timestamps() {
+                ts: if C::USES_TIMESTAMPS {
                     self.timestamps.next()
                 } else {
                     0
@@ -367,7 +367,7 @@ impl<C: Cc> Node<C> {
     /// Every access ran: one participant commits at once (unless the protocol validates),
     /// several vote first.
     fn start_commit(&self, t: &mut CoordTxn) -> Vec<Action> {
-        let alone = t.participants.len() <= 1 && !self.cc.validates();
+        let alone = t.participants.len() <= 1 && !C::VALIDATES;
         if alone || t.participants.is_empty() {
             for p in &mut t.participants {
                 p.commits = true;

@@ -95,21 +95,20 @@ pub(crate) trait Cc: Send + Sync + 'static {
     /// What a transaction holds here (its locks, its reservation, its prewrites).
     type Held: Default + Send;
 
-    fn execution(&self) -> Execution {
-        Execution::InPlace
-    }
+    /// How its participants run accesses.
+    const EXECUTION: Execution = Execution::InPlace;
 
     /// Whether the protocol orders attempts by timestamp: only then does an attempt take one
     /// (otherwise its `Attempt::ts` is 0).
-    fn uses_timestamps(&self) -> bool {
-        false
-    }
+    const USES_TIMESTAMPS: bool = false;
 
     /// Whether the coordinator reserves every partition the transaction touches, one after
     /// the other in ascending order, before its first access (H-Store).
-    fn reserves_partitions(&self) -> bool {
-        false
-    }
+    const RESERVES_PARTITIONS: bool = false;
+
+    /// Whether a transaction with a single participant also goes through [`Cc::prepare`]
+    /// (protocols that validate at commit); otherwise it commits in one phase.
+    const VALIDATES: bool = false;
 
     /// Reserves the whole partition for `txn`. Asked again when a `Wait` is resumed.
     fn reserve(&self, _txn: TxnId, _at: &Attempt, _held: &mut Self::Held) -> Gate {
@@ -191,12 +190,6 @@ pub(crate) trait Cc: Send + Sync + 'static {
     /// (`Deadlock`) when it asks again; true if it was waiting. Transactions whose wait ended
     /// with it (queued behind it) are added to `woken`.
     fn abort_waiter(&self, _txn: TxnId, _woken: &mut Vec<TxnId>) -> bool {
-        false
-    }
-
-    /// Whether a transaction with a single participant also goes through [`Cc::prepare`]
-    /// (protocols that validate at commit); otherwise it commits in one phase.
-    fn validates(&self) -> bool {
         false
     }
 

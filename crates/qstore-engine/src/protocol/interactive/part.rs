@@ -220,7 +220,7 @@ impl<C: Cc> Node<C> {
         let mut end = GroupEnd::Done;
         while g.at < g.group.len() {
             let (idx, a) = g.group.get(g.at);
-            let step = match self.cc.execution() {
+            let step = match C::EXECUTION {
                 Execution::InPlace => self.step_in_place(txn, &mut t, a, &g.outs),
                 Execution::Buffered => self.step_buffered(txn, &mut t, a, &g.outs),
             };

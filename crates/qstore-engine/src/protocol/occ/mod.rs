@@ -90,13 +90,9 @@ impl Occ {
 impl Cc for Occ {
     type Held = Held;
 
-    fn execution(&self) -> Execution {
-        Execution::Buffered
-    }
+    const EXECUTION: Execution = Execution::Buffered;
 
-    fn validates(&self) -> bool {
-        true
-    }
+    const VALIDATES: bool = true;
 
     fn read_copy(&self, a: &RowAccess, held: &mut Held, copy: &mut RowCopy<'_>) -> Gate {
         let RowAccess {

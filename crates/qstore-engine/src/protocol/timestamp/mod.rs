@@ -46,13 +46,9 @@ struct Timestamp {
 impl Cc for Timestamp {
     type Held = Held;
 
-    fn execution(&self) -> Execution {
-        Execution::Buffered
-    }
+    const EXECUTION: Execution = Execution::Buffered;
 
-    fn uses_timestamps(&self) -> bool {
-        true
-    }
+    const USES_TIMESTAMPS: bool = true;
 
     fn read_copy(&self, a: &RowAccess, held: &mut Held, copy: &mut RowCopy<'_>) -> Gate {
         let RowAccess {
