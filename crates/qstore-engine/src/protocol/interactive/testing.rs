@@ -25,6 +25,25 @@ pub(crate) fn contended_ycsb(
     contended_ycsb_within(start, commits, Duration::from_secs(30)).unwrap_or_else(|e| panic!("{e}"))
 }
 
+/// The checks of a protocol bite: on contended YCSB, the engine `without` them makes leaves
+/// a dependency cycle (G0, G1c or G2) in the history, and the engine `with` them a
+/// serializable one. Returns the report of the run without, for further assertions.
+pub(crate) fn assert_checks_bite(
+    without: &dyn Fn(Arc<EngineCtx>) -> Result<Box<dyn Engine>, QError>,
+    with: &dyn Fn(Arc<EngineCtx>) -> Result<Box<dyn Engine>, QError>,
+) -> qstore_check::Report {
+    use qstore_check::AnomalyClass;
+    let unchecked = contended_ycsb(without, 3000);
+    let cycles = [AnomalyClass::G0, AnomalyClass::G1c, AnomalyClass::G2];
+    assert!(
+        cycles.iter().any(|c| unchecked.count(*c) > 0),
+        "no cycle without the checks:\n{unchecked}"
+    );
+    let checked = contended_ycsb(with, 3000);
+    assert!(checked.is_serializable(), "{checked}");
+    unchecked
+}
+
 /// [`contended_ycsb`], or how many clients were left waiting for an answer for `patience`.
 pub(crate) fn contended_ycsb_within(
     start: &dyn Fn(Arc<EngineCtx>) -> Result<Box<dyn Engine>, QError>,

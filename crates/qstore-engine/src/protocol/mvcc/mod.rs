@@ -180,20 +180,11 @@ fn start_checking(ctx: Arc<EngineCtx>, order_checks: bool) -> Result<Box<dyn Eng
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::protocol::interactive::testing::contended_ycsb;
-    use qstore_check::AnomalyClass;
+    use crate::protocol::interactive::testing::assert_checks_bite;
 
     #[test]
     fn the_history_checker_catches_what_version_order_prevents() {
-        let unchecked = contended_ycsb(&|ctx| start_checking(ctx, false), 3000);
-        assert!(!unchecked.is_serializable(), "{unchecked}");
-        let cycles = [AnomalyClass::G0, AnomalyClass::G1c, AnomalyClass::G2];
-        assert!(
-            cycles.iter().any(|c| unchecked.count(*c) > 0),
-            "{unchecked}"
-        );
-        let checked = contended_ycsb(&start, 3000);
-        assert!(checked.is_serializable(), "{checked}");
+        assert_checks_bite(&|ctx| start_checking(ctx, false), &start);
     }
 
     /// The partition-0 store of the exec fixture (keys 0..8 hold counter 5) and an MVCC over
