@@ -480,6 +480,7 @@ pub struct WorkloadConfig {
     pub ycsb: YcsbConfig,
     pub bank: BankConfig,
     pub append: AppendConfig,
+    pub tpcc: TpccConfig,
 }
 
 impl Default for WorkloadConfig {
@@ -489,6 +490,7 @@ impl Default for WorkloadConfig {
             ycsb: YcsbConfig::default(),
             bank: BankConfig::default(),
             append: AppendConfig::default(),
+            tpcc: TpccConfig::default(),
         }
     }
 }
@@ -603,6 +605,70 @@ impl Default for AppendConfig {
             active_keys: 16,
             multi_partition_fraction: 0.5,
             partitions_per_mp_txn: 2,
+        }
+    }
+}
+
+/// Which TPC-C transactions run, and in what shares.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum TpccMix {
+    /// All five transactions (clause 5.2.3): Payment at `payment_fraction`, Order-Status,
+    /// Delivery and Stock-Level at the spec's minimum of 4% each, New-Order the rest (45% at
+    /// the default `payment_fraction`).
+    Standard,
+    /// New-Order and Payment only, 88% of the standard mix and what the papers measure:
+    /// Payment at `payment_fraction`, New-Order the rest.
+    NeworderPayment,
+}
+
+/// The TPC-C workload: warehouses spread over the partitions, each with the spec's initial
+/// population; the five transactions, or New-Order and Payment alone.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct TpccConfig {
+    /// Warehouses each partition holds; warehouse `w` (numbered from 0) lives in partition
+    /// `w / warehouses_per_partition`. More warehouses per partition means less contention
+    /// on each warehouse's rows and more memory per node.
+    pub warehouses_per_partition: u32,
+    /// Orders a district can hold: the 3000 loaded plus room for the orders New-Order adds.
+    /// It sizes the order-id part of the keys and the ORDER, NEW-ORDER, ORDER-LINE and
+    /// HISTORY tables (whose per-district sequence it also bounds), so it sets most of a
+    /// partition's memory; a New-Order past it aborts.
+    pub max_orders_per_district: u32,
+    pub mix: TpccMix,
+    /// Share of transactions that are Payments. With `mix = "standard"` it must stay between
+    /// the spec's minimum 43% and 88% (the other three minor transactions take 4% each);
+    /// with `mix = "neworder-payment"` it may be anything from 0 (New-Order only) to 1
+    /// (Payment only).
+    pub payment_fraction: f64,
+    /// Share of New-Order and Payment transactions that span two partitions (the knob of the
+    /// Q-Store paper, whose TPC-C touches at most two partitions): such a Payment's customer
+    /// belongs to, and at least one line of such a New-Order is supplied by, a warehouse of
+    /// one other partition. Every other transaction stays in its home partition. The default
+    /// is the spec's 15% of remote Payments, which the paper applies to both transactions.
+    pub multi_partition_fraction: f64,
+    /// Chance that a line of a single-partition New-Order is supplied by another warehouse of
+    /// the home partition (the spec's 1%, clause 2.4.1.5). Other warehouses of other
+    /// partitions come only through `multi_partition_fraction`, so with one warehouse per
+    /// partition this has no effect.
+    pub remote_new_order_line_fraction: f64,
+    /// Chance that the customer of a single-partition Payment belongs to another warehouse of
+    /// the home partition (the spec's 15%, clause 2.5.1.2); as above, remote partitions come
+    /// only through `multi_partition_fraction`.
+    pub remote_payment_fraction: f64,
+}
+
+impl Default for TpccConfig {
+    fn default() -> Self {
+        TpccConfig {
+            warehouses_per_partition: 1,
+            max_orders_per_district: 3_000 + 30_000,
+            mix: TpccMix::Standard,
+            payment_fraction: 0.43,
+            multi_partition_fraction: 0.15,
+            remote_new_order_line_fraction: 0.01,
+            remote_payment_fraction: 0.15,
         }
     }
 }
@@ -776,6 +842,7 @@ impl RunConfig {
             "ycsb" => self.workload.ycsb.validate(c.nodes),
             "bank" => self.workload.bank.validate(c.nodes),
             "append" => self.workload.append.validate(c.nodes),
+            "tpcc" => self.workload.tpcc.validate(c.nodes, c.partitioning),
             _ => Ok(()),
         }
     }
@@ -1082,6 +1149,117 @@ impl AppendConfig {
                  multi-partition transactions are on",
                 self.partitions_per_mp_txn
             ),
+        )
+    }
+}
+
+impl TpccConfig {
+    /// Orders the load puts in every district (clause 4.3.3.1).
+    pub const INITIAL_ORDERS: u32 = 3_000;
+    /// ORDER-LINE rows a partition keeps room for per order: orders have 5 to 15 lines,
+    /// uniformly (clause 2.4.1.3), so 10 on average, and this is 10% more. Room for 15 would
+    /// take a third more memory (and, past a power of two, twice the index) for orders
+    /// that never come; a New-Order that finds the table full aborts.
+    pub const ORDER_LINES_ROOM: u32 = 11;
+    /// Districts per warehouse.
+    pub const DISTRICTS: u32 = 10;
+    /// Key bits of a warehouse's HISTORY rows besides the order-id bits, the widest of the
+    /// tables: 4 for the district and 12 for the customer (`qstore_workload::tpcc::keys`).
+    pub const HISTORY_FIXED_BITS: u32 = 16;
+    /// Most rows a partition's table can hold: storage numbers rows with 32 bits.
+    pub const MAX_TABLE_ROWS: u128 = 1 << 32;
+
+    /// Bits of the order-id part of keys: enough for ids up to `max_orders_per_district`.
+    pub fn order_id_bits(&self) -> u32 {
+        u32::BITS - self.max_orders_per_district.leading_zeros()
+    }
+
+    /// Bits of the widest per-warehouse key space (HISTORY's).
+    pub fn key_bits_per_warehouse(&self) -> u32 {
+        Self::HISTORY_FIXED_BITS + self.order_id_bits()
+    }
+
+    pub fn validate(&self, partitions: u32, partitioning: Partitioning) -> Result<(), ConfigError> {
+        check(
+            partitioning == Partitioning::Range,
+            "cluster.partitioning",
+            "hash",
+            "must be range for workload tpcc (each warehouse's rows are one key range, placed \
+             whole in one partition)",
+        )?;
+        check(
+            (1..=64).contains(&self.warehouses_per_partition),
+            "workload.tpcc.warehouses_per_partition",
+            self.warehouses_per_partition,
+            "must be between 1 and 64",
+        )?;
+        self.validate_orders(partitions)?;
+        self.validate_mix()?;
+        mp_fraction(
+            "workload.tpcc.multi_partition_fraction",
+            self.multi_partition_fraction,
+            partitions,
+        )?;
+        fraction(
+            "workload.tpcc.remote_new_order_line_fraction",
+            self.remote_new_order_line_fraction,
+        )?;
+        fraction(
+            "workload.tpcc.remote_payment_fraction",
+            self.remote_payment_fraction,
+        )
+    }
+
+    fn validate_orders(&self, partitions: u32) -> Result<(), ConfigError> {
+        let setting = "workload.tpcc.max_orders_per_district";
+        let max = self.max_orders_per_district;
+        check(
+            max > Self::INITIAL_ORDERS,
+            setting,
+            max,
+            "must be at least 3001 (the 3000 loaded orders and room for new ones)",
+        )?;
+        let warehouses = partitions as u128 * self.warehouses_per_partition as u128;
+        // Keys run from 0 to warehouses * 2^bits - 1, which must not reach the reserved keys.
+        let keys = warehouses << self.key_bits_per_warehouse();
+        check(
+            keys <= crate::MAX_KEY as u128 + 1,
+            setting,
+            max,
+            &format!(
+                "makes the keys of {warehouses} warehouses overflow 64 bits (each takes \
+                 2^(16 + {} order-id bits) HISTORY keys)",
+                self.order_id_bits()
+            ),
+        )?;
+        let lines = self.warehouses_per_partition as u128
+            * (Self::DISTRICTS * Self::ORDER_LINES_ROOM) as u128
+            * max as u128;
+        check(
+            lines <= Self::MAX_TABLE_ROWS,
+            setting,
+            max,
+            "makes a partition's ORDER-LINE table (warehouses_per_partition * 10 districts * \
+             max_orders_per_district * 11 lines) exceed 2^32 rows, the most a table holds",
+        )
+    }
+
+    fn validate_mix(&self) -> Result<(), ConfigError> {
+        let (lo, hi, allowed) = match self.mix {
+            TpccMix::Standard => (
+                0.43,
+                0.88,
+                "must be between 0.43 (the spec's minimum) and 0.88 (Order-Status, Delivery and \
+                 Stock-Level take 4% each) with mix = \"standard\"; mix = \"neworder-payment\" \
+                 allows 0 to 1",
+            ),
+            TpccMix::NeworderPayment => (0.0, 1.0, "must be a fraction between 0 and 1"),
+        };
+        check(
+            (lo..=hi).contains(&self.payment_fraction),
+            "workload.tpcc.payment_fraction",
+            self.payment_fraction,
+            allowed,
         )
     }
 }
@@ -1468,5 +1646,131 @@ mod tests {
             assert_eq!(e.setting, format!("workload.append.{setting}"), "{e}");
         }
         assert_eq!(AppendConfig::default().row_size(), 8 + 8 * 32);
+    }
+
+    #[test]
+    fn tpcc_defaults_are_valid_and_round_trip_through_toml() {
+        let mut c = RunConfig::default();
+        c.workload.name = "tpcc".into();
+        c.validate().unwrap();
+        assert_eq!(RunConfig::from_toml(&c.to_toml()).unwrap(), c);
+        let text = RunConfig::default().to_toml();
+        assert!(text.contains("[workload.tpcc]") && text.contains("mix = \"standard\""));
+        let t = TpccConfig::default();
+        assert_eq!(t.order_id_bits(), 16);
+        assert_eq!(t.key_bits_per_warehouse(), 32);
+    }
+
+    /// The settings the figure specs of the Q-Store paper's TPC-C experiments use.
+    #[test]
+    fn tpcc_settings_of_the_figure_specs_parse() {
+        let c = RunConfig::from_toml(
+            "[cluster]\nnodes = 4\n[workload]\nname = \"tpcc\"\n[workload.tpcc]\n\
+             warehouses_per_partition = 4\npayment_fraction = 0.5\n\
+             multi_partition_fraction = 0.2\nmix = \"neworder-payment\"\n",
+        )
+        .unwrap();
+        let t = &c.workload.tpcc;
+        assert_eq!(t.warehouses_per_partition, 4);
+        assert_eq!(t.payment_fraction, 0.5);
+        assert_eq!(t.multi_partition_fraction, 0.2);
+        assert_eq!(t.mix, TpccMix::NeworderPayment);
+        assert_eq!(t.remote_payment_fraction, 0.15);
+        c.validate().unwrap();
+        let err = RunConfig::from_toml("[workload.tpcc]\nmix = \"payment\"\n").unwrap_err();
+        assert!(err.contains("neworder-payment"), "{err}");
+        let err = RunConfig::from_toml("[workload.tpcc]\nwarehouses = 3\n").unwrap_err();
+        assert!(err.contains("warehouses"), "{err}");
+    }
+
+    #[test]
+    fn bad_tpcc_values_are_rejected_with_the_setting_named() {
+        let np = |c: &mut RunConfig| c.workload.tpcc.mix = TpccMix::NeworderPayment;
+        let cases: Vec<(&str, Edit)> = vec![
+            (
+                "workload.tpcc.warehouses_per_partition",
+                Box::new(|c| c.workload.tpcc.warehouses_per_partition = 0),
+            ),
+            (
+                "workload.tpcc.warehouses_per_partition",
+                Box::new(|c| c.workload.tpcc.warehouses_per_partition = 65),
+            ),
+            (
+                "workload.tpcc.max_orders_per_district",
+                Box::new(|c| c.workload.tpcc.max_orders_per_district = 3_000),
+            ),
+            // 2^16 warehouses of 2^48 HISTORY keys each: 2^64 keys.
+            (
+                "workload.tpcc.max_orders_per_district",
+                Box::new(|c| {
+                    c.cluster.nodes = 1024;
+                    c.workload.tpcc.warehouses_per_partition = 64;
+                    c.workload.tpcc.max_orders_per_district = u32::MAX;
+                }),
+            ),
+            // 64 * 110 * 10^6 order lines in one partition.
+            (
+                "workload.tpcc.max_orders_per_district",
+                Box::new(|c| {
+                    c.workload.tpcc.warehouses_per_partition = 64;
+                    c.workload.tpcc.max_orders_per_district = 1_000_000;
+                }),
+            ),
+            (
+                "workload.tpcc.payment_fraction",
+                Box::new(|c| c.workload.tpcc.payment_fraction = 0.42),
+            ),
+            (
+                "workload.tpcc.payment_fraction",
+                Box::new(|c| c.workload.tpcc.payment_fraction = 1.0),
+            ),
+            (
+                "workload.tpcc.payment_fraction",
+                Box::new(move |c| {
+                    np(c);
+                    c.workload.tpcc.payment_fraction = f64::NAN;
+                }),
+            ),
+            (
+                "workload.tpcc.multi_partition_fraction",
+                Box::new(|c| c.workload.tpcc.multi_partition_fraction = 1.5),
+            ),
+            (
+                "workload.tpcc.multi_partition_fraction",
+                Box::new(|c| c.cluster.nodes = 1),
+            ),
+            (
+                "workload.tpcc.remote_new_order_line_fraction",
+                Box::new(|c| c.workload.tpcc.remote_new_order_line_fraction = -0.1),
+            ),
+            (
+                "workload.tpcc.remote_payment_fraction",
+                Box::new(|c| c.workload.tpcc.remote_payment_fraction = 2.0),
+            ),
+            (
+                "cluster.partitioning",
+                Box::new(|c| c.cluster.partitioning = Partitioning::Hash),
+            ),
+        ];
+        for (setting, f) in cases {
+            let e = invalid_for("tpcc", f);
+            assert_eq!(e.setting, setting, "{e}");
+        }
+        let e = invalid_for("tpcc", |c| c.workload.tpcc.payment_fraction = 0.0);
+        assert!(e.to_string().contains("neworder-payment"), "{e}");
+        let mut c = RunConfig::default();
+        c.workload.name = "tpcc".into();
+        for (mix, pay) in [
+            (TpccMix::NeworderPayment, 0.0),
+            (TpccMix::NeworderPayment, 1.0),
+            (TpccMix::Standard, 0.88),
+        ] {
+            c.workload.tpcc.mix = mix;
+            c.workload.tpcc.payment_fraction = pay;
+            c.validate().unwrap();
+        }
+        c.cluster.nodes = 1;
+        c.workload.tpcc.multi_partition_fraction = 0.0;
+        c.validate().unwrap();
     }
 }

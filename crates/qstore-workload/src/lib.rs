@@ -5,6 +5,7 @@
 
 pub mod append;
 pub mod bank;
+pub mod tpcc;
 pub mod ycsb;
 pub mod zipf;
 
