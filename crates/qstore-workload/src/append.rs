@@ -405,6 +405,7 @@ fn append_push(row: RowRef<'_>, arg: &Value, _inputs: Inputs<'_>) -> Result<Valu
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::testing::MemStore;
     use qstore_core::config::Partitioning;
     use std::collections::{BTreeSet, HashMap};
 
@@ -646,66 +647,12 @@ mod tests {
         assert!(err.contains("no record accesses"), "{err}");
     }
 
-    /// Rows by key: a stand-in for storage that runs calls serially.
-    #[derive(Default)]
-    struct Lists {
-        rows: HashMap<Key, Vec<u8>>,
-    }
-
-    impl RowLoader for Lists {
-        fn load_rows(
-            &mut self,
-            _table: TableId,
-            keys: &mut dyn Iterator<Item = Key>,
-            fill: &mut dyn FnMut(Key, &mut [u8]),
-        ) -> Result<(), QError> {
-            for key in keys {
-                let mut row = vec![0xAA; AppendConfig::default().row_size()];
-                fill(key, &mut row);
-                self.rows.insert(key, row);
-            }
-            Ok(())
-        }
-    }
-
-    impl Lists {
-        /// Runs a call, undoing it on a logic abort; its outputs if it committed.
-        fn execute(&mut self, cat: &Catalog, call: &ProcCall) -> Option<Vec<Value>> {
-            let mut outputs = Vec::new();
-            let mut undo = Vec::new();
-            for acc in cat.program(call).unwrap().accesses {
-                let row = self.rows.get_mut(&acc.key).unwrap();
-                undo.push((acc.key, row.clone()));
-                let view = if acc.kind.is_write() {
-                    RowRef::Write(row)
-                } else {
-                    RowRef::Read(row)
-                };
-                match cat.steps.run(acc.as_ref(), view, &outputs) {
-                    Ok(v) => outputs.push(v),
-                    Err(_) => {
-                        self.rows.extend(undo);
-                        return None;
-                    }
-                }
-            }
-            Some(outputs)
-        }
-
-        fn check_final(&self, a: &Append) -> Result<Option<String>, String> {
-            a.check_final(&mut |_, f| self.rows.iter().for_each(|(k, r)| f(*k, r)))
-        }
-    }
-
     #[test]
     fn serial_execution_reads_every_committed_append_in_order() {
         let mut c = config(2, 0.5);
         c.workload.append.keys_per_partition = 40;
         let a = append(&c);
-        let mut db = Lists::default();
-        for p in 0..2 {
-            a.load(PartitionId(p), &mut db).unwrap();
-        }
+        let mut db = MemStore::loaded(&a, 0..2);
         let mut model: HashMap<u64, Vec<u64>> = HashMap::new();
         let mut gens: Vec<_> = (0..8).map(|i| a.generator(i, PartitionId(i % 2))).collect();
         let (mut full, mut reads) = (0, 0);
@@ -731,7 +678,8 @@ mod tests {
         );
         let summary = db.check_final(&a).unwrap().unwrap();
         assert!(summary.starts_with("append: 80 lists"), "{summary}");
-        let row = db.rows.values_mut().find(|r| list_len(r) >= 2).unwrap();
+        let (key, _) = db.rows(LISTS).find(|(_, r)| list_len(r) >= 2).unwrap();
+        let row = db.get_mut(LISTS, key);
         let first = row[8..16].to_vec();
         row[16..24].copy_from_slice(&first);
         assert!(db.check_final(&a).unwrap_err().contains("twice"));

@@ -734,9 +734,9 @@ fn bank_credit(row: RowRef<'_>, arg: &Value, _inputs: Inputs<'_>) -> Result<Valu
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::testing::MemStore;
     use qstore_core::config::Partitioning;
-    use qstore_core::txn::StepRegistry;
-    use std::collections::{BTreeSet, HashMap};
+    use std::collections::BTreeSet;
 
     fn config(nodes: u32, mp: f64) -> RunConfig {
         let mut c = RunConfig::default();
@@ -749,86 +749,6 @@ mod tests {
 
     fn bank(c: &RunConfig) -> Bank {
         Bank::new(c).unwrap()
-    }
-
-    /// Rows by (table, key): a stand-in for storage.
-    #[derive(Default)]
-    struct MapLoader {
-        rows: HashMap<(TableId, Key), Vec<u8>>,
-    }
-
-    impl RowLoader for MapLoader {
-        fn load_rows(
-            &mut self,
-            table: TableId,
-            keys: &mut dyn Iterator<Item = Key>,
-            fill: &mut dyn FnMut(Key, &mut [u8]),
-        ) -> Result<(), QError> {
-            for key in keys {
-                let mut row = vec![0xAA; ROW_SIZE];
-                fill(key, &mut row);
-                assert!(
-                    self.rows.insert((table, key), row).is_none(),
-                    "key {key} twice"
-                );
-            }
-            Ok(())
-        }
-    }
-
-    impl MapLoader {
-        fn loaded(b: &Bank) -> Self {
-            let mut m = MapLoader::default();
-            for p in 0..b.layout.partitions {
-                b.load(PartitionId(p), &mut m).unwrap();
-            }
-            m
-        }
-
-        fn check_final(&self, b: &Bank) -> Result<Option<String>, String> {
-            b.check_final(&mut |table, f| {
-                for ((t, k), row) in &self.rows {
-                    if *t == table {
-                        f(*k, row);
-                    }
-                }
-            })
-        }
-
-        /// Runs a call serially, undoing it on a logic abort; the outputs if it committed.
-        fn execute(&mut self, cat: &Catalog, call: &ProcCall) -> Option<Vec<Value>> {
-            let program = cat.program(call).unwrap();
-            let mut outputs = Vec::new();
-            let mut undo = Vec::new();
-            for a in &program.accesses {
-                let row = self.rows.get_mut(&(a.table, a.key)).unwrap();
-                undo.push((a.key, row.clone()));
-                match run_access(&cat.steps, a, row, &outputs) {
-                    Ok(v) => outputs.push(v),
-                    Err(_) => {
-                        for (k, old) in undo {
-                            self.rows.insert((a.table, k), old);
-                        }
-                        return None;
-                    }
-                }
-            }
-            Some(outputs)
-        }
-    }
-
-    fn run_access(
-        reg: &StepRegistry,
-        a: &Access,
-        row: &mut [u8],
-        outputs: &[Value],
-    ) -> Result<Value, LogicAbort> {
-        let row = if a.kind.is_write() {
-            RowRef::Write(row)
-        } else {
-            RowRef::Read(row)
-        };
-        reg.run(a.as_ref(), row, outputs)
     }
 
     fn branch_keys(l: &Layout, b: Branch) -> Vec<Key> {
@@ -1151,23 +1071,23 @@ mod tests {
     #[test]
     fn check_final_passes_on_fresh_data_and_fails_on_a_changed_balance() {
         let b = bank(&config(4, 0.5));
-        let mut m = MapLoader::loaded(&b);
-        assert_eq!(m.rows.len(), 3200);
-        assert!(m.rows.values().all(|r| r[8..] == [0; 8]));
+        let mut m = MemStore::loaded(&b, 0..b.layout.partitions);
+        assert_eq!(m.len(ACCOUNTS), 3200);
+        assert!(m.rows(ACCOUNTS).all(|(_, r)| r[8..] == [0; 8]));
         let summary = m.check_final(&b).unwrap().unwrap();
         assert_eq!(
             summary,
             "bank: total 3200000 = expected, 3200 accounts, none negative"
         );
         let key = b.layout.pmap.nth_key_of(ACCOUNTS, PartitionId(2), 17);
-        let row = m.rows.get_mut(&(ACCOUNTS, key)).unwrap();
+        let row = m.get_mut(ACCOUNTS, key);
         let old = balance(row);
         set_balance(row, old + 1);
         assert!(m.check_final(&b).unwrap_err().contains("expected 3200000"));
         // Same total, but money moved so that one account is negative.
-        set_balance(m.rows.get_mut(&(ACCOUNTS, key)).unwrap(), -1);
+        set_balance(m.get_mut(ACCOUNTS, key), -1);
         let other = b.layout.pmap.nth_key_of(ACCOUNTS, PartitionId(0), 3);
-        let row = m.rows.get_mut(&(ACCOUNTS, other)).unwrap();
+        let row = m.get_mut(ACCOUNTS, other);
         let moved = balance(row) + old + 1;
         set_balance(row, moved);
         assert!(m.check_final(&b).unwrap_err().contains("negative"));
@@ -1178,23 +1098,19 @@ mod tests {
     #[test]
     fn tallies_of_each_partition_merge_into_the_check_of_the_whole() {
         let b = bank(&config(4, 0.5));
-        let mut m = MapLoader::loaded(&b);
+        let mut m = MemStore::loaded(&b, 0..b.layout.partitions);
         let key = b.layout.pmap.nth_key_of(ACCOUNTS, PartitionId(3), 5);
         let other = b.layout.pmap.nth_key_of(ACCOUNTS, PartitionId(1), 9);
         // Money moves from `key` (left at -7) to `other`: the total stays right.
-        let moved = balance(&m.rows[&(ACCOUNTS, key)]) + 7;
-        set_balance(m.rows.get_mut(&(ACCOUNTS, key)).unwrap(), -7);
-        let richer = balance(&m.rows[&(ACCOUNTS, other)]) + moved;
-        set_balance(m.rows.get_mut(&(ACCOUNTS, other)).unwrap(), richer);
+        let moved = balance(m.get(ACCOUNTS, key)) + 7;
+        set_balance(m.get_mut(ACCOUNTS, key), -7);
+        let richer = balance(m.get(ACCOUNTS, other)) + moved;
+        set_balance(m.get_mut(ACCOUNTS, other), richer);
         let whole = m.check_final(&b).unwrap_err();
         let mut merged = Tally::default();
         for p in 0..4 {
-            let part = b.tally(&mut |table, f| {
-                for ((t, k), row) in &m.rows {
-                    if *t == table && b.layout.pmap.partition_of(*t, *k) == PartitionId(p) {
-                        f(*k, row);
-                    }
-                }
+            let part = m.tally_where(&b, |t, k| {
+                b.layout.pmap.partition_of(t, k) == PartitionId(p)
             });
             merged.merge(&part.unwrap());
         }
@@ -1210,7 +1126,7 @@ mod tests {
         c.cluster.partitioning = Partitioning::Hash;
         let b = bank(&c);
         let cat = b.catalog();
-        let mut m = MapLoader::loaded(&b);
+        let mut m = MemStore::loaded(&b, 0..b.layout.partitions);
         let mut gens: Vec<_> = (0..6).map(|i| b.generator(i, PartitionId(i % 3))).collect();
         let mut aborts = 0;
         for round in 0..3000 {

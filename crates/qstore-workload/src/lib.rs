@@ -5,6 +5,8 @@
 
 pub mod append;
 pub mod bank;
+#[cfg(test)]
+mod testing;
 pub mod tpcc;
 pub mod ycsb;
 pub mod zipf;

@@ -484,6 +484,7 @@ fn fill_data(rng: &mut Rng, data: Field, original: bool, row: &mut [u8]) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::testing::MemStore;
     use crate::tpcc::random::{last_name, ORIGINAL};
     use qstore_core::config::Partitioning;
     use qstore_core::partition::PartitionMap;
@@ -499,91 +500,36 @@ mod tests {
         TpccData::with(&cfg, partitions, seed)
     }
 
-    /// Rows by table and key: a stand-in for storage.
-    struct MapLoader {
-        sizes: Vec<usize>,
-        tables: Vec<BTreeMap<Key, Vec<u8>>>,
-    }
-
-    impl MapLoader {
-        fn new(d: &TpccData) -> Self {
-            MapLoader {
-                sizes: d.schemas().iter().map(|s| s.row_size).collect(),
-                tables: vec![BTreeMap::new(); TABLES],
-            }
-        }
-
-        fn loaded(d: &TpccData, p: u32) -> Self {
-            let mut m = Self::new(d);
-            d.load(PartitionId(p), &mut m).unwrap();
-            m
-        }
-
-        fn len(&self, t: TableId) -> usize {
-            self.tables[t as usize].len()
-        }
-
-        fn get(&self, t: TableId, key: Key) -> &[u8] {
-            &self.tables[t as usize][&key]
-        }
-
-        /// Rows with keys in `lo..=hi`, in key order.
-        fn range(&self, t: TableId, lo: Key, hi: Key) -> Vec<&[u8]> {
-            self.tables[t as usize]
-                .range(lo..=hi)
-                .map(|(_, r)| r.as_slice())
-                .collect()
-        }
-    }
-
-    impl RowLoader for MapLoader {
-        fn load_rows(
-            &mut self,
-            table: TableId,
-            keys: &mut dyn Iterator<Item = Key>,
-            fill: &mut dyn FnMut(Key, &mut [u8]),
-        ) -> Result<(), QError> {
-            let size = self.sizes[table as usize];
-            for (n, key) in keys.enumerate() {
-                let mut row = vec![0xAA; size];
-                fill(key, &mut row);
-                if n == 0 {
-                    // Rows are functions of their keys: a row filled over other bytes is
-                    // the same unless the fill left some bytes unwritten.
-                    let mut again = vec![0x55; size];
-                    fill(key, &mut again);
-                    assert_eq!(row, again, "table {table}: unwritten bytes");
-                }
-                let old = self.tables[table as usize].insert(key, row);
-                assert!(old.is_none(), "table {table}: key {key:#x} twice");
-            }
-            Ok(())
-        }
+    /// Partition `p` of `d` loaded into memory.
+    fn loaded(d: &TpccData, p: u32) -> MemStore {
+        let mut m = MemStore::new(&d.schemas());
+        d.load(PartitionId(p), &mut m).unwrap();
+        m
     }
 
     /// Partition 1 of 3, one warehouse per partition: warehouse 1.
-    fn one_warehouse() -> &'static (TpccData, MapLoader) {
-        static LOADED: OnceLock<(TpccData, MapLoader)> = OnceLock::new();
+    fn one_warehouse() -> &'static (TpccData, MemStore) {
+        static LOADED: OnceLock<(TpccData, MemStore)> = OnceLock::new();
         LOADED.get_or_init(|| {
             let d = data(3, 1, 42);
-            let m = MapLoader::loaded(&d, 1);
+            let m = loaded(&d, 1);
             (d, m)
         })
     }
 
     /// Partition 1 of 3, two warehouses per partition: warehouses 2 and 3.
-    fn two_warehouses() -> &'static (TpccData, MapLoader) {
-        static LOADED: OnceLock<(TpccData, MapLoader)> = OnceLock::new();
+    fn two_warehouses() -> &'static (TpccData, MemStore) {
+        static LOADED: OnceLock<(TpccData, MemStore)> = OnceLock::new();
         LOADED.get_or_init(|| {
             let d = data(3, 2, 42);
-            let m = MapLoader::loaded(&d, 1);
+            let m = loaded(&d, 1);
             (d, m)
         })
     }
 
     /// The spec's row counts for the partition's warehouses, every key in the partition and
     /// every row of one of its warehouses.
-    fn check_counts(d: &TpccData, m: &MapLoader, p: u32) {
+    fn check_counts(d: &TpccData, m: &MemStore, p: u32) {
         let k = d.keys();
         let w = k.warehouses_per_partition() as usize;
         let expect = [
@@ -600,17 +546,14 @@ mod tests {
         for (t, n) in expect {
             assert_eq!(m.len(t), n, "table {t}");
         }
-        let lines: i64 = m.tables[ORDER as usize]
-            .values()
-            .map(|r| O_OL_CNT.get_i32(r) as i64)
-            .sum();
+        let lines: i64 = m.rows(ORDER).map(|(_, r)| O_OL_CNT.get_i32(r) as i64).sum();
         assert_eq!(m.len(ORDER_LINE) as i64, lines);
         let pmap = PartitionMap::new(k.partitions(), Partitioning::Range, &d.schemas());
         let ours = k.warehouses_of(PartitionId(p));
-        for (t, rows) in m.tables.iter().enumerate() {
-            for (&key, row) in rows {
-                assert_eq!(pmap.partition_of(t as TableId, key), PartitionId(p));
-                let w = match t as TableId {
+        for t in 0..TABLES as TableId {
+            for (key, row) in m.rows(t) {
+                assert_eq!(pmap.partition_of(t, key), PartitionId(p));
+                let w = match t {
                     WAREHOUSE => W_ID.get_u32(row),
                     DISTRICT => D_W_ID.get_u32(row),
                     CUSTOMER => C_W_ID.get_u32(row),
@@ -627,7 +570,7 @@ mod tests {
     }
 
     /// TPC-C's consistency conditions (clause 3.3.2.1 to 3.3.2.12) on warehouse `w`.
-    fn check_consistency(k: &TpccKeys, m: &MapLoader, w: u32) {
+    fn check_consistency(k: &TpccKeys, m: &MemStore, w: u32) {
         let last_o = k.max_orders();
         let mut d_ytd = 0;
         let mut w_history = 0;
@@ -706,7 +649,7 @@ mod tests {
     }
 
     /// Values the spec fixes for the load (clause 4.3.3.1), for warehouse `w`.
-    fn check_values(k: &TpccKeys, m: &MapLoader, w: u32) {
+    fn check_values(k: &TpccKeys, m: &MemStore, w: u32) {
         let last_o = k.max_orders();
         for d in 1..=DISTRICTS {
             let district = m.get(DISTRICT, k.district(w, d));
@@ -762,9 +705,8 @@ mod tests {
             assert_eq!(bad, 300, "10% of customers have bad credit");
         }
         let originals = |t: TableId, f: Field| {
-            m.tables[t as usize]
-                .values()
-                .filter(|r| f.get_bytes(r).windows(8).any(|s| s == ORIGINAL))
+            m.rows(t)
+                .filter(|(_, r)| f.get_bytes(r).windows(8).any(|s| s == ORIGINAL))
                 .count()
         };
         assert_eq!(originals(ITEM, I_DATA), 10_000);
@@ -778,7 +720,7 @@ mod tests {
 
     /// Every customer of the district under exactly its last name, sorted by C_FIRST; the
     /// longest list.
-    fn check_last_names(k: &TpccKeys, m: &MapLoader, w: u32) -> usize {
+    fn check_last_names(k: &TpccKeys, m: &MemStore, w: u32) -> usize {
         let mut longest = 0;
         for d in 1..=DISTRICTS {
             let mut by_name: BTreeMap<Vec<u8>, Vec<(Vec<u8>, u32)>> = BTreeMap::new();
@@ -904,11 +846,12 @@ mod tests {
         assert_ne!(a.1, district_hash(&data(3, 1, 42), 2, 4).1);
         // And the rows as stored: warehouse 1 of the one-warehouse load, table by table.
         let (_, m) = one_warehouse();
-        let mut again = MapLoader::new(&data(1, 2, 42));
-        data(1, 2, 42).load_warehouse(1, &mut again).unwrap();
-        for t in 0..TABLES {
-            if t != ITEM as usize {
-                assert!(m.tables[t] == again.tables[t], "table {t}");
+        let d = data(1, 2, 42);
+        let mut again = MemStore::new(&d.schemas());
+        d.load_warehouse(1, &mut again).unwrap();
+        for t in 0..TABLES as TableId {
+            if t != ITEM {
+                assert!(m.rows(t).eq(again.rows(t)), "table {t}");
             }
         }
     }
@@ -917,19 +860,20 @@ mod tests {
     fn every_partition_holds_the_same_items() {
         let d = data(3, 1, 42);
         let items = |p: u32| {
-            let mut m = MapLoader::new(&d);
+            let mut m = MemStore::new(&d.schemas());
             d.load_items(PartitionId(p), &mut m).unwrap();
-            m.tables[ITEM as usize]
-                .iter()
-                .map(|(&key, row)| (d.keys().decode_item(key).1, row.clone()))
+            m.rows(ITEM)
+                .map(|(key, row)| (d.keys().decode_item(key).1, row.to_vec()))
                 .collect::<Vec<_>>()
         };
         let first = items(0);
         assert_eq!(first.len(), ITEMS as usize);
         assert_eq!(first, items(2));
         let (_, m) = one_warehouse();
-        let loaded: Vec<_> = m.tables[ITEM as usize].values().cloned().collect();
-        assert!(first.iter().map(|(_, r)| r).eq(loaded.iter()));
+        assert!(first
+            .iter()
+            .map(|(_, r)| r.as_slice())
+            .eq(m.rows(ITEM).map(|(_, r)| r)));
         for (i, row) in &first {
             assert_eq!(I_ID.get_u32(row), *i);
             assert!((dollars(1)..=dollars(100)).contains(&I_PRICE.get_money(row)));
