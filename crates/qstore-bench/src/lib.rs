@@ -204,6 +204,7 @@ pub fn run_remote(cfg: &RunConfig, opts: RunOptions<'_>) -> Result<RemoteOutcome
     let mut progress = opts.progress;
     let d = drive(&cfg, &remote, workload.as_ref(), &mut progress, opts.elle);
     let mut report = RunReport::new(&cfg, &d.stats, d.window_s, 0.0, d.traffic, d.timeline);
+    report.stages = d.stages;
     let failures = remote.failures();
     let (collected, frames) = if failures.is_empty() {
         let stats = remote.stats()?;

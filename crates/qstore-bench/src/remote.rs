@@ -15,6 +15,7 @@ use qstore_engine::server::proto::{
     client_handshake, ClientRequest, ClientResponse, Collected, ServerStats,
 };
 use qstore_engine::server::MAX_ANSWER_FRAME;
+use qstore_engine::stages::StageSnapshot;
 use qstore_engine::{ReplyTo, TxnRequest};
 use qstore_net::auth::ClusterSecret;
 use qstore_net::frame::{FrameDecoder, FrameEncoder, DEFAULT_FLUSH_BYTES, DEFAULT_MAX_FRAME};
@@ -154,6 +155,23 @@ impl Target for RemoteCluster {
                 Vec::new()
             }
         }
+    }
+
+    /// Every server's stage totals, merged: means and figures per transaction (percentiles
+    /// stay with the servers' histograms).
+    fn stages(&self) -> Option<StageSnapshot> {
+        let stats = self
+            .stats()
+            .map_err(|e| tracing::warn!("cannot fetch server statistics: {e}"))
+            .ok()?;
+        let mut nodes = stats
+            .into_iter()
+            .filter_map(|s| s.stages.map(StageSnapshot::from_totals));
+        let mut all = nodes.next()?;
+        for s in nodes {
+            all.merge(&s);
+        }
+        Some(all)
     }
 }
 

@@ -77,7 +77,7 @@ pub struct RunReport {
     /// Content hash of each partition after the run, when asked for.
     pub state_hashes: Option<Vec<String>>,
     /// Where transactions spent their time, stage by stage, over the measurement window
-    /// (protocols that measure it, in an embedded cluster).
+    /// (protocols that measure it; over TCP from the servers' totals, without percentiles).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub stages: Vec<StageSummary>,
     pub config: RunConfig,
@@ -291,9 +291,10 @@ impl RunReport {
                     format!("{:.1} us, {:.2} msgs, {:.0} bytes", c.us, c.msgs, c.bytes),
                 ));
             } else {
+                let p50 = s.p50_us.map_or("-".into(), |p| format!("{p:.1}"));
                 rows.push((
                     format!("stage {} p50/mean (us)", s.stage),
-                    format!("{:.1} / {:.1}", s.p50_us, s.mean_us),
+                    format!("{p50} / {:.1}", s.mean_us),
                 ));
             }
         }

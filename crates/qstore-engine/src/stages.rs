@@ -1,7 +1,12 @@
-//! Where a transaction's time goes: latency histograms per stage of its life, for protocols
-//! that report them (Q-Store's stages; the interactive protocols' phases, with the messages
-//! and bytes each sent). A run snapshots them at both ends of its measurement window and
-//! reports the difference, so warm-up does not count.
+//! Where a transaction's time goes: time per stage of its life, for protocols that report
+//! it (Q-Store's stages; the interactive protocols' phases, with the messages and bytes each
+//! sent). A run snapshots the clocks at both ends of its measurement window and reports the
+//! difference, so warm-up does not count.
+//!
+//! A clock keeps exact totals per stage (transactions, time, traffic) and a latency histogram.
+//! The totals are what a server sends its client ([`StageTotals`]): means and figures per
+//! transaction follow from them over TCP too; percentiles need the histograms, which stay in
+//! the process that recorded them.
 
 use hdrhistogram::Histogram;
 use parking_lot::Mutex;
@@ -11,12 +16,12 @@ use std::time::Duration;
 /// Longest stage time recorded (longer ones are clamped): one minute, in nanoseconds.
 const MAX_NS: u64 = 60_000_000_000;
 
-/// One node's stage histograms, in nanoseconds, each value counted once per transaction, and
-/// the node-to-node messages and bytes sent in each stage.
+/// One node's stage clocks: per stage, a histogram of the time (in nanoseconds, each value
+/// counted once per transaction) and the exact totals.
 pub struct StageClock {
     names: &'static [&'static str],
     per_txn: bool,
-    hists: Mutex<(Vec<Histogram<u64>>, Vec<Traffic>)>,
+    state: Mutex<(Vec<Histogram<u64>>, Vec<StageTotal>)>,
 }
 
 /// Messages and bytes sent.
@@ -26,15 +31,43 @@ pub struct Traffic {
     pub bytes: u64,
 }
 
+/// Everything recorded in one stage.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StageTotal {
+    pub txns: u64,
+    pub ns: u64,
+    pub msgs: u64,
+    pub bytes: u64,
+}
+
+impl StageTotal {
+    fn add(&mut self, o: &StageTotal) {
+        self.txns += o.txns;
+        self.ns += o.ns;
+        self.msgs += o.msgs;
+        self.bytes += o.bytes;
+    }
+
+    /// What was added since `before` (totals only grow).
+    fn since(&self, before: &StageTotal) -> StageTotal {
+        StageTotal {
+            txns: self.txns.saturating_sub(before.txns),
+            ns: self.ns.saturating_sub(before.ns),
+            msgs: self.msgs.saturating_sub(before.msgs),
+            bytes: self.bytes.saturating_sub(before.bytes),
+        }
+    }
+}
+
 impl StageClock {
     /// Stages timed for a sample of the transactions.
     pub fn new(names: &'static [&'static str]) -> Self {
         StageClock {
             names,
             per_txn: false,
-            hists: Mutex::new((
+            state: Mutex::new((
                 names.iter().map(|_| histogram()).collect(),
-                vec![Traffic::default(); names.len()],
+                vec![StageTotal::default(); names.len()],
             )),
         }
     }
@@ -54,33 +87,45 @@ impl StageClock {
     /// Records one transaction's time and traffic in each stage given as (stage index, time,
     /// traffic).
     pub fn record_with_traffic(&self, costs: &[(usize, Duration, Traffic)]) {
-        let mut guard = self.hists.lock();
-        let (hists, traffic) = &mut *guard;
+        let mut guard = self.state.lock();
+        let (hists, totals) = &mut *guard;
         for &(stage, d, t) in costs {
             let ns = (d.as_nanos() as u64).clamp(1, MAX_NS);
             hists[stage].saturating_record(ns);
-            traffic[stage].msgs += t.msgs;
-            traffic[stage].bytes += t.bytes;
+            totals[stage].add(&StageTotal {
+                txns: 1,
+                ns,
+                msgs: t.msgs,
+                bytes: t.bytes,
+            });
         }
     }
 
     /// Records, for `txns` transactions each, the time they spent in each stage given as
     /// (stage index, time).
     pub fn record(&self, times: &[(usize, Duration)], txns: u64) {
-        let hists = &mut self.hists.lock().0;
+        let mut guard = self.state.lock();
+        let (hists, totals) = &mut *guard;
         for &(stage, d) in times {
             let ns = (d.as_nanos() as u64).clamp(1, MAX_NS);
             hists[stage].saturating_record_n(ns, txns);
+            totals[stage].add(&StageTotal {
+                txns,
+                ns: ns.saturating_mul(txns),
+                ..StageTotal::default()
+            });
         }
     }
 
     pub fn snapshot(&self) -> StageSnapshot {
-        let (hists, traffic) = self.hists.lock().clone();
+        let (hists, stages) = self.state.lock().clone();
         StageSnapshot {
-            names: self.names,
-            per_txn: self.per_txn,
-            hists,
-            traffic,
+            totals: StageTotals {
+                names: self.names.iter().map(|n| n.to_string()).collect(),
+                per_txn: self.per_txn,
+                stages,
+            },
+            hists: Some(hists),
         }
     }
 }
@@ -89,63 +134,97 @@ fn histogram() -> Histogram<u64> {
     Histogram::new_with_bounds(1, MAX_NS, 2).expect("valid histogram bounds")
 }
 
-/// Stage histograms at one moment (or over a window, as the difference of two moments).
+/// The totals of a set of stage clocks, as a server sends them to its client.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct StageTotals {
+    pub names: Vec<String>,
+    /// See [`StageClock::per_transaction`].
+    pub per_txn: bool,
+    pub stages: Vec<StageTotal>,
+}
+
+/// Stage clocks at one moment (or over a window, as the difference of two moments): the
+/// totals, and the histograms where they are at hand (not from another process).
 #[derive(Clone)]
 pub struct StageSnapshot {
-    names: &'static [&'static str],
-    per_txn: bool,
-    hists: Vec<Histogram<u64>>,
-    traffic: Vec<Traffic>,
+    totals: StageTotals,
+    hists: Option<Vec<Histogram<u64>>>,
 }
 
 impl StageSnapshot {
-    /// Adds another node's histograms (of the same stages).
+    /// A snapshot of totals alone (from a server): means, not percentiles.
+    pub fn from_totals(totals: StageTotals) -> Self {
+        StageSnapshot {
+            totals,
+            hists: None,
+        }
+    }
+
+    pub fn totals(&self) -> &StageTotals {
+        &self.totals
+    }
+
+    /// Adds another node's clocks (of the same stages).
     pub fn merge(&mut self, other: &StageSnapshot) {
-        for (h, o) in self.hists.iter_mut().zip(&other.hists) {
-            let _ = h.add(o);
+        for (t, o) in self.totals.stages.iter_mut().zip(&other.totals.stages) {
+            t.add(o);
         }
-        for (t, o) in self.traffic.iter_mut().zip(&other.traffic) {
-            t.msgs += o.msgs;
-            t.bytes += o.bytes;
-        }
+        self.hists = match (self.hists.take(), &other.hists) {
+            (Some(mut hs), Some(os)) => {
+                for (h, o) in hs.iter_mut().zip(os) {
+                    let _ = h.add(o);
+                }
+                Some(hs)
+            }
+            _ => None,
+        };
     }
 
     /// What was recorded since `before` (a snapshot of the same clocks taken earlier).
     pub fn since(&self, before: &StageSnapshot) -> StageSnapshot {
         let mut d = self.clone();
-        for (h, b) in d.hists.iter_mut().zip(&before.hists) {
-            // Counts only grow, so the earlier snapshot is contained in this one.
-            let _ = h.subtract(b);
+        for (t, b) in d.totals.stages.iter_mut().zip(&before.totals.stages) {
+            *t = t.since(b);
         }
-        for (t, b) in d.traffic.iter_mut().zip(&before.traffic) {
-            t.msgs -= b.msgs;
-            t.bytes -= b.bytes;
-        }
+        d.hists = match (d.hists, &before.hists) {
+            (Some(mut hs), Some(bs)) => {
+                for (h, b) in hs.iter_mut().zip(bs) {
+                    // Counts only grow, so the earlier snapshot is contained in this one.
+                    let _ = h.subtract(b);
+                }
+                Some(hs)
+            }
+            _ => None,
+        };
         d
     }
 
     /// One line per stage, in the order of the stages.
     pub fn summary(&self) -> Vec<StageSummary> {
-        let us = |ns: u64| ns as f64 / 1_000.0;
-        let txns = self.hists.first().map_or(0, |h| h.len());
-        self.names
+        let us = |ns: f64| ns / 1_000.0;
+        let t = &self.totals;
+        let first = t.stages.first().map_or(0, |s| s.txns);
+        t.names
             .iter()
-            .zip(&self.hists)
-            .zip(&self.traffic)
-            .map(|((name, h), t)| StageSummary {
-                stage: name.to_string(),
-                txns: h.len(),
-                mean_us: h.mean() / 1_000.0,
-                p50_us: us(h.value_at_quantile(0.5)),
-                p99_us: us(h.value_at_quantile(0.99)),
-                per_txn: (self.per_txn && txns > 0).then(|| {
-                    let n = txns as f64;
-                    PerTxn {
-                        us: h.mean() * h.len() as f64 / 1_000.0 / n,
-                        msgs: t.msgs as f64 / n,
-                        bytes: t.bytes as f64 / n,
-                    }
-                }),
+            .zip(&t.stages)
+            .enumerate()
+            .map(|(i, (name, s))| {
+                let hist = self.hists.as_ref().map(|hs| &hs[i]);
+                StageSummary {
+                    stage: name.clone(),
+                    txns: s.txns,
+                    mean_us: us(s.ns as f64 / s.txns.max(1) as f64),
+                    p50_us: hist.map(|h| us(h.value_at_quantile(0.5) as f64)),
+                    p99_us: hist.map(|h| us(h.value_at_quantile(0.99) as f64)),
+                    per_txn: (t.per_txn && first > 0).then(|| {
+                        let n = first as f64;
+                        PerTxn {
+                            us: us(s.ns as f64) / n,
+                            msgs: s.msgs as f64 / n,
+                            bytes: s.bytes as f64 / n,
+                        }
+                    }),
+                }
             })
             .collect()
     }
@@ -158,8 +237,9 @@ pub struct StageSummary {
     /// Transactions measured.
     pub txns: u64,
     pub mean_us: f64,
-    pub p50_us: f64,
-    pub p99_us: f64,
+    /// Percentiles, where the histograms were at hand (not over TCP).
+    pub p50_us: Option<f64>,
+    pub p99_us: Option<f64>,
     /// For clocks that report per transaction (see [`StageClock::per_transaction`]): the
     /// time and node-to-node traffic of the stage per transaction measured.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -197,8 +277,34 @@ mod tests {
         after.merge(&n1.snapshot());
         let s = after.since(&before).summary();
         assert_eq!((s[0].stage.as_str(), s[0].txns), ("a", 3));
-        assert!((s[0].p50_us - 2.0).abs() < 0.1, "{s:?}");
+        assert!((s[0].p50_us.unwrap() - 2.0).abs() < 0.1, "{s:?}");
         assert_eq!(s[1].txns, 4);
         assert!((s[1].mean_us - 7.0).abs() < 0.1, "{s:?}");
+    }
+
+    /// What a server sends (totals) gives the same means and per-transaction figures as the
+    /// clocks themselves, and no percentiles.
+    #[test]
+    fn totals_alone_give_the_means_and_figures_per_transaction() {
+        const PHASES: &[&str] = &["first", "second"];
+        let clock = StageClock::per_transaction(PHASES);
+        let traffic = |msgs, bytes| Traffic { msgs, bytes };
+        let ms = Duration::from_millis;
+        clock.record_with_traffic(&[(0, ms(1), traffic(2, 100)), (1, ms(3), traffic(1, 10))]);
+        clock.record_with_traffic(&[(0, ms(3), traffic(2, 100))]);
+        let full = clock.snapshot().summary();
+        let bytes = postcard::to_stdvec(clock.snapshot().totals()).unwrap();
+        let wire: StageTotals = postcard::from_bytes(&bytes).unwrap();
+        let remote = StageSnapshot::from_totals(wire).summary();
+        for (f, r) in full.iter().zip(&remote) {
+            assert_eq!(
+                (f.txns, f.mean_us, f.per_txn),
+                (r.txns, r.mean_us, r.per_txn)
+            );
+            assert!(f.p50_us.is_some() && r.p50_us.is_none());
+        }
+        let first = remote[0].per_txn.unwrap();
+        assert_eq!((first.us, first.msgs, first.bytes), (2_000.0, 2.0, 100.0));
+        assert_eq!(remote[1].per_txn.unwrap().us, 1_500.0);
     }
 }

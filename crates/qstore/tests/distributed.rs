@@ -129,6 +129,14 @@ fn cluster_of_processes_runs_and_reports() {
         "messages went between the processes in frames: msgs_per_frame = {}",
         r["msgs_per_frame"]
     );
+    // The servers' stage totals reach the report: means, no percentiles.
+    let stages = r["stages"]
+        .as_array()
+        .unwrap_or_else(|| panic!("no stages: {r}"));
+    let planning = stages.iter().find(|s| s["stage"] == "planning").unwrap();
+    assert!(planning["txns"].as_u64().unwrap() > 0, "{planning}");
+    assert!(planning["mean_us"].as_f64().unwrap() > 0.0, "{planning}");
+    assert!(planning["p50_us"].is_null(), "{planning}");
 }
 
 #[test]

@@ -699,6 +699,7 @@ impl IoThread {
             msgs_sent,
             bytes_sent,
             frames_sent,
+            stages: self.shared.cluster.stages().map(|s| s.totals().clone()),
         }
     }
 

@@ -113,6 +113,8 @@ pub struct ServerStats {
     pub msgs_sent: u64,
     pub bytes_sent: u64,
     pub frames_sent: u64,
+    /// The totals of the node's stage clocks so far, for protocols that time stages.
+    pub stages: Option<crate::stages::StageTotals>,
 }
 
 /// What a node hands the client after a run for checking.
