@@ -3,8 +3,9 @@
 //! the row) waits for it to be installed or dropped.
 
 use super::Gate;
+use parking_lot::Mutex;
 use qstore_core::{TableId, TxnId};
-use qstore_storage::RowId;
+use qstore_storage::{MetaColumn, RowId};
 
 /// A row's pending writes (prewrites) and the attempts waiting for them, in the timestamp
 /// protocols (TIMESTAMP, MVCC). Empty, as most rows are, it is one null pointer.
@@ -102,18 +103,23 @@ impl Held {
         self.prewrites.push((table, rid));
     }
 
-    /// Stops waiting and drops every prewrite (each row's prewrites are reached by `row`).
-    pub(crate) fn release(
+    /// Stops waiting and drops every prewrite, in the per-row metadata `rows`.
+    pub(crate) fn release<R: PrewriteRow>(
         &mut self,
         txn: TxnId,
-        row: impl Fn(TableId, RowId, &mut dyn FnMut(&mut Prewrites)),
+        rows: &MetaColumn<Mutex<R>>,
         woken: &mut Vec<TxnId>,
     ) {
         if let Some((table, rid)) = self.waiting.take() {
-            row(table, rid, &mut |p| p.stop_waiting(txn));
+            rows.get(table, rid).lock().prewrites().stop_waiting(txn);
         }
         for (table, rid) in self.prewrites.drain(..) {
-            row(table, rid, &mut |p| p.resolve(txn, woken));
+            rows.get(table, rid).lock().prewrites().resolve(txn, woken);
         }
     }
+}
+
+/// A row's metadata that holds its pending writes.
+pub(crate) trait PrewriteRow {
+    fn prewrites(&mut self) -> &mut Prewrites;
 }

@@ -20,7 +20,7 @@
 
 use crate::cluster::EngineCtx;
 use crate::exec::{RowCopy, RowInstall};
-use crate::protocol::interactive::prewrites::{Held, Prewrites};
+use crate::protocol::interactive::prewrites::{Held, PrewriteRow, Prewrites};
 use crate::protocol::interactive::{self, Attempt, Cc, Execution, Gate, RowAccess};
 use crate::protocol::Engine;
 use parking_lot::Mutex;
@@ -37,6 +37,12 @@ struct RowVersions {
     prewrites: Prewrites,
     /// Older versions, oldest first.
     older: Vec<OldVersion>,
+}
+
+impl PrewriteRow for RowVersions {
+    fn prewrites(&mut self) -> &mut Prewrites {
+        &mut self.prewrites
+    }
 }
 
 struct OldVersion {
@@ -156,10 +162,7 @@ impl Cc for Mvcc {
     }
 
     fn release(&self, txn: TxnId, held: &mut Held, woken: &mut Vec<TxnId>) {
-        let row = |table, rid, f: &mut dyn FnMut(&mut Prewrites)| {
-            f(&mut self.rows.get(table, rid).lock().prewrites)
-        };
-        held.release(txn, row, woken);
+        held.release(txn, &self.rows, woken);
     }
 }
 

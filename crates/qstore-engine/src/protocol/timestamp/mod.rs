@@ -17,7 +17,7 @@
 
 use crate::cluster::EngineCtx;
 use crate::exec::{RowCopy, RowInstall};
-use crate::protocol::interactive::prewrites::{Held, Prewrites};
+use crate::protocol::interactive::prewrites::{Held, PrewriteRow, Prewrites};
 use crate::protocol::interactive::{self, Attempt, Cc, Execution, Gate, RowAccess};
 use crate::protocol::Engine;
 use parking_lot::Mutex;
@@ -33,6 +33,12 @@ struct RowTs {
     rts: u64,
     wts: u64,
     prewrites: Prewrites,
+}
+
+impl PrewriteRow for RowTs {
+    fn prewrites(&mut self) -> &mut Prewrites {
+        &mut self.prewrites
+    }
 }
 
 /// Timestamp ordering's concurrency control for one partition: a latch and timestamps per row.
@@ -105,10 +111,7 @@ impl Cc for Timestamp {
     }
 
     fn release(&self, txn: TxnId, held: &mut Held, woken: &mut Vec<TxnId>) {
-        let row = |table, rid, f: &mut dyn FnMut(&mut Prewrites)| {
-            f(&mut self.rows.get(table, rid).lock().prewrites)
-        };
-        held.release(txn, row, woken);
+        held.release(txn, &self.rows, woken);
     }
 }
 
