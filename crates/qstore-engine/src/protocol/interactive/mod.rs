@@ -1,6 +1,6 @@
 //! The interactive skeleton with two-phase commit, shared by every non-deterministic protocol
-//! (NO_WAIT, WAIT_DIE, H-Store, ...): they differ only in their [`Cc`], the concurrency
-//! control a participant asks before each access and tells when the transaction ends.
+//! (NO_WAIT, WAIT_DIE, DL_DETECT, H-Store, TIMESTAMP, MVCC, OCC, MaaT): they differ only in
+//! their [`Cc`], the participant's side of a transaction's lifecycle.
 //!
 //! - A **coordinator** at the client's home node walks the transaction program. It sends the
 //!   accesses of each partition to that partition's node (an RPC; a local call for its own
@@ -8,20 +8,24 @@
 //!   whose inputs are known (outputs of earlier waves, or of earlier accesses of the same
 //!   group); independent partitions are reached in parallel, and a wave waits for all its
 //!   answers. It keeps the transaction's state meanwhile; workers serve other transactions.
-//! - A **participant** runs a group under its concurrency control, in place, keeping
-//!   before-images; an access that must wait parks the group (the lock holder's release
-//!   resumes it on a worker), one that is refused ends it.
-//! - **Commit**: one participant commits in one phase; several go through two-phase commit
-//!   (prepare and vote, then commit), and a participant that wrote nothing votes read-only,
-//!   releases everything at once and drops out of the second phase. The client is answered
-//!   when every committing participant has acknowledged.
+//! - A **participant** runs a group under its concurrency control, either **in place**
+//!   (locking protocols: the rows themselves, with before-images) or **buffered** (timestamp
+//!   and optimistic protocols: copies read under the row's latch, writes installed at
+//!   commit); see [`Execution`]. An access that must wait parks the group (whatever ends the
+//!   wait resumes it on a worker), one that is refused ends it.
+//! - **Commit**: one participant commits in one phase, unless the protocol validates; several
+//!   go through two-phase commit. A vote is yes, yes within a range of commit timestamps
+//!   (the coordinator then commits at the smallest timestamp every range allows), read-only
+//!   (it wrote nothing: it releases at once and drops out of the second phase) or no. The
+//!   client is answered when every committing participant has acknowledged.
 //! - **Aborts**: a concurrency-control abort or a failed integrity check aborts the
 //!   transaction everywhere it ran (once the wave's answers are in); the client retries
 //!   concurrency-control aborts after a randomised back-off, with the same age.
 //!
-//! Commit decisions are ordered by a Lamport clock every message carries: a transaction that
-//! reaches a record after another committed there has a later clock, so the order
-//! (clock, node) that the history records agrees with the order of versions.
+//! The commit order the history records is the protocol's when it has one (its timestamps:
+//! [`Cc::commit_order`]); otherwise a Lamport clock every message carries orders the
+//! decisions: a transaction that reaches a record after another committed there has a later
+//! clock, so the order (clock, node) agrees with the order of versions.
 
 mod coord;
 mod deadlock;
