@@ -152,10 +152,11 @@ pub(crate) trait Cc: Send + Sync + 'static {
         unreachable!("only buffered protocols install copies")
     }
 
-    /// The attempt's place in the serialization order, when the protocol fixes it (its
-    /// timestamp); otherwise the coordinator's Lamport clock places it at the decision.
-    fn commit_order(&self, _at: &Attempt) -> Option<u128> {
-        None
+    /// The attempt's place in the serialization order, when the protocol fixes it: by
+    /// default its timestamp, for protocols that order attempts by timestamp; otherwise the
+    /// coordinator's Lamport clock places it at the decision.
+    fn commit_order(&self, at: &Attempt) -> Option<u128> {
+        Self::USES_TIMESTAMPS.then(|| u128::from(at.ts))
     }
 
     /// Phase one here: `Yes` keeps what the transaction holds until the decision,

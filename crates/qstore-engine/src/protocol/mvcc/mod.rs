@@ -21,7 +21,7 @@
 use crate::cluster::EngineCtx;
 use crate::exec::{RowCopy, RowInstall};
 use crate::protocol::interactive::prewrites::{Held, PrewriteRow, Prewrites};
-use crate::protocol::interactive::{self, Attempt, Cc, Execution, Gate, RowAccess};
+use crate::protocol::interactive::{self, Cc, Execution, Gate, RowAccess};
 use crate::protocol::Engine;
 use parking_lot::Mutex;
 use qstore_core::txn::CcAbortCause;
@@ -157,10 +157,6 @@ impl Cc for Mvcc {
         row.prewrites.resolve(txn, woken);
     }
 
-    fn commit_order(&self, at: &Attempt) -> Option<u128> {
-        Some(u128::from(at.ts))
-    }
-
     fn release(&self, txn: TxnId, held: &mut Held, woken: &mut Vec<TxnId>) {
         held.release(txn, &self.rows, woken);
     }
@@ -184,6 +180,7 @@ fn start_checking(ctx: Arc<EngineCtx>, order_checks: bool) -> Result<Box<dyn Eng
 mod tests {
     use super::*;
     use crate::protocol::interactive::testing::assert_checks_bite;
+    use crate::protocol::interactive::Attempt;
 
     #[test]
     fn the_history_checker_catches_what_version_order_prevents() {

@@ -18,7 +18,7 @@
 use crate::cluster::EngineCtx;
 use crate::exec::{RowCopy, RowInstall};
 use crate::protocol::interactive::prewrites::{Held, PrewriteRow, Prewrites};
-use crate::protocol::interactive::{self, Attempt, Cc, Execution, Gate, RowAccess};
+use crate::protocol::interactive::{self, Cc, Execution, Gate, RowAccess};
 use crate::protocol::Engine;
 use parking_lot::Mutex;
 use qstore_core::txn::CcAbortCause;
@@ -104,10 +104,6 @@ impl Cc for Timestamp {
         unsafe { install.install() };
         row.wts = row.wts.max(at.ts);
         row.prewrites.resolve(txn, woken);
-    }
-
-    fn commit_order(&self, at: &Attempt) -> Option<u128> {
-        Some(u128::from(at.ts))
     }
 
     fn release(&self, txn: TxnId, held: &mut Held, woken: &mut Vec<TxnId>) {
