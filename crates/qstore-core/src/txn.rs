@@ -93,6 +93,50 @@ pub struct Access {
     /// refuses, or its record is missing (for an insert: already there). An access that
     /// cannot abort outputs `Null` on such a failure instead ([`AccessRef::settle`]).
     pub may_abort: bool,
+    /// For a *derived* access, whose key depends on an earlier access's output (TPC-C's new
+    /// order takes its id from the district it updates): how; `key` is then the base.
+    pub key_dep: Option<KeyDep>,
+}
+
+/// How a derived access's key follows from an earlier access's output `v` (an integer, or
+/// bytes starting with one, 8 bytes little-endian): `key + scale * v`, for `0 <= v < limit`.
+///
+/// The keys `key .. key + scale * limit` are the access's *derived range*, and its base key
+/// `key` names the whole range: protocols that fix their read/write sets before they execute
+/// (Q-Store, Calvin) lock or queue the base key, not the derived one, so two derived accesses
+/// to one range are ordered by it. That is sound under one rule, which procedures keep: every
+/// access to a key of a derived range is a derived access with the same base. The range must
+/// also lie within one partition (the base's). Protocols that walk programs access by access
+/// lock the derived key itself.
+///
+/// A derived access is a *leaf*: it may not abort and no access depends on it, and its
+/// output is `Null` on every protocol. Protocols that run a program at several nodes (Calvin)
+/// run a derived access only where its range is and skip it elsewhere; being a leaf, it then
+/// cannot make them disagree.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct KeyDep {
+    /// The access whose output gives the offset; it must be among the access's `deps`.
+    pub dep: u16,
+    pub scale: u32,
+    pub limit: u32,
+}
+
+/// A derived access whose offset is missing or out of its range fails with this.
+pub const NO_DERIVED_KEY: LogicAbort = LogicAbort("derived key out of range");
+
+impl KeyDep {
+    /// The key from `base` and the outputs so far, if the offset is in range.
+    #[inline]
+    pub fn key(self, base: Key, outputs: &[Value]) -> Option<Key> {
+        let v = match outputs.get(self.dep as usize)? {
+            Value::Int(v) => *v,
+            Value::Bytes(b) => i64::from_le_bytes(b.get(..8)?.try_into().ok()?),
+            Value::Null => return None,
+        };
+        let v = u64::try_from(v).ok().filter(|&v| v < self.limit as u64)?;
+        base.checked_add(v * self.scale as u64)
+            .filter(|&k| k <= crate::MAX_KEY)
+    }
 }
 
 /// An access as the storage layer runs it, borrowed from wherever the protocol keeps it (an
@@ -107,6 +151,10 @@ pub struct AccessRef<'a> {
     pub deps: &'a [u16],
     /// Whether a failure of the access aborts the transaction (see [`AccessRef::settle`]).
     pub may_abort: bool,
+    /// A derived access not yet resolved ([`AccessRef::resolve`]).
+    pub key_dep: Option<KeyDep>,
+    /// A derived access already resolved: `key` is the derived key, and the output is `Null`.
+    pub derived: bool,
 }
 
 impl Access {
@@ -119,11 +167,32 @@ impl Access {
             arg: &self.arg,
             deps: &self.deps,
             may_abort: self.may_abort,
+            key_dep: self.key_dep,
+            derived: false,
         }
     }
 }
 
-impl AccessRef<'_> {
+impl<'a> AccessRef<'a> {
+    /// The access with its key resolved: a derived access's key computed from `outputs`
+    /// ([`KeyDep`]), or `Err` ([`NO_DERIVED_KEY`]) when it cannot be. Every protocol runs an
+    /// access through here before it locks or looks up its record.
+    #[inline]
+    pub fn resolve(self, outputs: &[Value]) -> Result<AccessRef<'a>, LogicAbort> {
+        match self.key_dep {
+            None => Ok(self),
+            Some(d) => match d.key(self.key, outputs) {
+                Some(key) => Ok(AccessRef {
+                    key,
+                    key_dep: None,
+                    derived: true,
+                    ..self
+                }),
+                None => Err(NO_DERIVED_KEY),
+            },
+        }
+    }
+
     /// What a failure of this access (`result` an error: its record does not exist, an
     /// insert's key already does, or its step refused) means for the transaction: an abort
     /// if the access is declared abortable, otherwise nothing: the access outputs `Null` and
@@ -138,10 +207,13 @@ impl AccessRef<'_> {
     /// `SELECT` of a missing row is: zero rows affected, and the transaction commits. An
     /// integrity check that needs the record (a debit of an account) declares its access
     /// abortable and then aborts with the record's absence (`"key not found"`).
+    ///
+    /// A resolved derived access outputs `Null` whatever its step returned ([`KeyDep`]).
     #[inline]
     pub fn settle(&self, result: Result<Value, LogicAbort>) -> Result<Value, LogicAbort> {
         match result {
             Err(_) if !self.may_abort => Ok(Value::Null),
+            Ok(_) if self.derived => Ok(Value::Null),
             result => result,
         }
     }
@@ -161,6 +233,10 @@ pub const EMPTY_PROGRAM: &str = "the call produced a transaction with no record 
 
 /// A record an access needs does not exist: the abort of an abortable access to it.
 pub const KEY_NOT_FOUND: LogicAbort = LogicAbort("key not found");
+/// An insert's key exists already.
+pub const DUPLICATE_KEY: LogicAbort = LogicAbort("duplicate key");
+/// An insert found its table full (its capacity is set by the workload's configuration).
+pub const TABLE_FULL: LogicAbort = LogicAbort("cannot insert: table full or key reserved");
 
 /// The ordered accesses of one transaction.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
@@ -204,6 +280,28 @@ impl Program {
             if let Some(d) = a.deps.iter().find(|&&d| d as usize >= i) {
                 return Err(format!(
                     "access {i} depends on access {d}, which is not earlier"
+                ));
+            }
+            if let Some(d) = a.key_dep {
+                if !a.deps.contains(&d.dep) {
+                    return Err(format!(
+                        "access {i}: its key depends on access {}, which is not among its dependencies",
+                        d.dep
+                    ));
+                }
+                if a.may_abort {
+                    return Err(format!(
+                        "access {i}: an access with a derived key may not abort"
+                    ));
+                }
+            }
+            if let Some(d) = a
+                .deps
+                .iter()
+                .find(|&&d| self.accesses[d as usize].key_dep.is_some())
+            {
+                return Err(format!(
+                    "access {i} depends on access {d}, whose key is derived (its output is Null)"
                 ));
             }
             if a.may_abort && !may_abort {
@@ -539,6 +637,7 @@ mod tests {
             arg: Value::Int(5),
             deps: vec![0],
             may_abort: false,
+            key_dep: None,
         };
         let mut row = [0u8; 8];
         let out = reg
@@ -557,9 +656,65 @@ mod tests {
             arg: Value::Null,
             deps: vec![0],
             may_abort: false,
+            key_dep: None,
         };
         let p = Program { accesses: vec![a] };
         assert!(p.validate(1, true).is_err());
+    }
+
+    #[test]
+    fn derived_keys_are_leaves_that_name_their_dependency() {
+        let plain = |deps: Vec<u16>, key_dep| Access {
+            table: 0,
+            key: 100,
+            kind: AccessKind::Insert,
+            step: StepId(0),
+            arg: Value::Null,
+            deps,
+            may_abort: false,
+            key_dep,
+        };
+        let dep = Some(KeyDep {
+            dep: 0,
+            scale: 16,
+            limit: 4,
+        });
+        let ok = Program {
+            accesses: vec![plain(vec![], None), plain(vec![0], dep)],
+        };
+        assert_eq!(ok.validate(1, true), Ok(()));
+        let unnamed = Program {
+            accesses: vec![plain(vec![], None), plain(vec![], dep)],
+        };
+        assert!(unnamed.validate(1, true).unwrap_err().contains("not among"));
+        let mut abortable = ok.clone();
+        abortable.accesses[1].may_abort = true;
+        assert!(abortable
+            .validate(1, true)
+            .unwrap_err()
+            .contains("may not abort"));
+        let mut leaf = ok.clone();
+        leaf.accesses.push(plain(vec![1], None));
+        assert!(leaf.validate(1, true).unwrap_err().contains("derived"));
+        // key = base + scale * output, for outputs in 0..limit, from ints or leading bytes.
+        let d = dep.unwrap();
+        assert_eq!(d.key(100, &[Value::Int(3)]), Some(148));
+        let mut bytes = 2i64.to_le_bytes().to_vec();
+        bytes.extend_from_slice(b"name");
+        assert_eq!(d.key(100, &[Value::Bytes(bytes)]), Some(132));
+        for bad in [
+            Value::Int(4),
+            Value::Int(-1),
+            Value::Null,
+            Value::Bytes(vec![1]),
+        ] {
+            assert_eq!(d.key(100, &[bad.clone()]), None, "{bad:?}");
+        }
+        let a = ok.accesses[1].as_ref();
+        let r = a.resolve(&[Value::Int(1)]).unwrap();
+        assert_eq!((r.key, r.derived, r.key_dep), (116, true, None));
+        assert_eq!(r.settle(Ok(Value::Int(7))), Ok(Value::Null));
+        assert_eq!(a.resolve(&[Value::Null]).unwrap_err(), NO_DERIVED_KEY);
     }
 
     #[test]
@@ -578,6 +733,7 @@ mod tests {
             arg: Value::Null,
             deps: vec![],
             may_abort: false,
+            key_dep: None,
         };
         assert_eq!(a.as_ref().settle(Err(KEY_NOT_FOUND)), Ok(Value::Null));
         assert_eq!(a.as_ref().settle(Ok(Value::Int(3))), Ok(Value::Int(3)));
@@ -595,6 +751,7 @@ mod tests {
             arg: Value::Null,
             deps: vec![],
             may_abort: true,
+            key_dep: None,
         };
         let p = Program { accesses: vec![a] };
         assert_eq!(p.validate(2, true), Ok(()));

@@ -6,7 +6,8 @@
 use crate::history::TxnTrace;
 use qstore_core::partition::PartitionMap;
 use qstore_core::txn::{
-    Access, AccessKind, AccessRef, LogicAbort, Program, RowRef, StepRegistry, Value, KEY_NOT_FOUND,
+    Access, AccessKind, AccessRef, LogicAbort, Program, RowRef, StepRegistry, Value, DUPLICATE_KEY,
+    KEY_NOT_FOUND, TABLE_FULL,
 };
 use qstore_core::{PartitionId, TableId, TxnId};
 use qstore_storage::{PartitionStore, RowId, RowVersion, Table};
@@ -213,6 +214,10 @@ pub unsafe fn run_access(
     );
     // Each failure is settled where it happens, so the common path (success) moves its
     // output once, straight into the result.
+    let a = match a.resolve(outputs) {
+        Ok(a) => a,
+        Err(e) => return a.settle(Err(e)),
+    };
     let table = store.table(a.table);
     if a.kind == AccessKind::Insert {
         // SAFETY: `run_insert` has the contract of this function, which the caller upholds.
@@ -312,8 +317,8 @@ unsafe fn run_insert(
     };
     let rid = match table.insert(a.key, version) {
         Ok(Some(rid)) => rid,
-        Ok(None) => return Err(LogicAbort("duplicate key")),
-        Err(_) => return Err(LogicAbort("cannot insert: table full or key reserved")),
+        Ok(None) => return Err(DUPLICATE_KEY),
+        Err(_) => return Err(TABLE_FULL),
     };
     if let Some(u) = undo {
         let (part, table, key) = (store.id, a.table, a.key);
@@ -338,7 +343,8 @@ pub struct WriteBuffer {
 pub struct BufferedWrite {
     pub table: TableId,
     pub key: u64,
-    pub rid: RowId,
+    /// The row replaced, or `None` for a row the transaction inserts.
+    pub rid: Option<RowId>,
     pub bytes: Vec<u8>,
 }
 
@@ -351,7 +357,8 @@ impl WriteBuffer {
             .map(|w| w.bytes.as_mut_slice())
     }
 
-    pub fn push(&mut self, table: TableId, key: u64, rid: RowId, bytes: Vec<u8>) {
+    /// Buffers `bytes` as the new contents of row `rid`, or (`None`) of a row inserted.
+    pub fn push(&mut self, table: TableId, key: u64, rid: Option<RowId>, bytes: Vec<u8>) {
         debug_assert!(self.get_mut(table, key).is_none(), "one copy per record");
         self.writes.push(BufferedWrite {
             table,
@@ -610,6 +617,7 @@ pub(crate) mod tests {
             arg: Value::Int(arg),
             deps: vec![],
             may_abort: arg < 0,
+            key_dep: None,
         }
     }
 
@@ -740,6 +748,37 @@ pub(crate) mod tests {
         assert_eq!(s.outputs, vec![Value::Int(6), Value::Null, Value::Int(6)]);
         assert_eq!(counter_of(stores[0].table(0), 1), 6);
         assert_eq!(counter_of(stores[1].table(0), 11), 6);
+    }
+
+    /// A derived insert goes to the key its dependency's output gives, outputs Null, and does
+    /// nothing when the output is out of its range.
+    #[test]
+    fn derived_keys_follow_the_output_they_depend_on() {
+        let (cat, pmap, stores) = fixture();
+        let mut s = TxnScratch::default();
+        let derived = |limit| {
+            let mut a = access(&cat, AccessKind::Insert, 10, 1);
+            a.deps = vec![0];
+            a.key_dep = Some(qstore_core::txn::KeyDep {
+                dep: 0,
+                scale: 1,
+                limit,
+            });
+            a
+        };
+        // Key 1 holds 5: the read-modify-write outputs 8, so the insert goes to 10 + 8.
+        let accesses = vec![access(&cat, AccessKind::ReadModifyWrite, 1, 3), derived(9)];
+        run(&cat, &pmap, &stores, 5, accesses, &mut s).unwrap();
+        assert_eq!(s.outputs, vec![Value::Int(8), Value::Null]);
+        assert_eq!(counter_of(stores[1].table(0), 18), 1);
+        // 9 is out of a range of 8 keys: no insert anywhere.
+        let before: Vec<u64> = stores.iter().map(|s| s.content_hash()).collect();
+        let accesses = vec![access(&cat, AccessKind::ReadModifyWrite, 1, 1), derived(9)];
+        run(&cat, &pmap, &stores, 6, accesses, &mut s).unwrap();
+        assert_eq!(s.outputs, vec![Value::Int(9), Value::Null]);
+        assert!(stores[1].table(0).lookup(19).is_none());
+        let changed: Vec<u64> = stores.iter().map(|s| s.content_hash()).collect();
+        assert_eq!(before[1], changed[1]);
     }
 
     fn counter_of(t: &Table, key: u64) -> i64 {

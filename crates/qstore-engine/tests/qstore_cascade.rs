@@ -33,6 +33,7 @@ fn rmw(key: i64, step: StepId, arg: Value, deps: Vec<u16>, may_abort: bool) -> A
         arg,
         deps,
         may_abort,
+        key_dep: None,
     }
 }
 

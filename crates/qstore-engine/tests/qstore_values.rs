@@ -50,6 +50,7 @@ impl Procedure for Sum {
             arg: Value::Null,
             deps,
             may_abort: false,
+            key_dep: None,
         };
         Ok(Program {
             accesses: vec![

@@ -285,6 +285,18 @@ impl Table {
     /// `Ok(None)` if the key exists. The new row becomes visible to lookups at once; the caller
     /// fills it under its own concurrency control (the row is the inserter's until published).
     pub fn insert(&self, key: u64, version: RowVersion) -> Result<Option<RowId>, QError> {
+        self.insert_with(key, version, |_, _| {})
+    }
+
+    /// [`Table::insert`], with `fill(row id, zeroed bytes)` called before the row becomes
+    /// visible to lookups: for an inserter whose readers do not wait for it (a buffered
+    /// protocol installing a committed insert), which must publish the row complete.
+    pub fn insert_with(
+        &self,
+        key: u64,
+        version: RowVersion,
+        fill: impl FnOnce(RowId, &mut [u8]),
+    ) -> Result<Option<RowId>, QError> {
         if !storable(key) {
             return Err(QError::Other(format!("key {key} is reserved")));
         }
@@ -295,7 +307,9 @@ impl Table {
         // SAFETY: `rid` comes from `allocate`, so it is below `capacity`, and the slot was free
         // (never handed out, or given back by `remove` after its key left the index): no
         // lookup leads to it until the index insert below, so nobody else references it.
-        unsafe { self.row_mut(rid).fill(0) };
+        let row = unsafe { self.row_mut(rid) };
+        row.fill(0);
+        fill(rid, row);
         self.set_version(rid, version);
         if !self.index.insert(key, rid) {
             // Another insert of the same key won the race.

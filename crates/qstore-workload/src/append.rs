@@ -337,6 +337,7 @@ impl Procedure for AppendTxn {
                     arg,
                     deps: Vec::new(),
                     may_abort: op.append.is_some(),
+                    key_dep: None,
                 }
             })
             .collect();

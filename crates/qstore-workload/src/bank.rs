@@ -599,6 +599,7 @@ fn access(key: Key, kind: AccessKind, step: StepId, arg: Value, may_abort: bool)
         arg,
         deps: Vec::new(),
         may_abort,
+        key_dep: None,
     }
 }
 

@@ -301,6 +301,7 @@ impl Procedure for YcsbTxn {
                 arg,
                 deps: Vec::new(),
                 may_abort: false,
+                key_dep: None,
             });
         }
         Ok(())

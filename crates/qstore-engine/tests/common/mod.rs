@@ -85,6 +85,7 @@ pub fn access(key: i64, kind: AccessKind, step: StepId, arg: Value, deps: Vec<u1
         arg,
         deps,
         may_abort: false,
+        key_dep: None,
     }
 }
 

@@ -18,7 +18,7 @@ use super::txn::Txn;
 use crate::exec::{run_access, TxnScratch};
 use crossbeam_channel::{Receiver, RecvTimeoutError};
 use qstore_core::txn::{
-    Access, AccessKind, LogicAbort, RowRef, StepRegistry, Value, KEY_NOT_FOUND,
+    Access, AccessKind, LogicAbort, RowRef, StepRegistry, Value, DUPLICATE_KEY, KEY_NOT_FOUND,
 };
 use qstore_core::NodeId;
 use std::sync::atomic::Ordering;
@@ -197,7 +197,11 @@ impl<'a> Executor<'a> {
         let mut abort: Option<LogicAbort> = None;
         for (a, &r) in t.program.accesses.iter().zip(&t.access_rec) {
             let rec = &t.records[r as usize];
-            let result = if rec.node == me {
+            let result = if a.key_dep.is_some() && rec.node != me {
+                // A derived access runs where its range is; elsewhere it is a leaf whose
+                // output is Null (see `KeyDep`).
+                Ok(Value::Null)
+            } else if rec.node == me {
                 let undo = keep_undo.then_some(&mut s.undo);
                 let trace = history.is_some().then_some(&mut s.trace);
                 // SAFETY: the transaction holds this node's locks on its records until it
@@ -307,7 +311,7 @@ fn apply_on_copy(
     match a.kind {
         AccessKind::Insert => {
             if *present {
-                return Err(LogicAbort("duplicate key"));
+                return Err(DUPLICATE_KEY);
             }
             row.fill(0);
             *present = true;

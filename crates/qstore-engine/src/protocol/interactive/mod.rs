@@ -29,6 +29,7 @@
 
 mod coord;
 mod deadlock;
+mod inserts;
 mod msg;
 mod part;
 mod phases;
@@ -89,7 +90,9 @@ pub(crate) enum Execution {
     InPlace,
     /// On private copies: a read copies the row under its latch, once [`Cc::read_copy`]
     /// allows it; a write changes the copy, which [`Cc::install`] puts in place at commit
-    /// (timestamp ordering, optimistic protocols). Inserts and deletes are not supported.
+    /// (timestamp ordering, optimistic protocols). An insert holds its key until the
+    /// transaction ends and creates the row at commit ([`Cc::created`]); deletes are not
+    /// supported yet.
     Buffered,
 }
 
@@ -151,6 +154,11 @@ pub(crate) trait Cc: Send + Sync + 'static {
     ) {
         unreachable!("only buffered protocols install copies")
     }
+
+    /// Buffered, at commit: row `a.rid` was just created by the attempt's insert and is not
+    /// yet visible to lookups; the protocol sets up its metadata as if the attempt had
+    /// written it (at `a.at.ts`).
+    fn created(&self, _a: &RowAccess) {}
 
     /// The attempt's place in the serialization order, when the protocol fixes it: by
     /// default its timestamp, for protocols that order attempts by timestamp; otherwise the
@@ -239,6 +247,7 @@ pub(crate) fn start<C: Cc>(
             timestamps: crate::timestamp::TsSource::new(id),
             coords: Shards::new(),
             parts: Shards::new(),
+            inserts: Default::default(),
             wake_tx,
             admission: RwLock::new(Some(admission)),
             stop: AtomicBool::new(false),
@@ -335,6 +344,8 @@ pub(crate) struct Node<C: Cc> {
     timestamps: crate::timestamp::TsSource,
     coords: Shards<FxHashMap<TxnId, Arc<Mutex<CoordTxn>>>>,
     parts: Shards<PartShard<C::Held>>,
+    /// Keys buffered inserts hold (buffered execution only).
+    inserts: inserts::PendingInserts,
     /// Transactions whose wait ended, to be resumed by a worker (never inline: resuming runs
     /// a transaction that may release and wake others, without bound).
     wake_tx: Sender<TxnId>,

@@ -1,12 +1,17 @@
 //! The participant side: running groups of accesses under the node's concurrency control,
 //! parking and resuming those that wait, and the participant's half of (two-phase) commit.
 
+use super::inserts::NotHeld;
 use super::msg::{Attempt, Body, GroupEnd, Vote};
 use super::{Cc, Execution, Gate, Node, RowAccess};
 use crate::exec::{run_access, run_on_copy, RowCopy, RowInstall, UndoLog, WriteBuffer};
 use crate::history::TxnTrace;
-use qstore_core::txn::{Access, AccessKind, LogicAbort, Program, Value, KEY_NOT_FOUND};
-use qstore_core::{NodeId, TxnId};
+use qstore_core::txn::{
+    Access, AccessKind, AccessRef, CcAbortCause, LogicAbort, Program, RowRef, Value, DUPLICATE_KEY,
+    KEY_NOT_FOUND, NO_DERIVED_KEY, TABLE_FULL,
+};
+use qstore_core::{Key, NodeId, TableId, TxnId};
+use qstore_storage::RowVersion;
 use rustc_hash::{FxHashMap, FxHashSet};
 use std::sync::Arc;
 
@@ -76,8 +81,10 @@ pub(super) struct PartTxn<H> {
     at: Attempt,
     held: H,
     undo: UndoLog,
-    /// Buffered execution: the rows written, installed at commit.
+    /// Buffered execution: the rows written, installed at commit, and the keys it inserts
+    /// (held in the node's `PendingInserts` meanwhile).
     writes: WriteBuffer,
+    inserting: Vec<(TableId, Key)>,
     trace: TxnTrace,
     wrote: bool,
     waiting: Option<Waiting>,
@@ -91,6 +98,7 @@ impl<H: Default> PartTxn<H> {
             held: H::default(),
             undo: UndoLog::default(),
             writes: WriteBuffer::default(),
+            inserting: Vec::new(),
             trace: TxnTrace::default(),
             wrote: false,
             waiting: None,
@@ -220,9 +228,12 @@ impl<C: Cc> Node<C> {
         let mut end = GroupEnd::Done;
         while g.at < g.group.len() {
             let (idx, a) = g.group.get(g.at);
-            let step = match C::EXECUTION {
-                Execution::InPlace => self.step_in_place(txn, &mut t, a, &g.outs),
-                Execution::Buffered => self.step_buffered(txn, &mut t, a, &g.outs),
+            let step = match self.resolve(a, &g.outs) {
+                Err(failed) => Step::Ran(failed),
+                Ok(a) => match C::EXECUTION {
+                    Execution::InPlace => self.step_in_place(txn, &mut t, a, &g.outs),
+                    Execution::Buffered => self.step_buffered(txn, &mut t, a, &g.outs),
+                },
             };
             match step {
                 Step::Ran(Ok(v)) => g.outs[idx as usize] = v,
@@ -249,12 +260,30 @@ impl<C: Cc> Node<C> {
         self.send(coord, txn, executed(g.into_results(), end, wrote));
     }
 
+    /// The access with its key resolved ([`AccessRef::resolve`]), or its settled failure
+    /// when the key cannot be derived or is not on this node (a derived range is on its
+    /// base's node; a coordinator that says otherwise is refused here).
+    fn resolve<'a>(
+        &self,
+        a: &'a Access,
+        outs: &[Value],
+    ) -> Result<AccessRef<'a>, Result<Value, LogicAbort>> {
+        let unresolved = a.as_ref();
+        let a = unresolved
+            .resolve(outs)
+            .map_err(|e| unresolved.settle(Err(e)))?;
+        if a.derived && self.node_of(a.table, a.key) != self.id {
+            return Err(unresolved.settle(Err(NO_DERIVED_KEY)));
+        }
+        Ok(a)
+    }
+
     /// One access on the rows themselves, once the concurrency control grants it.
     fn step_in_place(
         &self,
         txn: TxnId,
         t: &mut PartTxn<C::Held>,
-        a: &Access,
+        a: AccessRef<'_>,
         outs: &[Value],
     ) -> Step {
         let write = a.kind.is_write();
@@ -272,7 +301,7 @@ impl<C: Cc> Node<C> {
         // other reference to the row's bytes; shared otherwise: no writer), and the
         // transaction keeps that grant until it commits or aborts. Every write keeps its
         // before-image in `undo`.
-        Step::Ran(unsafe { run_access(store, steps, txn, a.as_ref(), outs, undo, trace) })
+        Step::Ran(unsafe { run_access(store, steps, txn, a, outs, undo, trace) })
     }
 
     /// One access on a private copy: the transaction's own buffered write of the record, or
@@ -281,21 +310,28 @@ impl<C: Cc> Node<C> {
         &self,
         txn: TxnId,
         t: &mut PartTxn<C::Held>,
-        a: &Access,
+        a: AccessRef<'_>,
         outs: &[Value],
     ) -> Step {
         let steps = &self.ctx.catalog.steps;
-        if matches!(a.kind, AccessKind::Insert | AccessKind::Delete) {
+        if a.kind == AccessKind::Delete {
             return Step::Ran(Err(LogicAbort(
-                "inserts and deletes are not supported by this protocol yet",
+                "deletes are not supported by this protocol yet",
             )));
         }
+        let insert = a.kind == AccessKind::Insert;
         if let Some(row) = t.writes.get_mut(a.table, a.key) {
-            return Step::Ran(run_on_copy(steps, a.as_ref(), row, outs));
+            return Step::Ran(match insert {
+                true => a.settle(Err(DUPLICATE_KEY)),
+                false => run_on_copy(steps, a, row, outs),
+            });
         }
         let table = self.store().table(a.table);
-        let Some(rid) = table.lookup(a.key) else {
-            return Step::Ran(a.as_ref().settle(Err(KEY_NOT_FOUND)));
+        let rid = match (table.lookup(a.key), insert) {
+            (Some(_), true) => return Step::Ran(a.settle(Err(DUPLICATE_KEY))),
+            (None, true) => return self.buffer_insert(txn, t, a, outs),
+            (None, false) => return Step::Ran(a.settle(Err(KEY_NOT_FOUND))),
+            (Some(rid), false) => rid,
         };
         let write = a.kind.is_write();
         let mut copy = RowCopy::new(table, rid);
@@ -315,14 +351,40 @@ impl<C: Cc> Node<C> {
         if tracing && a.kind != AccessKind::Write {
             t.trace.read(a.table, a.key, version);
         }
-        let out = run_on_copy(steps, a.as_ref(), &mut row, outs);
+        let out = run_on_copy(steps, a, &mut row, outs);
         if write {
             t.wrote = true;
             if tracing {
                 t.trace.write(a.table, a.key);
             }
-            t.writes.push(a.table, a.key, rid, row);
+            t.writes.push(a.table, a.key, Some(rid), row);
         }
+        Step::Ran(out)
+    }
+
+    /// A buffered insert of a key found absent: the key is held until the transaction ends
+    /// (see `PendingInserts`), and the step fills a zeroed private row, inserted at commit.
+    fn buffer_insert(
+        &self,
+        txn: TxnId,
+        t: &mut PartTxn<C::Held>,
+        a: AccessRef<'_>,
+        outs: &[Value],
+    ) -> Step {
+        let table = self.store().table(a.table);
+        match self.inserts.hold(txn, a.table, table, a.key) {
+            Ok(()) => t.inserting.push((a.table, a.key)),
+            Err(NotHeld::Taken) => return Step::Refused(CcAbortCause::Conflict),
+            Err(NotHeld::Full) => return Step::Ran(a.settle(Err(TABLE_FULL))),
+        }
+        let mut row = vec![0; table.row_size()];
+        // As an insert in place: the row is created even if the step then refuses.
+        let out = a.settle(self.ctx.catalog.steps.run(a, RowRef::Write(&mut row), outs));
+        t.wrote = true;
+        if self.ctx.history.is_some() {
+            t.trace.write(a.table, a.key);
+        }
+        t.writes.push(a.table, a.key, None, row);
         Step::Ran(out)
     }
 
@@ -360,16 +422,27 @@ impl<C: Cc> Node<C> {
         let store = self.store();
         for w in t.writes.drain() {
             let table = store.table(w.table);
-            let mut row = RowInstall::new(table, w.rid, &w.bytes, txn);
-            let access = RowAccess {
+            let mut access = RowAccess {
                 txn,
                 at: t.at,
                 table: w.table,
-                rid: w.rid,
+                rid: w.rid.unwrap_or_default(),
                 write: true,
             };
+            let Some(rid) = w.rid else {
+                let version = RowVersion::INITIAL.next_for(txn);
+                let created = table.insert_with(w.key, version, |rid, row| {
+                    row.copy_from_slice(&w.bytes);
+                    access.rid = rid;
+                    self.cc.created(&access);
+                });
+                debug_assert!(matches!(created, Ok(Some(_))), "a held key has room");
+                continue;
+            };
+            let mut row = RowInstall::new(table, rid, &w.bytes, txn);
             self.cc.install(&access, &mut t.held, &mut row, &mut woken);
         }
+        self.inserts.release(txn, &mut t.inserting);
         if let Some(h) = &self.ctx.history {
             h.add_part(txn, &t.trace);
         }
@@ -386,6 +459,7 @@ impl<C: Cc> Node<C> {
         // released only below, after the rollback; none of its accesses is running (its
         // state was just taken out of the table), so nothing references those rows' bytes.
         unsafe { t.undo.rollback(|_| store) };
+        self.inserts.release(txn, &mut t.inserting);
         let mut woken = Vec::new();
         self.cc.release(txn, &mut t.held, &mut woken);
         self.wake_all(woken);
@@ -402,6 +476,7 @@ impl<C: Cc> Node<C> {
             s.txns.clear();
             s.woken_early.clear();
         }
+        self.inserts.clear();
     }
 }
 
@@ -412,7 +487,7 @@ enum Step {
     /// It must wait: the group parks until the concurrency control wakes it.
     Wait,
     /// The concurrency control refused it.
-    Refused(qstore_core::txn::CcAbortCause),
+    Refused(CcAbortCause),
 }
 
 /// What a gate that does not let the access go means for it.

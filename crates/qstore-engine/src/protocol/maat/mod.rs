@@ -304,6 +304,12 @@ impl Cc for Maat {
         row.wts = row.wts.max(at.ts);
     }
 
+    fn created(&self, a: &RowAccess) {
+        let mut row = self.rows.get(a.table, a.rid).lock();
+        *row = RowMaat::default();
+        row.wts = a.at.ts;
+    }
+
     fn commit_order(&self, at: &Attempt) -> Option<u128> {
         // Transactions that do not conflict may share a commit timestamp; the attempt's id
         // breaks the tie.

@@ -157,6 +157,15 @@ impl Cc for Mvcc {
         row.prewrites.resolve(txn, woken);
     }
 
+    fn created(&self, a: &RowAccess) {
+        // No older version: an older attempt that reads the row is refused
+        // (`version_reclaimed`), as it would be past a reclaimed version, where it should
+        // have found no row at all.
+        let mut row = self.rows.get(a.table, a.rid).lock();
+        *row = RowVersions::default();
+        (row.wts, row.rts) = (a.at.ts, a.at.ts);
+    }
+
     fn release(&self, txn: TxnId, held: &mut Held, woken: &mut Vec<TxnId>) {
         held.release(txn, &self.rows, woken);
     }

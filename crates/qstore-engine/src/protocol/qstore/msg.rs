@@ -1,6 +1,6 @@
 //! What Q-Store nodes say to each other.
 
-use qstore_core::txn::{Access, AccessKind, AccessRef, StepId, Value};
+use qstore_core::txn::{Access, AccessKind, AccessRef, KeyDep, StepId, Value};
 use qstore_core::TableId;
 use qstore_core::{NodeId, TxnId};
 use serde::{Deserialize, Serialize};
@@ -115,13 +115,13 @@ impl<'a> FragRef<'a> {
         'a: 'b,
     {
         static NULL: Value = Value::Null;
-        let (arg, deps): (&Value, &[u16]) = match self.extras.get(op.extra as usize) {
-            Some(x) => (&x.arg, &x.deps),
+        let (arg, deps, key_dep): (&Value, &[u16], _) = match self.extras.get(op.extra as usize) {
+            Some(x) => (&x.arg, &x.deps, x.key_dep),
             None if op.int_arg => {
                 *int_arg = Value::Int(op.arg);
-                (int_arg, &[])
+                (int_arg, &[], None)
             }
-            None => (&NULL, &[]),
+            None => (&NULL, &[], None),
         };
         AccessRef {
             table: op.table,
@@ -131,6 +131,8 @@ impl<'a> FragRef<'a> {
             arg,
             deps,
             may_abort: op.may_abort,
+            key_dep,
+            derived: false,
         }
     }
 
@@ -176,6 +178,8 @@ impl Op {
 pub struct OpExtra {
     pub arg: Value,
     pub deps: Vec<u16>,
+    /// A derived access's key dependency (a derived access always has deps, so an extra).
+    pub key_dep: Option<KeyDep>,
 }
 
 /// How the fate of a transaction that may abort is decided: each of its `abortables`
@@ -229,6 +233,7 @@ impl Eq {
                 self.extras.push(OpExtra {
                     arg: a.arg.clone(),
                     deps: a.deps.clone(),
+                    key_dep: a.key_dep,
                 });
                 (0, false, self.extras.len() as u32 - 1)
             }
@@ -336,6 +341,7 @@ mod tests {
             arg,
             deps,
             may_abort: true,
+            key_dep: None,
         }
     }
 

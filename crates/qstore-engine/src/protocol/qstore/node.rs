@@ -20,7 +20,7 @@ use crossbeam_utils::CachePadded;
 use parking_lot::{Condvar, Mutex, MutexGuard, RwLock};
 use qstore_core::config::{Isolation, QStoreMode};
 use qstore_core::txn::{
-    CcAbortCause, Program, RowRef, TxnOutcome, Value, EMPTY_PROGRAM, KEY_NOT_FOUND,
+    AccessRef, CcAbortCause, Program, RowRef, TxnOutcome, Value, EMPTY_PROGRAM, KEY_NOT_FOUND,
 };
 use qstore_core::{NodeId, PartitionId, QError, TableId};
 use qstore_net::{Envelope, NetCounters, Transport};
@@ -944,7 +944,14 @@ impl QNode {
         for (at, op) in (frag.start as usize..).zip(frag.accesses) {
             ahead(at);
             let mut int_arg = Value::Null;
-            let a = frag.access(op, &mut int_arg);
+            let unresolved = frag.access(op, &mut int_arg);
+            // A derived key that cannot be resolved reads nothing: no key is `MAX_KEY + 1`.
+            let a = unresolved.resolve(&s.outputs).unwrap_or(AccessRef {
+                key: qstore_core::MAX_KEY + 1,
+                derived: true,
+                key_dep: None,
+                ..unresolved
+            });
             let t = self.store().table(a.table);
             let copy = state
                 .images

@@ -258,6 +258,7 @@ mod tests {
             arg: Value::Null,
             deps,
             may_abort: key == 150,
+            key_dep: None,
         }
     }
 

@@ -106,6 +106,13 @@ impl Cc for Timestamp {
         row.prewrites.resolve(txn, woken);
     }
 
+    fn created(&self, a: &RowAccess) {
+        // Older attempts must not read the row: they ran before it existed.
+        let mut row = self.rows.get(a.table, a.rid).lock();
+        *row = RowTs::default();
+        (row.wts, row.rts) = (a.at.ts, a.at.ts);
+    }
+
     fn release(&self, txn: TxnId, held: &mut Held, woken: &mut Vec<TxnId>) {
         held.release(txn, &self.rows, woken);
     }
