@@ -674,11 +674,12 @@ mod tests {
             may_abort: false,
             key_dep,
         };
-        let dep = Some(KeyDep {
+        let d = KeyDep {
             dep: 0,
             scale: 16,
             limit: 4,
-        });
+        };
+        let dep = Some(d);
         let ok = Program {
             accesses: vec![plain(vec![], None), plain(vec![0], dep)],
         };
@@ -697,7 +698,6 @@ mod tests {
         leaf.accesses.push(plain(vec![1], None));
         assert!(leaf.validate(1, true).unwrap_err().contains("derived"));
         // key = base + scale * output, for outputs in 0..limit, from ints or leading bytes.
-        let d = dep.unwrap();
         assert_eq!(d.key(100, &[Value::Int(3)]), Some(148));
         let mut bytes = 2i64.to_le_bytes().to_vec();
         bytes.extend_from_slice(b"name");
@@ -708,7 +708,7 @@ mod tests {
             Value::Null,
             Value::Bytes(vec![1]),
         ] {
-            assert_eq!(d.key(100, &[bad.clone()]), None, "{bad:?}");
+            assert_eq!(d.key(100, std::slice::from_ref(&bad)), None, "{bad:?}");
         }
         let a = ok.accesses[1].as_ref();
         let r = a.resolve(&[Value::Int(1)]).unwrap();
