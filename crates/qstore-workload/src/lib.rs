@@ -19,7 +19,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 /// Names accepted by `--workload`.
-pub const WORKLOADS: &[&str] = &["ycsb", "bank", "append"];
+pub const WORKLOADS: &[&str] = &["ycsb", "bank", "append", "tpcc"];
 
 /// One procedure call to submit, with the number of record operations it performs (for
 /// operations/s).
@@ -159,6 +159,7 @@ pub fn build(cfg: &RunConfig) -> Result<Arc<dyn Workload>, ConfigError> {
         "ycsb" => Ok(Arc::new(ycsb::Ycsb::new(cfg)?)),
         "bank" => Ok(Arc::new(bank::Bank::new(cfg)?)),
         "append" => Ok(Arc::new(append::Append::new(cfg)?)),
+        "tpcc" => Ok(Arc::new(tpcc::Tpcc::new(cfg)?)),
         other => Err(ConfigError::new(
             "workload.name",
             other,

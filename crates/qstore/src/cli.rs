@@ -3,7 +3,7 @@
 use crate::sizing;
 use clap::{Args, Parser, Subcommand};
 use qstore_bench::{Progress, RunOptions};
-use qstore_core::config::{CalvinLocks, Isolation, Partitioning, QStoreMode};
+use qstore_core::config::{CalvinLocks, Isolation, Partitioning, QStoreMode, TpccMix};
 use qstore_core::{QError, RunConfig};
 use std::io::{IsTerminal, Write};
 use std::path::PathBuf;
@@ -264,7 +264,7 @@ struct RunArgs {
     drop_fraction: Option<f64>,
 
     // --- workload ---
-    /// Workload: ycsb, bank or append.
+    /// Workload: ycsb, bank, append or tpcc.
     #[arg(long, help_heading = "Workload")]
     workload: Option<String>,
     /// Seed of every random choice (same seed, same workload stream).
@@ -323,6 +323,22 @@ struct RunArgs {
     /// append: size of the sliding window of hot keys per partition.
     #[arg(long, help_heading = "Workload")]
     active_keys: Option<u32>,
+
+    /// tpcc: warehouses per node (1 = the high-contention setting the papers use; each takes
+    /// about half a GB at the default --max-orders-per-district).
+    #[arg(long, help_heading = "Workload")]
+    warehouses: Option<u32>,
+    /// tpcc: which transactions run: neworder-payment (New-Order and Payment, what the papers
+    /// measure) or standard (all five; not built yet).
+    #[arg(long, value_parser = parse_tpcc_mix, help_heading = "Workload")]
+    tpcc_mix: Option<TpccMix>,
+    /// tpcc: fraction of transactions that are Payments (the rest New-Orders).
+    #[arg(long, allow_negative_numbers = true, help_heading = "Workload")]
+    payment_fraction: Option<f64>,
+    /// tpcc: orders a district can hold (3000 loaded plus room for new ones); sets most of
+    /// the memory, and a New-Order past it aborts (counted as a logic abort).
+    #[arg(long, help_heading = "Workload")]
+    max_orders_per_district: Option<u32>,
 
     // --- load generator ---
     /// Clients in the cluster, spread round-robin over home nodes (0 = one per node).
@@ -423,6 +439,16 @@ fn parse_calvin_locks(s: &str) -> Result<CalvinLocks, String> {
         "vll" => Ok(CalvinLocks::Vll),
         _ => Err(format!(
             "{s:?} is not a Calvin lock manager; use lock-table or vll"
+        )),
+    }
+}
+
+fn parse_tpcc_mix(s: &str) -> Result<TpccMix, String> {
+    match s {
+        "standard" => Ok(TpccMix::Standard),
+        "neworder-payment" => Ok(TpccMix::NeworderPayment),
+        _ => Err(format!(
+            "{s:?} is not a TPC-C mix; use standard or neworder-payment"
         )),
     }
 }
@@ -553,8 +579,34 @@ impl RunArgs {
                 set(&mut a.active_keys, self.active_keys);
                 not_for("--theta", self.theta.is_some())?;
             }
+            "tpcc" => {
+                let t = &mut w.tpcc;
+                set(&mut t.warehouses_per_partition, self.warehouses);
+                set(&mut t.mix, self.tpcc_mix);
+                set(&mut t.payment_fraction, self.payment_fraction);
+                set(&mut t.max_orders_per_district, self.max_orders_per_district);
+                set(&mut t.multi_partition_fraction, self.mp_fraction);
+                not_for("--records", self.records.is_some())?;
+                not_for("--ops", self.ops.is_some())?;
+                not_for("--theta", self.theta.is_some())?;
+                not_for("--mp-partitions", self.mp_partitions.is_some())?;
+                // Warehouses are key ranges: TPC-C needs range partitioning, so it is the
+                // default here (an explicit --partitioning hash is still refused clearly).
+                if self.partitioning.is_none() && c.cluster.partitioning != Partitioning::Range {
+                    c.cluster.partitioning = Partitioning::Range;
+                }
+            }
             _ => {}
         }
+        let w = &mut c.workload;
+        let tpcc_only = self.warehouses.is_some()
+            || self.tpcc_mix.is_some()
+            || self.payment_fraction.is_some()
+            || self.max_orders_per_district.is_some();
+        not_for(
+            "tpcc flags (--warehouses, --tpcc-mix, ...)",
+            tpcc_only && name != "tpcc",
+        )?;
         let ycsb_only = self.row_size.is_some()
             || self.write_fraction.is_some()
             || self.remote_access_fraction.is_some()
@@ -584,6 +636,7 @@ impl RunArgs {
             w.ycsb.multi_partition_fraction = 0.0;
             w.bank.multi_partition_fraction = 0.0;
             w.append.multi_partition_fraction = 0.0;
+            w.tpcc.multi_partition_fraction = 0.0;
         }
         Ok(())
     }

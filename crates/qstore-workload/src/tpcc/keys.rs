@@ -280,6 +280,31 @@ impl TpccKeys {
         self.wd(w, d) << LAST_NAME_BITS | name as u64
     }
 
+    // Bases of derived ranges (see `qstore_core::txn::KeyDep`): keys New-Order and Payment
+    // insert are a base plus an id the transaction reads (D_NEXT_O_ID, D_NEXT_H_ID).
+
+    /// ORDER and NEW-ORDER keys of district (w, d): this base plus the order id.
+    #[inline]
+    pub fn order_base(&self, w: u32, d: u32) -> Key {
+        self.wd(w, d) << self.order_bits
+    }
+
+    /// ORDER-LINE keys of line `ol` of district (w, d)'s orders: this base plus the order id
+    /// times [`Self::ORDER_LINE_SCALE`].
+    #[inline]
+    pub fn order_line_base(&self, w: u32, d: u32, ol: u32) -> Key {
+        debug_assert!((1..=MAX_OL_CNT).contains(&ol), "OL_NUMBER {ol}");
+        self.order_base(w, d) << ORDER_LINE_BITS | ol as u64
+    }
+
+    pub const ORDER_LINE_SCALE: u32 = 1 << ORDER_LINE_BITS;
+
+    /// HISTORY keys of customer `c` of district (w, d): this base plus the sequence number.
+    #[inline]
+    pub fn history_base(&self, w: u32, d: u32, c: u32) -> Key {
+        self.customer(w, d, c) << self.order_bits
+    }
+
     // Decoders: the ids a key encodes (for keys these encoders made).
 
     #[inline]

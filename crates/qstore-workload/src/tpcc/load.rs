@@ -169,7 +169,7 @@ impl TpccData {
         let k = self.keys;
         let plan = self.plan(w, d);
         load_one(loader, DISTRICT, k.district(w, d), |row| {
-            self.fill_district(w, d, row)
+            self.fill_district(&plan, w, d, row)
         })?;
         let mut keys = (1..=CUSTOMERS).map(|c| k.customer(w, d, c));
         loader.load_rows(CUSTOMER, &mut keys, &mut |key, row| {
@@ -246,6 +246,20 @@ impl TpccData {
         })
     }
 
+    /// For each last-name number of district (w, d), the customer Payment and Order-Status
+    /// choose by that name (clause 2.5.2.2), as CUSTOMER_BY_LAST_NAME lists it; 0 for a name
+    /// no customer has. The index never changes, so this is its content for a whole run.
+    pub fn chosen_by_last_name(&self, w: u32, d: u32) -> Vec<u16> {
+        self.plan(w, d)
+            .last_name_lists()
+            .iter()
+            .map(|list| match list.len() {
+                0 => 0,
+                n => list[n.div_ceil(2) - 1] as u16,
+            })
+            .collect()
+    }
+
     /// What the rows of district (w, d) share, drawn from the district's generator.
     fn plan(&self, w: u32, d: u32) -> DistrictPlan {
         let mut rng = self.rng(Purpose::Plan, [w, d, 0, 0]);
@@ -289,7 +303,7 @@ impl TpccData {
         );
     }
 
-    fn fill_district(&self, w: u32, d: u32, row: &mut [u8]) {
+    fn fill_district(&self, plan: &DistrictPlan, w: u32, d: u32, row: &mut [u8]) {
         let mut rng = self.rng(Purpose::District, [w, d, 0, 0]);
         row.fill(0);
         D_ID.set_u32(row, d);
@@ -298,6 +312,7 @@ impl TpccData {
         D_YTD.set_money(row, dollars(30_000));
         D_NEXT_O_ID.set_u32(row, INITIAL_ORDERS + 1);
         D_NEXT_H_ID.set_u32(row, CUSTOMERS + 1);
+        D_ORDER_LINES.set_u32(row, plan.ol_cnt.iter().map(|&n| n as u32).sum());
         a_string_into(&mut rng, 6, 10, D_NAME.raw_mut(row));
         fill_address(
             &mut rng,
@@ -655,6 +670,9 @@ mod tests {
             let district = m.get(DISTRICT, k.district(w, d));
             assert_eq!(D_NEXT_O_ID.get_u32(district), 3_001);
             assert_eq!(D_NEXT_H_ID.get_u32(district), 3_001);
+            let (lo, hi) = (k.order_line(w, d, 1, 1), k.order_line(w, d, 3_000, 15));
+            let lines = m.range(ORDER_LINE, lo, hi).len() as u32;
+            assert_eq!(D_ORDER_LINES.get_u32(district), lines);
             assert!((0..=2_000).contains(&D_TAX.get_i32(district)));
             let no: Vec<u32> = m
                 .range(NEW_ORDER, k.new_order(w, d, 1), k.new_order(w, d, last_o))

@@ -20,7 +20,9 @@
 //! see [`TableDef`]), and Payment's cost of rewriting the C_DATA of bad-credit customers is
 //! part of what TPC-C measures.
 //!
-//! DISTRICT has one column the spec lacks, D_NEXT_H_ID: the next HISTORY sequence number of
+//! DISTRICT has two columns the spec lacks. D_ORDER_LINES counts the district's ORDER-LINE
+//! rows, so that New-Order can refuse an order the pre-sized table has no room for (it aborts
+//! rather than lose lines). D_NEXT_H_ID is the next HISTORY sequence number of
 //! the district, which makes HISTORY keys unique (the spec's HISTORY has no primary key).
 
 use super::keys::{TpccKeys, CUSTOMERS, DELIVERED_ORDERS, DISTRICTS, ITEMS, ITEM_BITS, LAST_NAMES};
@@ -67,7 +69,10 @@ pub const D_TAX: Field = Field::i32("D_TAX", D_W_ID.end());
 pub const D_NEXT_O_ID: Field = Field::u32("D_NEXT_O_ID", D_TAX.end());
 /// Not in the spec: the district's next HISTORY sequence number.
 pub const D_NEXT_H_ID: Field = Field::u32("D_NEXT_H_ID", D_NEXT_O_ID.end());
-pub const D_YTD: Field = Field::money("D_YTD", D_NEXT_H_ID.end());
+/// Not in the spec: the ORDER-LINE rows of the district's orders (the sum of their
+/// O_OL_CNT), which New-Order keeps within the district's share of the ORDER-LINE table.
+pub const D_ORDER_LINES: Field = Field::u32("D_ORDER_LINES", D_NEXT_H_ID.end());
+pub const D_YTD: Field = Field::money("D_YTD", D_ORDER_LINES.end());
 pub const D_NAME: Field = Field::bytes("D_NAME", D_YTD.end(), 10);
 pub const D_STREET_1: Field = Field::bytes("D_STREET_1", D_NAME.end(), 20);
 pub const D_STREET_2: Field = Field::bytes("D_STREET_2", D_STREET_1.end(), 20);
@@ -82,6 +87,7 @@ pub const DISTRICT_LAYOUT: Layout = Layout {
         D_TAX,
         D_NEXT_O_ID,
         D_NEXT_H_ID,
+        D_ORDER_LINES,
         D_YTD,
         D_NAME,
         D_STREET_1,

@@ -1,0 +1,601 @@
+//! New-Order and Payment (clauses 2.4 and 2.5) as stored procedures: their arguments, the
+//! programs they build and the step functions those run.
+//!
+//! **New-Order** `[w, d, c, entry_d, (i_id, supply_w, quantity) × ol_cnt]`: reads each line's
+//! ITEM (the home partition's copy; an unused item id, which the client sends for 1% of
+//! orders, is missing and rolls the order back as a logic abort), WAREHOUSE and CUSTOMER;
+//! takes the order id from DISTRICT (D_NEXT_O_ID), updates each line's STOCK, and inserts
+//! ORDER, NEW-ORDER and the ORDER-LINEs under keys derived from the order id.
+//!
+//! **Payment** `[w, d, c_w, c_d, by_name, c_id or last-name number, amount, date]`: adds
+//! the amount to W_YTD and D_YTD, takes the HISTORY sequence number from DISTRICT
+//! (D_NEXT_H_ID), pays from the CUSTOMER (rewriting C_DATA of bad-credit customers), and
+//! inserts the HISTORY row under a key derived from the sequence number.
+//!
+//! A customer chosen by last name is looked up when the program is built, in the
+//! CUSTOMER_BY_LAST_NAME index, which TPC-C never changes: this is OLLP's reconnaissance
+//! step, and since the index is immutable its guess is never wrong, so no transaction ever
+//! restarts for it. Each node keeps the index's choices in memory (about 2 bytes per
+//! customer), computed from the seed exactly as the load builds the table.
+//!
+//! Tables run out of room before the run does only by configuration: the district refuses
+//! (a logic abort naming the setting) an order when ORDER or its share of ORDER-LINE is
+//! full, and a payment when its HISTORY is, so no row is ever lost.
+
+use super::keys::{TpccKeys, CUSTOMERS, DISTRICTS, ITEM_BITS, LAST_NAMES, MAX_OL_CNT};
+use super::schema::*;
+use qstore_core::config::TpccConfig;
+use qstore_core::txn::{
+    Access, AccessKind, Catalog, Inputs, KeyDep, LogicAbort, ProcId, Procedure, Program, RowRef,
+    StepId, Value,
+};
+use qstore_core::{Key, PartitionId, TableId};
+use std::sync::Arc;
+
+pub const NEW_ORDER_PROC: &str = "tpcc_new_order";
+pub const PAYMENT_PROC: &str = "tpcc_payment";
+
+/// Arguments of New-Order before its lines.
+pub const NEW_ORDER_FIXED_ARGS: usize = 4;
+/// Lines of an order (clause 2.4.1.3).
+pub const MIN_OL_CNT: u32 = 5;
+
+/// Why the district refused an order or a payment: the pre-sized tables are full.
+const ORDERS_FULL: LogicAbort = LogicAbort(
+    "the district's ORDER or ORDER-LINE table is full: raise workload.tpcc.max_orders_per_district",
+);
+const HISTORY_FULL: LogicAbort =
+    LogicAbort("the district's HISTORY table is full: raise workload.tpcc.max_orders_per_district");
+const BAD_ARGUMENT: LogicAbort = LogicAbort("malformed step argument");
+
+/// The customer each last name picks, per district: `chosen[(w * 10 + d - 1) * 1000 + name]`.
+pub struct LastNameChoices {
+    chosen: Vec<u16>,
+}
+
+impl LastNameChoices {
+    pub fn new(data: &super::TpccData) -> Self {
+        let warehouses = data.keys().warehouses();
+        let chosen = (0..warehouses)
+            .flat_map(|w| (1..=DISTRICTS).map(move |d| (w, d)))
+            .flat_map(|(w, d)| data.chosen_by_last_name(w, d))
+            .collect();
+        LastNameChoices { chosen }
+    }
+
+    fn customer(&self, w: u32, d: u32, name: u32) -> Option<u32> {
+        let at = ((w * DISTRICTS + d - 1) * LAST_NAMES + name) as usize;
+        self.chosen.get(at).map(|&c| c as u32).filter(|&c| c > 0)
+    }
+}
+
+/// The step ids of both procedures.
+#[derive(Clone, Copy)]
+struct Steps {
+    read_item: StepId,
+    read_tax: StepId,
+    next_order: StepId,
+    read_discount: StepId,
+    insert_order: StepId,
+    insert_new_order: StepId,
+    update_stock: StepId,
+    insert_order_line: StepId,
+    pay_warehouse: StepId,
+    pay_district: StepId,
+    pay_customer: StepId,
+    insert_history: StepId,
+}
+
+/// Registers the steps and both procedures in `cat`; returns (New-Order, Payment).
+pub fn register(
+    cat: &mut Catalog,
+    keys: TpccKeys,
+    choices: Arc<LastNameChoices>,
+) -> (ProcId, ProcId) {
+    let s = &mut cat.steps;
+    let steps = Steps {
+        read_item: s.register("tpcc_read_item", read_item),
+        read_tax: s.register("tpcc_read_tax", read_tax),
+        next_order: s.register("tpcc_next_order", next_order),
+        read_discount: s.register("tpcc_read_discount", read_discount),
+        insert_order: s.register("tpcc_insert_order", insert_order),
+        insert_new_order: s.register("tpcc_insert_new_order", insert_new_order),
+        update_stock: s.register("tpcc_update_stock", update_stock),
+        insert_order_line: s.register("tpcc_insert_order_line", insert_order_line),
+        pay_warehouse: s.register("tpcc_pay_warehouse", pay_warehouse),
+        pay_district: s.register("tpcc_pay_district", pay_district),
+        pay_customer: s.register("tpcc_pay_customer", pay_customer),
+        insert_history: s.register("tpcc_insert_history", insert_history),
+    };
+    let new_order = cat.add_procedure(Arc::new(NewOrder { keys, steps }));
+    let payment = cat.add_procedure(Arc::new(Payment {
+        keys,
+        steps,
+        choices,
+    }));
+    (new_order, payment)
+}
+
+// Arguments and outputs that carry several ids travel as little-endian `u32`s.
+
+fn pack(ids: &[u32]) -> Value {
+    Value::Bytes(ids.iter().flat_map(|v| v.to_le_bytes()).collect())
+}
+
+fn unpack<const N: usize>(v: &Value) -> Result<[u32; N], LogicAbort> {
+    let Value::Bytes(b) = v else {
+        return Err(BAD_ARGUMENT);
+    };
+    if b.len() != 4 * N {
+        return Err(BAD_ARGUMENT);
+    }
+    let mut out = [0u32; N];
+    for (o, c) in out.iter_mut().zip(b.chunks_exact(4)) {
+        *o = u32::from_le_bytes(c.try_into().expect("chunks of 4"));
+    }
+    Ok(out)
+}
+
+fn int(v: &Value) -> Result<i64, LogicAbort> {
+    v.as_int().ok_or(BAD_ARGUMENT)
+}
+
+fn arg_int(args: &[Value], i: usize, what: &str) -> Result<i64, String> {
+    match args.get(i) {
+        Some(Value::Int(v)) => Ok(*v),
+        Some(other) => Err(format!(
+            "argument {i} ({what}) must be an integer, not {other:?}"
+        )),
+        None => Err(format!("argument {i} ({what}) is missing")),
+    }
+}
+
+fn arg_u32(args: &[Value], i: usize, what: &'static str, lo: u32, hi: u32) -> Result<u32, String> {
+    let v = arg_int(args, i, what)?;
+    TpccKeys::check_id(what, v, lo, hi).map_err(|e| e.to_string())
+}
+
+fn write(row: RowRef<'_>) -> Result<&mut [u8], LogicAbort> {
+    match row {
+        RowRef::Write(r) => Ok(r),
+        RowRef::Read(_) => Err(LogicAbort("a writing step got a read-only row")),
+    }
+}
+
+fn access(table: TableId, key: Key, kind: AccessKind, step: StepId, arg: Value) -> Access {
+    Access {
+        table,
+        key,
+        kind,
+        step,
+        arg,
+        deps: Vec::new(),
+        may_abort: false,
+        key_dep: None,
+    }
+}
+
+/// An insert whose key is `base + scale * output of access dep`.
+#[allow(clippy::too_many_arguments)]
+fn derived_insert(
+    table: TableId,
+    base: Key,
+    dep: u16,
+    scale: u32,
+    limit: u32,
+    step: StepId,
+    arg: Value,
+    deps: Vec<u16>,
+) -> Access {
+    debug_assert!(deps.contains(&dep));
+    Access {
+        deps,
+        key_dep: Some(KeyDep { dep, scale, limit }),
+        ..access(table, base, AccessKind::Insert, step, arg)
+    }
+}
+
+/// An item id as a line may carry it: a real one, or the unused one of a rolled-back order.
+const UNUSED_ITEM: u32 = super::keys::ITEMS + 1;
+
+struct NewOrder {
+    keys: TpccKeys,
+    steps: Steps,
+}
+
+/// One line of an order.
+struct Line {
+    item: u32,
+    supply_w: u32,
+    quantity: u32,
+}
+
+impl NewOrder {
+    fn lines(&self, args: &[Value]) -> Result<Vec<Line>, String> {
+        let rest = &args[NEW_ORDER_FIXED_ARGS.min(args.len())..];
+        let n = rest.len() / 3;
+        if !rest.len().is_multiple_of(3)
+            || !(MIN_OL_CNT as usize..=MAX_OL_CNT as usize).contains(&n)
+        {
+            return Err(format!(
+                "New-Order takes {NEW_ORDER_FIXED_ARGS} arguments and then {MIN_OL_CNT} to \
+                 {MAX_OL_CNT} lines of 3 (item, supplying warehouse, quantity); got {} arguments",
+                args.len()
+            ));
+        }
+        let last_w = self.keys.warehouses() - 1;
+        (0..n)
+            .map(|l| {
+                let at = NEW_ORDER_FIXED_ARGS + 3 * l;
+                Ok(Line {
+                    item: arg_u32(args, at, "OL_I_ID", 1, UNUSED_ITEM)?,
+                    supply_w: arg_u32(args, at + 1, "OL_SUPPLY_W_ID", 0, last_w)?,
+                    quantity: arg_u32(args, at + 2, "OL_QUANTITY", 1, 10)?,
+                })
+            })
+            .collect()
+    }
+}
+
+impl Procedure for NewOrder {
+    fn name(&self) -> &'static str {
+        NEW_ORDER_PROC
+    }
+
+    fn program(&self, args: &[Value]) -> Result<Program, String> {
+        let k = &self.keys;
+        let s = &self.steps;
+        let w = arg_u32(args, 0, "W_ID", 0, k.warehouses() - 1)?;
+        let d = arg_u32(args, 1, "D_ID", 1, DISTRICTS)?;
+        let c = arg_u32(args, 2, "C_ID", 1, CUSTOMERS)?;
+        let entry_d = arg_u32(args, 3, "O_ENTRY_D", 0, u32::MAX)?;
+        let lines = self.lines(args)?;
+        let ol_cnt = lines.len() as u32;
+        let home = k.partition_of_warehouse(w);
+        let all_local = lines.iter().all(|l| l.supply_w == w) as u32;
+        let mut a = Vec::with_capacity(5 + 3 * lines.len());
+        // The items first: an unused one aborts the order before it takes any lock.
+        for l in &lines {
+            let mut read = access(
+                ITEM,
+                item_key(home, l.item),
+                AccessKind::Read,
+                s.read_item,
+                Value::Null,
+            );
+            read.may_abort = true;
+            a.push(read);
+        }
+        let at_w = a.len() as u16;
+        a.push(access(
+            WAREHOUSE,
+            k.warehouse(w),
+            AccessKind::Read,
+            s.read_tax,
+            Value::Null,
+        ));
+        let at_d = a.len() as u16;
+        let limits = (k.max_orders() as i64) << 8 | ol_cnt as i64;
+        let mut next = access(
+            DISTRICT,
+            k.district(w, d),
+            AccessKind::ReadModifyWrite,
+            s.next_order,
+            Value::Int(limits),
+        );
+        next.may_abort = true;
+        a.push(next);
+        a.push(access(
+            CUSTOMER,
+            k.customer(w, d, c),
+            AccessKind::Read,
+            s.read_discount,
+            Value::Null,
+        ));
+        let limit = k.max_orders() + 1;
+        a.push(derived_insert(
+            ORDER,
+            k.order_base(w, d),
+            at_d,
+            1,
+            limit,
+            s.insert_order,
+            pack(&[w, d, c, ol_cnt, all_local, entry_d]),
+            vec![at_d],
+        ));
+        a.push(derived_insert(
+            NEW_ORDER,
+            k.order_base(w, d),
+            at_d,
+            1,
+            limit,
+            s.insert_new_order,
+            pack(&[w, d]),
+            vec![at_d],
+        ));
+        for (j, l) in lines.iter().enumerate() {
+            let remote = (l.supply_w != w) as i64;
+            let stock_arg = l.quantity as i64 | (d as i64) << 8 | remote << 16;
+            let at_s = a.len() as u16;
+            a.push(access(
+                STOCK,
+                stock_key(l.supply_w, l.item),
+                AccessKind::ReadModifyWrite,
+                s.update_stock,
+                Value::Int(stock_arg),
+            ));
+            let ol = j as u32 + 1;
+            a.push(derived_insert(
+                ORDER_LINE,
+                k.order_line_base(w, d, ol),
+                at_d,
+                TpccKeys::ORDER_LINE_SCALE,
+                limit,
+                s.insert_order_line,
+                pack(&[w, d, ol, l.item, l.supply_w, l.quantity]),
+                vec![at_d, j as u16, at_s],
+            ));
+        }
+        debug_assert!(at_w as usize == lines.len());
+        Ok(Program { accesses: a })
+    }
+}
+
+/// ITEM key of item `i` in partition `p`'s copy, for any id of the key's width (an unused
+/// id is simply absent).
+fn item_key(p: PartitionId, i: u32) -> Key {
+    (p.0 as u64) << ITEM_BITS | i as u64
+}
+
+fn stock_key(w: u32, i: u32) -> Key {
+    (w as u64) << ITEM_BITS | i as u64
+}
+
+struct Payment {
+    keys: TpccKeys,
+    steps: Steps,
+    choices: Arc<LastNameChoices>,
+}
+
+impl Procedure for Payment {
+    fn name(&self) -> &'static str {
+        PAYMENT_PROC
+    }
+
+    fn program(&self, args: &[Value]) -> Result<Program, String> {
+        let k = &self.keys;
+        let s = &self.steps;
+        if args.len() != 8 {
+            return Err(format!(
+                "Payment takes 8 arguments (W_ID, D_ID, C_W_ID, C_D_ID, by last name 0/1, \
+                 C_ID or last-name number, H_AMOUNT in cents, H_DATE); got {}",
+                args.len()
+            ));
+        }
+        let last_w = k.warehouses() - 1;
+        let w = arg_u32(args, 0, "W_ID", 0, last_w)?;
+        let d = arg_u32(args, 1, "D_ID", 1, DISTRICTS)?;
+        let c_w = arg_u32(args, 2, "C_W_ID", 0, last_w)?;
+        let c_d = arg_u32(args, 3, "C_D_ID", 1, DISTRICTS)?;
+        let by_name = arg_u32(args, 4, "by last name", 0, 1)? == 1;
+        let c = if by_name {
+            let name = arg_u32(args, 5, "C_LAST number", 0, LAST_NAMES - 1)?;
+            self.choices.customer(c_w, c_d, name).ok_or_else(|| {
+                format!("no customer of district ({c_w}, {c_d}) has last name {name}")
+            })?
+        } else {
+            arg_u32(args, 5, "C_ID", 1, CUSTOMERS)?
+        };
+        let amount = arg_u32(args, 6, "H_AMOUNT", 100, 500_000)?;
+        let date = arg_u32(args, 7, "H_DATE", 0, u32::MAX)?;
+        let limits = (k.max_orders() as i64) << 32 | amount as i64;
+        let mut pay_d = access(
+            DISTRICT,
+            k.district(w, d),
+            AccessKind::ReadModifyWrite,
+            s.pay_district,
+            Value::Int(limits),
+        );
+        pay_d.may_abort = true;
+        let a = vec![
+            access(
+                WAREHOUSE,
+                k.warehouse(w),
+                AccessKind::ReadModifyWrite,
+                s.pay_warehouse,
+                Value::Int(amount as i64),
+            ),
+            pay_d,
+            access(
+                CUSTOMER,
+                k.customer(c_w, c_d, c),
+                AccessKind::ReadModifyWrite,
+                s.pay_customer,
+                pack(&[amount, c, c_d, c_w, d, w]),
+            ),
+            derived_insert(
+                HISTORY,
+                k.history_base(w, d, c),
+                1,
+                1,
+                k.max_orders() + 1,
+                s.insert_history,
+                pack(&[c, c_d, c_w, d, w, amount, date]),
+                vec![1, 0],
+            ),
+        ];
+        Ok(Program { accesses: a })
+    }
+}
+
+// New-Order's steps.
+
+fn read_item(row: RowRef<'_>, _: &Value, _: Inputs<'_>) -> Result<Value, LogicAbort> {
+    Ok(Value::Int(I_PRICE.get_money(row.bytes())))
+}
+
+fn read_tax(row: RowRef<'_>, _: &Value, _: Inputs<'_>) -> Result<Value, LogicAbort> {
+    Ok(Value::Int(W_TAX.get_i32(row.bytes()) as i64))
+}
+
+fn read_discount(row: RowRef<'_>, _: &Value, _: Inputs<'_>) -> Result<Value, LogicAbort> {
+    Ok(Value::Int(C_DISCOUNT.get_i32(row.bytes()) as i64))
+}
+
+/// Takes the district's next order id (the output), if ORDER and the district's share of
+/// ORDER-LINE have room: arg = max_orders << 8 | ol_cnt.
+fn next_order(row: RowRef<'_>, arg: &Value, _: Inputs<'_>) -> Result<Value, LogicAbort> {
+    let row = write(row)?;
+    let arg = int(arg)?;
+    let (max_orders, ol_cnt) = ((arg >> 8) as u32, (arg & 0xff) as u32);
+    let o = D_NEXT_O_ID.get_u32(row);
+    let lines = D_ORDER_LINES.get_u32(row) as u64 + ol_cnt as u64;
+    let room = max_orders as u64 * TpccConfig::ORDER_LINES_ROOM as u64;
+    if o > max_orders || lines > room {
+        return Err(ORDERS_FULL);
+    }
+    D_NEXT_O_ID.set_u32(row, o + 1);
+    D_ORDER_LINES.set_u32(row, lines as u32);
+    Ok(Value::Int(o as i64))
+}
+
+fn insert_order(row: RowRef<'_>, arg: &Value, inputs: Inputs<'_>) -> Result<Value, LogicAbort> {
+    let row = write(row)?;
+    let [w, d, c, ol_cnt, all_local, entry_d] = unpack::<6>(arg)?;
+    O_ID.set_u32(row, int(inputs.get(0))? as u32);
+    O_D_ID.set_u32(row, d);
+    O_W_ID.set_u32(row, w);
+    O_C_ID.set_u32(row, c);
+    O_CARRIER_ID.set_u32(row, 0);
+    O_OL_CNT.set_i32(row, ol_cnt as i32);
+    O_ALL_LOCAL.set_i32(row, all_local as i32);
+    O_ENTRY_D.set_i64(row, entry_d as i64);
+    Ok(Value::Null)
+}
+
+fn insert_new_order(row: RowRef<'_>, arg: &Value, inputs: Inputs<'_>) -> Result<Value, LogicAbort> {
+    let row = write(row)?;
+    let [w, d] = unpack::<2>(arg)?;
+    NO_O_ID.set_u32(row, int(inputs.get(0))? as u32);
+    NO_D_ID.set_u32(row, d);
+    NO_W_ID.set_u32(row, w);
+    Ok(Value::Null)
+}
+
+/// Clause 2.4.2.2's stock update: arg = quantity | d << 8 | remote << 16. Outputs S_DIST_d.
+fn update_stock(row: RowRef<'_>, arg: &Value, _: Inputs<'_>) -> Result<Value, LogicAbort> {
+    let row = write(row)?;
+    let arg = int(arg)?;
+    let (qty, d, remote) = (
+        (arg & 0xff) as i32,
+        ((arg >> 8) & 0xff) as usize,
+        (arg >> 16) & 1,
+    );
+    let dist = S_DIST.get(d.wrapping_sub(1)).ok_or(BAD_ARGUMENT)?;
+    let s_qty = S_QUANTITY.get_i32(row);
+    let left = if s_qty >= qty + 10 {
+        s_qty - qty
+    } else {
+        s_qty - qty + 91
+    };
+    S_QUANTITY.set_i32(row, left);
+    S_YTD.set_i32(row, S_YTD.get_i32(row) + qty);
+    S_ORDER_CNT.set_i32(row, S_ORDER_CNT.get_i32(row) + 1);
+    S_REMOTE_CNT.set_i32(row, S_REMOTE_CNT.get_i32(row) + remote as i32);
+    Ok(Value::Bytes(dist.raw(row).to_vec()))
+}
+
+fn insert_order_line(
+    row: RowRef<'_>,
+    arg: &Value,
+    inputs: Inputs<'_>,
+) -> Result<Value, LogicAbort> {
+    let row = write(row)?;
+    let [w, d, ol, item, supply_w, qty] = unpack::<6>(arg)?;
+    let o = int(inputs.get(0))? as u32;
+    let price = int(inputs.get(1))?;
+    OL_O_ID.set_u32(row, o);
+    OL_D_ID.set_u32(row, d);
+    OL_W_ID.set_u32(row, w);
+    OL_NUMBER.set_u32(row, ol);
+    OL_I_ID.set_u32(row, item);
+    OL_SUPPLY_W_ID.set_u32(row, supply_w);
+    OL_QUANTITY.set_i32(row, qty as i32);
+    OL_DELIVERY_D.set_i64(row, 0);
+    OL_AMOUNT.set_money(row, qty as i64 * price);
+    // The stock row's S_DIST_d (absent only if the stock access found no row: then blank).
+    if let Value::Bytes(dist) = inputs.get(2) {
+        let raw = OL_DIST_INFO.raw_mut(row);
+        let n = dist.len().min(raw.len());
+        raw[..n].copy_from_slice(&dist[..n]);
+    }
+    Ok(Value::Null)
+}
+
+// Payment's steps.
+
+/// Adds the amount to W_YTD; outputs W_NAME (for H_DATA).
+fn pay_warehouse(row: RowRef<'_>, arg: &Value, _: Inputs<'_>) -> Result<Value, LogicAbort> {
+    let row = write(row)?;
+    W_YTD.set_money(row, W_YTD.get_money(row) + int(arg)?);
+    Ok(Value::Bytes(W_NAME.get_bytes(row).to_vec()))
+}
+
+/// Adds the amount to D_YTD and takes the next HISTORY sequence number, if HISTORY has room:
+/// arg = max_orders << 32 | amount. Outputs the number (8 bytes, the derived key's offset)
+/// followed by D_NAME.
+fn pay_district(row: RowRef<'_>, arg: &Value, _: Inputs<'_>) -> Result<Value, LogicAbort> {
+    let row = write(row)?;
+    let arg = int(arg)?;
+    let (max, amount) = ((arg >> 32) as u32, arg & 0xffff_ffff);
+    let h = D_NEXT_H_ID.get_u32(row);
+    if h > max {
+        return Err(HISTORY_FULL);
+    }
+    D_NEXT_H_ID.set_u32(row, h + 1);
+    D_YTD.set_money(row, D_YTD.get_money(row) + amount);
+    let mut out = (h as i64).to_le_bytes().to_vec();
+    out.extend_from_slice(D_NAME.get_bytes(row));
+    Ok(Value::Bytes(out))
+}
+
+/// Clause 2.5.2.2's customer update: arg = [amount, c, c_d, c_w, d, w]. Outputs C_BALANCE.
+fn pay_customer(row: RowRef<'_>, arg: &Value, _: Inputs<'_>) -> Result<Value, LogicAbort> {
+    let row = write(row)?;
+    let [amount, c, c_d, c_w, d, w] = unpack::<6>(arg)?;
+    let amount = amount as i64;
+    let balance = C_BALANCE.get_money(row) - amount;
+    C_BALANCE.set_money(row, balance);
+    C_YTD_PAYMENT.set_money(row, C_YTD_PAYMENT.get_money(row) + amount);
+    C_PAYMENT_CNT.set_i32(row, C_PAYMENT_CNT.get_i32(row) + 1);
+    if C_CREDIT.get_bytes(row) == b"BC" {
+        let new = format!("{c} {c_d} {c_w} {d} {w} {amount} ");
+        let old = C_DATA.get_bytes(row).to_vec();
+        C_DATA
+            .set_bytes_truncated(row, &[new.as_bytes(), &old])
+            .map_err(|_| BAD_ARGUMENT)?;
+    }
+    Ok(Value::Int(balance))
+}
+
+/// The HISTORY row: arg = [c, c_d, c_w, d, w, amount, date]; inputs: the district's output
+/// (sequence number, D_NAME) and W_NAME.
+fn insert_history(row: RowRef<'_>, arg: &Value, inputs: Inputs<'_>) -> Result<Value, LogicAbort> {
+    let row = write(row)?;
+    let [c, c_d, c_w, d, w, amount, date] = unpack::<7>(arg)?;
+    H_C_ID.set_u32(row, c);
+    H_C_D_ID.set_u32(row, c_d);
+    H_C_W_ID.set_u32(row, c_w);
+    H_D_ID.set_u32(row, d);
+    H_W_ID.set_u32(row, w);
+    H_DATE.set_i64(row, date as i64);
+    H_AMOUNT.set_money(row, amount as i64);
+    let (Value::Bytes(district), Value::Bytes(w_name)) = (inputs.get(0), inputs.get(1)) else {
+        return Err(BAD_ARGUMENT);
+    };
+    let d_name = district.get(8..).unwrap_or_default();
+    H_DATA
+        .set_bytes_truncated(row, &[w_name, b"    ", d_name])
+        .map_err(|_| BAD_ARGUMENT)?;
+    Ok(Value::Null)
+}
