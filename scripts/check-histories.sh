@@ -2,11 +2,12 @@
 # End-to-end verification with the built binary:
 #  1. the independent checker (adya) rejects planted list-append anomalies and accepts a clean
 #     history, and `qstore check` flags each planted engine-history anomaly with its class;
-#  2. every protocol passes `qstore run --verify` on ycsb and bank (skew, multi-partition
-#     transactions), and adya accepts its list-append histories;
+#  2. every protocol passes `qstore run --verify` on ycsb, bank and TPC-C (New-Order and
+#     Payment at 1 and 4 warehouses per node: consistency conditions 1-4), and adya accepts
+#     its list-append histories;
 #  3. the same over TCP, one server process per node (`qstore cluster`), for every protocol
-#     that has a distributed mode (bank's final state checked from the servers' tallies of
-#     their partitions).
+#     that has a distributed mode (bank's and TPC-C's final state checked from the servers'
+#     tallies of their partitions).
 # Needs `adya` on PATH (scripts/setup.sh installs it) and a release build.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -53,11 +54,18 @@ expect_exit 1 "^G2:" "qstore check flags long_g2 as G2" -- "$QSTORE" check "$fx/
 
 echo "== every protocol: --verify on ycsb and bank, adya on append histories"
 small=(--nodes 4 --duration 1 --warmup 0.2 -q)
+# TPC-C bounded by a count of commits, so that the (small) pre-sized order tables never fill.
+tpcc=(--workload tpcc --tpcc-mix neworder-payment --nodes 2 --max-orders-per-district 8000
+  --txns 20000 --duration 0)
 for protocol in $("$QSTORE" protocols --names); do
   expect_exit 0 "^serializable: yes" "$protocol ycsb --verify" -- \
     "$QSTORE" run --protocol "$protocol" --workload ycsb --records 10000 --theta 0.9 --mp-fraction 0.5 --verify "${small[@]}"
   expect_exit 0 "invariants: ok" "$protocol bank --verify" -- \
     "$QSTORE" run --protocol "$protocol" --workload bank --verify "${small[@]}"
+  for wh in 1 4; do
+    expect_exit 0 "invariants: ok \(tpcc" "$protocol tpcc x$wh --verify" -- \
+      "$QSTORE" run --protocol "$protocol" "${tpcc[@]}" --warehouses "$wh" --verify -q
+  done
   h="$work/$protocol-append.jsonl"
   "$QSTORE" run --protocol "$protocol" --workload append --history "$h" "${small[@]}"
   expect_exit 0 "" "adya accepts $protocol append history ($(wc -l <"$h") events)" -- \
@@ -92,6 +100,8 @@ for protocol in $("$QSTORE" protocols --names); do
     "$QSTORE" cluster --protocol "$protocol" --workload ycsb --records 10000 --theta 0.9 --mp-fraction 0.5 --verify "${small[@]}"
   expect_exit 0 "invariants: ok" "$protocol bank over TCP --verify" -- \
     "$QSTORE" cluster --protocol "$protocol" --workload bank --verify "${small[@]}"
+  expect_exit 0 "invariants: ok \(tpcc" "$protocol tpcc over TCP --verify" -- \
+    "$QSTORE" cluster --protocol "$protocol" "${tpcc[@]}" --verify -q
   h="$work/$protocol-append-tcp.jsonl"
   "$QSTORE" cluster --protocol "$protocol" --workload append --history "$h" "${small[@]}" 2>/dev/null
   expect_exit 0 "" "adya accepts $protocol append history over TCP ($(wc -l <"$h") events)" -- \

@@ -3,11 +3,15 @@
 //! some) of the rows.
 
 use crate::{Tally, Workload};
-use qstore_core::txn::{Catalog, ProcCall, RowLoader, RowRef, TableSchema, Value};
+use qstore_core::txn::{
+    AccessKind, Catalog, ProcCall, RowLoader, RowRef, TableSchema, Value, DUPLICATE_KEY,
+    KEY_NOT_FOUND,
+};
 use qstore_core::{Key, PartitionId, QError, TableId};
 use std::collections::BTreeMap;
 
 /// Rows by table and key, in key order.
+#[derive(Clone)]
 pub(crate) struct MemStore {
     sizes: Vec<usize>,
     tables: Vec<BTreeMap<Key, Vec<u8>>>,
@@ -51,6 +55,12 @@ impl MemStore {
             .unwrap_or_else(|| panic!("table {t}: no key {key:#x}"))
     }
 
+    pub(crate) fn remove(&mut self, t: TableId, key: Key) {
+        self.tables[t as usize]
+            .remove(&key)
+            .unwrap_or_else(|| panic!("table {t}: no key {key:#x}"));
+    }
+
     /// Rows with keys in `lo..=hi`, in key order.
     pub(crate) fn range(&self, t: TableId, lo: Key, hi: Key) -> Vec<&[u8]> {
         self.tables[t as usize]
@@ -77,23 +87,55 @@ impl MemStore {
         })
     }
 
-    /// Runs a call serially, undoing it on a logic abort; its outputs if it committed.
+    /// Runs a call serially, undoing it on a logic abort; its outputs if it committed. Runs
+    /// accesses as the engines do: derived keys resolved, inserts and deletes, and failures
+    /// settled by the same rule (`AccessRef::settle`).
     pub(crate) fn execute(&mut self, cat: &Catalog, call: &ProcCall) -> Option<Vec<Value>> {
         let mut outputs = Vec::new();
-        let mut undo = Vec::new();
-        for a in cat.program(call).unwrap().accesses {
-            let row = self.get_mut(a.table, a.key);
-            undo.push((a.table, a.key, row.to_vec()));
-            let view = if a.kind.is_write() {
-                RowRef::Write(row)
-            } else {
-                RowRef::Read(row)
+        // Each record's contents before the call's first change (None: it did not exist).
+        let mut undo: Vec<(TableId, Key, Option<Vec<u8>>)> = Vec::new();
+        for access in cat.program(call).unwrap().accesses {
+            let unresolved = access.as_ref();
+            let result = match unresolved.resolve(&outputs) {
+                Err(e) => unresolved.settle(Err(e)),
+                Ok(a) => {
+                    let table = &mut self.tables[a.table as usize];
+                    let before = table.get(&a.key).cloned();
+                    let result = match (a.kind, table.get_mut(&a.key)) {
+                        (AccessKind::Insert, Some(_)) => Err(DUPLICATE_KEY),
+                        (AccessKind::Insert, None) => {
+                            let row =
+                                table
+                                    .entry(a.key)
+                                    .or_insert(vec![0; self.sizes[a.table as usize]]);
+                            cat.steps.run(a, RowRef::Write(row), &outputs)
+                        }
+                        (_, None) => Err(KEY_NOT_FOUND),
+                        (AccessKind::Delete, Some(row)) => {
+                            let out = cat.steps.run(a, RowRef::Read(row), &outputs);
+                            if out.is_ok() {
+                                table.remove(&a.key);
+                            }
+                            out
+                        }
+                        (kind, Some(row)) if kind.is_write() => {
+                            cat.steps.run(a, RowRef::Write(row), &outputs)
+                        }
+                        (_, Some(row)) => cat.steps.run(a, RowRef::Read(row), &outputs),
+                    };
+                    undo.push((a.table, a.key, before));
+                    a.settle(result)
+                }
             };
-            match cat.steps.run(a.as_ref(), view, &outputs) {
+            match result {
                 Ok(v) => outputs.push(v),
                 Err(_) => {
                     for (t, k, old) in undo.into_iter().rev() {
-                        self.get_mut(t, k).copy_from_slice(&old);
+                        let table = &mut self.tables[t as usize];
+                        match old {
+                            Some(old) => table.insert(k, old),
+                            None => table.remove(&k),
+                        };
                     }
                     return None;
                 }

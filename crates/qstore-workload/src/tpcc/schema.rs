@@ -467,7 +467,7 @@ mod tests {
             assert_eq!(names.len(), def.layout.fields.len(), "{}", def.layout.table);
         }
         let sizes: Vec<usize> = t.iter().map(|d| d.layout.size()).collect();
-        assert_eq!(sizes, [97, 109, 679, 60, 12, 36, 68, 90, 314, 260]);
+        assert_eq!(sizes, [97, 113, 679, 60, 12, 36, 68, 90, 314, 260]);
         let width = |l: &Layout, n: &str| l.field(n).unwrap().width;
         assert_eq!(width(&CUSTOMER_LAYOUT, "C_DATA"), 500);
         assert_eq!(width(&CUSTOMER_LAYOUT, "C_LAST"), 16);

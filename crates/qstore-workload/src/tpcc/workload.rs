@@ -380,3 +380,264 @@ impl TxnGenerator for TpccGenerator {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::testing::MemStore;
+    use qstore_core::config::Partitioning;
+
+    fn config(nodes: u32, max_orders: u32) -> RunConfig {
+        let mut c = RunConfig::default();
+        c.workload.name = "tpcc".into();
+        c.cluster.nodes = nodes;
+        c.cluster.partitioning = Partitioning::Range;
+        let t = &mut c.workload.tpcc;
+        t.mix = TpccMix::NeworderPayment;
+        t.payment_fraction = 0.5;
+        t.max_orders_per_district = max_orders;
+        t.multi_partition_fraction = 0.5;
+        c
+    }
+
+    fn run_serially(t: &Tpcc, m: &mut MemStore, home: u32, n: usize) -> Vec<Option<Vec<Value>>> {
+        let mut g = t.generator(home, PartitionId(home));
+        let cat = t.catalog();
+        (0..n)
+            .map(|_| m.execute(&cat, &g.next_txn().call))
+            .collect()
+    }
+
+    #[test]
+    fn the_standard_mix_is_refused_until_it_exists() {
+        let mut c = config(2, 4_000);
+        c.workload.tpcc.mix = TpccMix::Standard;
+        let err = Tpcc::new(&c).err().unwrap().to_string();
+        assert!(err.contains("neworder-payment"), "{err}");
+    }
+
+    /// New-Orders and Payments run serially keep conditions 1-4, about 1% of New-Orders roll
+    /// back, and each partition's tally merges into the check of the whole.
+    #[test]
+    fn serial_execution_keeps_the_consistency_conditions() {
+        let t = Tpcc::new(&config(2, 4_000)).unwrap();
+        let mut m = MemStore::loaded(&t, 0..2);
+        assert!(m
+            .check_final(&t)
+            .unwrap()
+            .unwrap()
+            .contains("hold in all 20"));
+        let orders = m.len(ORDER);
+        let history = m.len(HISTORY);
+        let results = [0, 1].map(|home| run_serially(&t, &mut m, home, 1_500));
+        let rolled_back = results.iter().flatten().filter(|r| r.is_none()).count();
+        assert!((5..=40).contains(&rolled_back), "{rolled_back} of 3000");
+        let committed = 3_000 - rolled_back;
+        assert_eq!(m.len(ORDER) - orders + m.len(HISTORY) - history, committed);
+        let whole = m.check_final(&t).unwrap().unwrap();
+        let mut merged = Tally::default();
+        for p in 0..2 {
+            let part = m.tally_where(&t, |table, k| {
+                t.pmap.partition_of(table, k) == PartitionId(p)
+            });
+            merged.merge(&part.unwrap());
+        }
+        assert_eq!(t.check_tally(&merged).unwrap(), whole);
+        // The rows New-Order and Payment insert are where their keys say.
+        let k = t.keys();
+        let (key, row) = m.rows(ORDER).last().unwrap();
+        assert_eq!(k.decode_order(key).2, O_ID.get_u32(row));
+        let (key, row) = m.rows(ORDER_LINE).last().unwrap();
+        let (_, _, o, ol) = k.decode_order_line(key);
+        assert_eq!((o, ol), (OL_O_ID.get_u32(row), OL_NUMBER.get_u32(row)));
+        assert!(OL_AMOUNT.get_money(row) > 0 && !OL_DIST_INFO.get_bytes(row).is_empty());
+    }
+
+    #[test]
+    fn each_broken_condition_is_reported() {
+        let t = Tpcc::new(&config(2, 4_000)).unwrap();
+        let k = *t.keys();
+        let fresh = MemStore::loaded(&t, 0..2);
+        let broken = |edit: &dyn Fn(&mut MemStore), want: &str| {
+            let mut m = fresh.clone();
+            edit(&mut m);
+            let err = m.check_final(&t).unwrap_err();
+            assert!(err.contains(want), "{want}: {err}");
+        };
+        broken(
+            &|m| W_YTD.set_money(m.get_mut(WAREHOUSE, k.warehouse(1)), 1),
+            "condition 1: warehouse 1",
+        );
+        broken(
+            &|m| D_NEXT_O_ID.set_u32(m.get_mut(DISTRICT, k.district(0, 3)), 2_999),
+            "condition 2: warehouse 0 district 3",
+        );
+        broken(
+            &|m| m.remove(NEW_ORDER, k.new_order(1, 2, 2_500)),
+            "condition 3: warehouse 1 district 2",
+        );
+        broken(
+            &|m| m.remove(ORDER_LINE, k.order_line(0, 9, 17, 1)),
+            "condition 4: warehouse 0 district 9",
+        );
+        broken(
+            &|m| D_NEXT_H_ID.set_u32(m.get_mut(DISTRICT, k.district(1, 10)), 5_000),
+            "HISTORY rows",
+        );
+    }
+
+    #[test]
+    fn full_tables_abort_with_the_setting_to_raise() {
+        let t = Tpcc::new(&config(2, 3_010)).unwrap();
+        let mut m = MemStore::loaded(&t, 0..1);
+        let cat = t.catalog();
+        let k = *t.keys();
+        let order = |c: u32| ProcCall {
+            proc: t.new_order,
+            args: [0, 1, c, 0]
+                .into_iter()
+                .chain((0..5).flat_map(|i| [i + 1, 0, 3]))
+                .map(|v| Value::Int(v as i64))
+                .collect(),
+        };
+        for c in 1..=10 {
+            assert!(m.execute(&cat, &order(c)).is_some());
+        }
+        assert!(
+            m.execute(&cat, &order(11)).is_none(),
+            "the district is full"
+        );
+        let district = m.get(DISTRICT, k.district(0, 1));
+        assert_eq!(D_NEXT_O_ID.get_u32(district), 3_011);
+        let program = cat.program(&order(12)).unwrap();
+        let next = &program.accesses[6];
+        let mut row = district.to_vec();
+        let refused = cat
+            .steps
+            .run(
+                next.as_ref(),
+                qstore_core::txn::RowRef::Write(&mut row),
+                &[],
+            )
+            .unwrap_err();
+        assert!(
+            refused.0.contains("max_orders_per_district"),
+            "{}",
+            refused.0
+        );
+    }
+
+    #[test]
+    fn bad_arguments_are_errors_not_panics() {
+        let t = Tpcc::new(&config(2, 4_000)).unwrap();
+        let cat = t.catalog();
+        let call = |proc, args: &[i64]| ProcCall {
+            proc,
+            args: args.iter().map(|&v| Value::Int(v)).collect(),
+        };
+        let line = [1, 0, 5];
+        let lines = |n: usize| line.repeat(n);
+        let no = |fixed: &[i64], n| [fixed, &lines(n)].concat();
+        for (args, want) in [
+            (no(&[0, 1, 1, 0], 4), "lines of 3"),
+            (no(&[0, 1, 1, 0], 16), "lines of 3"),
+            (no(&[2, 1, 1, 0], 5), "W_ID = 2"),
+            (no(&[0, 0, 1, 0], 5), "D_ID = 0"),
+            (no(&[0, 1, 3_001, 0], 5), "C_ID = 3001"),
+            (
+                [no(&[0, 1, 1, 0], 5), vec![0, 0, 11]].concat(),
+                "OL_I_ID = 0",
+            ),
+        ] {
+            let err = cat
+                .program(&call(t.new_order, &args))
+                .unwrap_err()
+                .to_string();
+            assert!(err.contains(want), "{want}: {err}");
+        }
+        for (args, want) in [
+            (vec![0, 1, 0, 1, 0, 1, 500], "8 arguments"),
+            (vec![0, 1, 0, 1, 1, 1_000, 500, 0], "C_LAST number = 1000"),
+            (vec![0, 1, 0, 1, 2, 1, 500, 0], "by last name = 2"),
+            (vec![0, 1, 0, 1, 0, 1, 99, 0], "H_AMOUNT = 99"),
+        ] {
+            let err = cat
+                .program(&call(t.payment, &args))
+                .unwrap_err()
+                .to_string();
+            assert!(err.contains(want), "{want}: {err}");
+        }
+        let bytes = ProcCall {
+            proc: t.payment,
+            args: vec![Value::Bytes(vec![1]); 8],
+        };
+        assert!(cat.program(&bytes).is_err());
+    }
+
+    /// A customer chosen by last name is the one CUSTOMER_BY_LAST_NAME lists in the middle.
+    #[test]
+    fn last_names_choose_the_customer_the_index_lists() {
+        let t = Tpcc::new(&config(2, 4_000)).unwrap();
+        let m = MemStore::loaded(&t, 1..2);
+        let k = *t.keys();
+        let cat = t.catalog();
+        for name in [0, 1, 371, 999] {
+            let row = m.get(CUSTOMER_BY_LAST_NAME, k.customer_by_last_name(1, 4, name));
+            let want = cl_middle_customer(row).unwrap();
+            let args = [0, 1, 1, 4, 1, name as i64, 500, 0]
+                .map(Value::Int)
+                .to_vec();
+            let program = cat
+                .program(&ProcCall {
+                    proc: t.payment,
+                    args,
+                })
+                .unwrap();
+            assert_eq!(program.accesses[2].key, k.customer(1, 4, want));
+        }
+    }
+
+    #[test]
+    fn the_stream_follows_the_mix_and_the_remote_fractions() {
+        let t = Tpcc::new(&config(4, 4_000)).unwrap();
+        let k = *t.keys();
+        let mut g = t.generator(7, PartitionId(2));
+        let (mut payments, mut remote_payments, mut remote_orders, mut rollbacks) = (0, 0, 0, 0);
+        let n = 4_000;
+        let first: Vec<_> = (0..n).map(|_| g.next_txn()).collect();
+        for c in &first {
+            let a: Vec<u32> = c
+                .call
+                .args
+                .iter()
+                .map(|v| v.as_int().unwrap() as u32)
+                .collect();
+            assert_eq!(
+                k.partition_of_warehouse(a[0]),
+                PartitionId(2),
+                "home warehouse"
+            );
+            if c.call.proc == t.payment {
+                payments += 1;
+                remote_payments += (k.partition_of_warehouse(a[2]) != PartitionId(2)) as u32;
+            } else {
+                let lines = &a[4..];
+                assert!((5..=15).contains(&(lines.len() / 3)));
+                let supply = lines.chunks(3).map(|l| k.partition_of_warehouse(l[1]));
+                remote_orders += supply.filter(|&p| p != PartitionId(2)).count().min(1) as u32;
+                rollbacks += (lines[lines.len() - 3] == ITEMS + 1) as u32;
+            }
+        }
+        let orders = n - payments;
+        let share = |x: u32, of: u32| x as f64 / of as f64;
+        assert!((share(payments, n) - 0.5).abs() < 0.04, "{payments}");
+        assert!((share(remote_payments, payments) - 0.5).abs() < 0.05);
+        assert!((share(remote_orders, orders) - 0.5).abs() < 0.05);
+        assert!((5..=45).contains(&rollbacks), "{rollbacks} of {orders}");
+        let mut again = t.generator(7, PartitionId(2));
+        assert!(
+            first.iter().all(|c| *c == again.next_txn()),
+            "same seed, same stream"
+        );
+    }
+}
