@@ -426,10 +426,10 @@ impl<'a> Driver<'a> {
                 let at = now + Duration::from_micros(delay);
                 self.retries.push(Reverse(Retry { at, pending: p }));
             }
-            TxnOutcome::LogicAbort(_) => {
+            TxnOutcome::LogicAbort(why) => {
                 self.elle_complete(&p, Completion::Fail, None);
                 if measuring {
-                    self.stats.logic_aborts += 1;
+                    self.stats.record_logic_abort(&why);
                 }
                 self.control.return_slot(self.cfg.txns);
                 self.finish(p, now);

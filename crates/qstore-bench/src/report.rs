@@ -54,6 +54,8 @@ pub struct RunReport {
     pub abort_rate: f64,
     /// Logic-induced aborts (integrity checks of the programs); never retried.
     pub logic_aborts: u64,
+    /// The logic aborts by the reason their program gave.
+    pub logic_aborts_by_reason: BTreeMap<String, u64>,
     /// Requests the cluster refused, with the first reason.
     pub rejected: u64,
     pub first_rejection: Option<String>,
@@ -87,6 +89,22 @@ pub struct RunReport {
 pub type Traffic = Vec<(u64, u64)>;
 
 impl RunReport {
+    /// The logic aborts, and (when there are any) how many of each reason, most frequent
+    /// first.
+    fn logic_aborts_line(&self) -> String {
+        let mut reasons: Vec<_> = self.logic_aborts_by_reason.iter().collect();
+        reasons.sort_by(|a, b| b.1.cmp(a.1).then(a.0.cmp(b.0)));
+        let mut line = group(self.logic_aborts);
+        if !reasons.is_empty() {
+            let each: Vec<String> = reasons
+                .iter()
+                .map(|(why, n)| format!("{} {why}", group(**n)))
+                .collect();
+            line = format!("{line}: {}", each.join("; "));
+        }
+        line
+    }
+
     /// Why this run measured nothing worth a benchmark figure: transactions left
     /// unanswered, or none committed.
     pub fn failure(&self) -> Option<String> {
@@ -155,6 +173,7 @@ impl RunReport {
                 cc as f64 / (stats.commits + cc) as f64
             },
             logic_aborts: stats.logic_aborts,
+            logic_aborts_by_reason: stats.logic_reasons.clone(),
             rejected: stats.rejected,
             first_rejection: stats.first_rejection.clone(),
             unfinished: stats.unfinished,
@@ -248,7 +267,7 @@ impl RunReport {
                 format!("{:.2}%", self.abort_rate * 100.0),
             ),
             ("cc aborts by cause", aborts),
-            ("logic aborts", group(self.logic_aborts)),
+            ("logic aborts", self.logic_aborts_line()),
             ("msgs per txn", format!("{:.2}", self.msgs_per_txn)),
             ("bytes per txn", format!("{:.1}", self.bytes_per_txn)),
             (

@@ -10,6 +10,10 @@ use hdrhistogram::Histogram;
 use qstore_core::txn::CcAbortCause;
 use std::collections::BTreeMap;
 
+/// Distinct logic-abort reasons kept (programs' reasons are few; a client sending many
+/// distinct ones cannot grow the map past this).
+const LOGIC_REASONS: usize = 16;
+
 /// Largest latency the histogram distinguishes (60 s); larger values saturate.
 const MAX_LATENCY_US: u64 = 60_000_000;
 
@@ -19,6 +23,9 @@ pub struct ClientStats {
     pub commits: u64,
     pub ops: u64,
     pub logic_aborts: u64,
+    /// Logic aborts by the reason the program gave (at most `LOGIC_REASONS` reasons; the
+    /// rest under "other").
+    pub logic_reasons: BTreeMap<String, u64>,
     pub rejected: u64,
     pub cc_aborts: BTreeMap<CcAbortCause, u64>,
     /// Latency of committed transactions, in microseconds.
@@ -40,6 +47,7 @@ impl Default for ClientStats {
             commits: 0,
             ops: 0,
             logic_aborts: 0,
+            logic_reasons: BTreeMap::new(),
             rejected: 0,
             cc_aborts: BTreeMap::new(),
             latency_us: Histogram::new_with_bounds(1, MAX_LATENCY_US, 3)
@@ -64,6 +72,19 @@ impl ClientStats {
         *self.cc_aborts.entry(cause).or_default() += 1;
     }
 
+    pub fn record_logic_abort(&mut self, why: &str) {
+        self.logic_aborts += 1;
+        let known =
+            self.logic_reasons.len() < LOGIC_REASONS || self.logic_reasons.contains_key(why);
+        let reason = if known { why } else { "other" };
+        match self.logic_reasons.get_mut(reason) {
+            Some(n) => *n += 1,
+            None => {
+                self.logic_reasons.insert(reason.to_string(), 1);
+            }
+        }
+    }
+
     pub fn cc_abort_total(&self) -> u64 {
         self.cc_aborts.values().sum()
     }
@@ -72,6 +93,9 @@ impl ClientStats {
         self.commits += other.commits;
         self.ops += other.ops;
         self.logic_aborts += other.logic_aborts;
+        for (why, n) in &other.logic_reasons {
+            *self.logic_reasons.entry(why.clone()).or_default() += n;
+        }
         self.rejected += other.rejected;
         for (cause, n) in &other.cc_aborts {
             *self.cc_aborts.entry(*cause).or_default() += n;

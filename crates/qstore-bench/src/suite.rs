@@ -35,7 +35,28 @@ pub const SUITES: &[(&str, &str)] = &[
          nodes x 1 and x 2 workers at theta 0.6 and 0.9: the interactive protocols and qstore \
          (ratios are to no_wait in the same setting)",
     ),
+    (
+        "tpcc",
+        "TPC-C New-Order and Payment 50/50 on 2 nodes at 1 and 4 warehouses per node, 0%, 15% \
+         and 50% of transactions reaching another node's warehouse: every protocol of \
+         `qstore protocols` (ratios are to qstore in the same setting), then aborts by cause",
+    ),
 ];
+
+/// New-Orders a district takes per second at most in the tpcc suite's runs, with room to
+/// spare (the fastest seen on 2 cores: about 2,500).
+const TPCC_SUITE_ORDERS_PER_S: f64 = 4_000.0;
+
+/// Orders a district must hold for a run of `base`'s length (warm-up, measurement, and two
+/// seconds of draining), so that no New-Order finds its district full: about 16 KB per
+/// order and warehouse (33,000, the default, is about half a GB per warehouse).
+fn tpcc_suite_max_orders(base: &RunConfig) -> u32 {
+    let c = &base.client;
+    let seconds = c.warmup_s + c.duration_s + 2.0;
+    let orders =
+        qstore_core::config::TpccConfig::INITIAL_ORDERS as f64 + seconds * TPCC_SUITE_ORDERS_PER_S;
+    orders.min(60_000.0) as u32
+}
 
 /// The protocols the Sundial paper compares (those this build has), and qstore.
 const SUNDIAL_PROTOCOLS: [&str; 9] = [
@@ -64,6 +85,7 @@ pub fn scenarios(name: &str, base: &RunConfig) -> Result<Vec<Scenario>, String> 
         "qstore" => Ok(qstore_suite(base)),
         "baselines" => Ok(baselines_suite(base)),
         "sundial" => Ok(sundial_suite(base)),
+        "tpcc" => Ok(tpcc_suite(base)),
         _ => Err(format!(
             "unknown suite {name:?}; choose one of: {}",
             SUITES
@@ -128,6 +150,34 @@ fn sundial_suite(base: &RunConfig) -> Vec<Scenario> {
                     name: format!("{protocol} {setting}"),
                     cfg,
                     baseline: (protocol != "no_wait").then(|| format!("no_wait {setting}")),
+                });
+            }
+        }
+    }
+    s
+}
+
+fn tpcc_suite(base: &RunConfig) -> Vec<Scenario> {
+    let mut s = Vec::new();
+    for warehouses in [1, 4] {
+        for mp in [0.0, 0.15, 0.5] {
+            let setting = format!("{warehouses}wh mp{}", (mp * 100.0) as u32);
+            for protocol in baseline_protocols() {
+                let mut cfg = base.clone();
+                cfg.protocol.name = protocol.into();
+                cfg.cluster.nodes = 2;
+                cfg.cluster.partitioning = qstore_core::config::Partitioning::Range;
+                cfg.workload.name = "tpcc".into();
+                let t = &mut cfg.workload.tpcc;
+                t.mix = qstore_core::config::TpccMix::NeworderPayment;
+                t.warehouses_per_partition = warehouses;
+                t.payment_fraction = 0.5;
+                t.multi_partition_fraction = mp;
+                t.max_orders_per_district = tpcc_suite_max_orders(base);
+                s.push(Scenario {
+                    name: format!("{protocol} {setting}"),
+                    cfg,
+                    baseline: (protocol != "qstore").then(|| format!("qstore {setting}")),
                 });
             }
         }
@@ -349,6 +399,36 @@ pub fn breakdown(rows: &[SuiteRow]) -> Option<String> {
     any.then(|| t.to_string())
 }
 
+/// Every run's aborts: concurrency-control aborts by cause and logic aborts, as shares of
+/// the attempts.
+pub fn aborts(rows: &[SuiteRow]) -> String {
+    use comfy_table::{presets::UTF8_FULL_CONDENSED, Table};
+    let mut t = Table::new();
+    t.load_preset(UTF8_FULL_CONDENSED);
+    t.set_header(vec![
+        "scenario",
+        "cc aborts by cause (% of attempts)",
+        "logic aborts (% of attempts)",
+    ]);
+    for r in rows {
+        let p = &r.report;
+        let attempts = (p.committed + p.logic_aborts + p.cc_aborts.values().sum::<u64>()).max(1);
+        let share = |n: u64| 100.0 * n as f64 / attempts as f64;
+        let causes = p
+            .cc_aborts
+            .iter()
+            .map(|(c, n)| format!("{c} {:.1}", share(*n)))
+            .collect::<Vec<_>>()
+            .join(", ");
+        t.add_row(vec![
+            r.scenario.clone(),
+            causes,
+            format!("{:.2}", share(p.logic_aborts)),
+        ]);
+    }
+    t.to_string()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -426,6 +506,27 @@ mod tests {
                 assert!(s.iter().any(|x| &x.name == b), "{b}");
             }
         }
+    }
+
+    #[test]
+    fn tpcc_suite_runs_every_protocol_at_each_warehouse_count_and_remote_share() {
+        let s = scenarios("tpcc", &RunConfig::default()).unwrap();
+        assert_eq!(s.len(), 6 * qstore_engine::PROTOCOLS.len());
+        for sc in &s {
+            sc.cfg.validate().unwrap();
+            if sc.baseline.is_none() {
+                // One workload per setting (building one computes its last-name index).
+                qstore_workload::build(&sc.cfg).unwrap();
+            }
+            if let Some(b) = &sc.baseline {
+                assert!(s.iter().any(|x| &x.name == b), "{b}");
+            }
+        }
+        let wh: std::collections::BTreeSet<u32> = s
+            .iter()
+            .map(|sc| sc.cfg.workload.tpcc.warehouses_per_partition)
+            .collect();
+        assert_eq!(wh.into_iter().collect::<Vec<_>>(), [1, 4]);
     }
 
     #[test]

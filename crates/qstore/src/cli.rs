@@ -139,7 +139,7 @@ struct ClientArgs {
 
 #[derive(Args)]
 struct BenchArgs {
-    /// Suite to run: qstore, baselines or sundial (see --list).
+    /// Suite to run: qstore, baselines, sundial or tpcc (see --list).
     #[arg(long, default_value = "qstore")]
     suite: String,
     /// List the suites and exit.
@@ -980,6 +980,10 @@ fn bench(args: BenchArgs) -> i32 {
     if let Some(phases) = suite::breakdown(&rows) {
         println!("per committed transaction, by phase (the run with the median throughput):");
         println!("{phases}");
+    }
+    if scenarios.iter().any(|s| s.cfg.workload.name == "tpcc") {
+        println!("aborts (the run with the median throughput):");
+        println!("{}", suite::aborts(&rows));
     }
     for f in &failures {
         eprintln!("error: {f}");
