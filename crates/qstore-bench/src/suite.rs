@@ -43,18 +43,21 @@ pub const SUITES: &[(&str, &str)] = &[
     ),
 ];
 
-/// New-Orders a district takes per second at most in the tpcc suite's runs, with room to
-/// spare (the fastest seen on 2 cores: about 2,500).
-const TPCC_SUITE_ORDERS_PER_S: f64 = 4_000.0;
+/// New-Orders the cluster commits per second at most in the tpcc suite's runs, with half
+/// again to spare (the fastest seen on 2 cores: about 120,000, at one warehouse per node
+/// without remote transactions).
+const TPCC_SUITE_NEW_ORDERS_PER_S: f64 = 180_000.0;
 
 /// Orders a district must hold for a run of `base`'s length (warm-up, measurement, and two
-/// seconds of draining), so that no New-Order finds its district full: about 16 KB per
-/// order and warehouse (33,000, the default, is about half a GB per warehouse).
-fn tpcc_suite_max_orders(base: &RunConfig) -> u32 {
+/// seconds of draining) over `warehouses` warehouses in all, so that no New-Order finds its
+/// district full: about 16 KB per order and warehouse (33,000, the default, is about half a
+/// GB per warehouse), at most 60,000.
+fn tpcc_suite_max_orders(base: &RunConfig, warehouses: u32) -> u32 {
     let c = &base.client;
     let seconds = c.warmup_s + c.duration_s + 2.0;
-    let orders =
-        qstore_core::config::TpccConfig::INITIAL_ORDERS as f64 + seconds * TPCC_SUITE_ORDERS_PER_S;
+    let districts = (warehouses * qstore_core::config::TpccConfig::DISTRICTS) as f64;
+    let orders = qstore_core::config::TpccConfig::INITIAL_ORDERS as f64
+        + seconds * TPCC_SUITE_NEW_ORDERS_PER_S / districts;
     orders.min(60_000.0) as u32
 }
 
@@ -173,7 +176,7 @@ fn tpcc_suite(base: &RunConfig) -> Vec<Scenario> {
                 t.warehouses_per_partition = warehouses;
                 t.payment_fraction = 0.5;
                 t.multi_partition_fraction = mp;
-                t.max_orders_per_district = tpcc_suite_max_orders(base);
+                t.max_orders_per_district = tpcc_suite_max_orders(base, 2 * warehouses);
                 s.push(Scenario {
                     name: format!("{protocol} {setting}"),
                     cfg,
@@ -408,7 +411,7 @@ pub fn aborts(rows: &[SuiteRow]) -> String {
     t.set_header(vec![
         "scenario",
         "cc aborts by cause (% of attempts)",
-        "logic aborts (% of attempts)",
+        "logic aborts (% of attempts, by reason)",
     ]);
     for r in rows {
         let p = &r.report;
@@ -420,10 +423,16 @@ pub fn aborts(rows: &[SuiteRow]) -> String {
             .map(|(c, n)| format!("{c} {:.1}", share(*n)))
             .collect::<Vec<_>>()
             .join(", ");
+        let reasons = p
+            .logic_aborts_by_reason
+            .iter()
+            .map(|(why, n)| format!("{why} {:.2}", share(*n)))
+            .collect::<Vec<_>>()
+            .join("; ");
         t.add_row(vec![
             r.scenario.clone(),
             causes,
-            format!("{:.2}", share(p.logic_aborts)),
+            format!("{:.2} ({reasons})", share(p.logic_aborts)),
         ]);
     }
     t.to_string()
