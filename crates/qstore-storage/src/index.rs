@@ -29,9 +29,22 @@ pub struct Index {
     writer: Mutex<()>,
 }
 
+/// Consecutive keys that share a run of slots: the keys of a run of [`RUN`] slots fill one
+/// 64-byte cache line.
+const RUN_BITS: u32 = 3;
+const RUN: u64 = 1 << RUN_BITS;
+
+/// Where a probe for `key` starts: runs of `RUN` consecutive keys are hashed to a place
+/// together, and keep their order within it. Keys inserted one after the other (a TPC-C
+/// order's lines, a district's next orders) then land in the cache line the previous insert
+/// just brought in, instead of one cache miss each in an index of hundreds of MB; random keys
+/// cost one miss either way.
 #[inline]
 fn home_slot(key: u64, mask: usize) -> usize {
-    (key.wrapping_mul(0x9e37_79b9_7f4a_7c15).rotate_left(29) as usize) & mask
+    let run = (key >> RUN_BITS)
+        .wrapping_mul(0x9e37_79b9_7f4a_7c15)
+        .rotate_left(29);
+    ((run << RUN_BITS | (key & (RUN - 1))) as usize) & mask
 }
 
 impl Index {
@@ -188,6 +201,22 @@ mod tests {
                 }
             }
         }
+    }
+
+    /// Runs of consecutive keys share a run of slots; runs that land on each other still
+    /// leave every key findable, with the index full to its designed half.
+    #[test]
+    fn dense_and_strided_keys_share_runs_of_slots() {
+        let idx = Index::new(6_000);
+        let dense = 0..3_000u64;
+        let strided = (0..3_000u64).map(|i| (1 << 40) + i * 8);
+        for (n, k) in dense.clone().chain(strided.clone()).enumerate() {
+            assert!(idx.insert(k, n as u32));
+        }
+        for (n, k) in dense.chain(strided).enumerate() {
+            assert_eq!(idx.get(k), Some(n as u32), "key {k}");
+        }
+        assert_eq!(home_slot(16, idx.mask) + 1, home_slot(17, idx.mask));
     }
 
     #[test]
