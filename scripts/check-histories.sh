@@ -100,8 +100,10 @@ for protocol in $("$QSTORE" protocols --names); do
     "$QSTORE" cluster --protocol "$protocol" --workload ycsb --records 10000 --theta 0.9 --mp-fraction 0.5 --verify "${small[@]}"
   expect_exit 0 "invariants: ok" "$protocol bank over TCP --verify" -- \
     "$QSTORE" cluster --protocol "$protocol" --workload bank --verify "${small[@]}"
-  expect_exit 0 "invariants: ok \(tpcc" "$protocol tpcc over TCP --verify" -- \
-    "$QSTORE" cluster --protocol "$protocol" "${tpcc[@]}" --verify -q
+  for wh in 1 4; do
+    expect_exit 0 "invariants: ok \(tpcc" "$protocol tpcc x$wh over TCP --verify" -- \
+      "$QSTORE" cluster --protocol "$protocol" "${tpcc[@]}" --warehouses "$wh" --verify -q
+  done
   h="$work/$protocol-append-tcp.jsonl"
   "$QSTORE" cluster --protocol "$protocol" --workload append --history "$h" "${small[@]}" 2>/dev/null
   expect_exit 0 "" "adya accepts $protocol append history over TCP ($(wc -l <"$h") events)" -- \
