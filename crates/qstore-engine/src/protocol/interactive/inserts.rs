@@ -30,6 +30,8 @@ pub(super) enum NotHeld {
     Taken,
     /// The table has no room for it besides the rows already held.
     Full,
+    /// It exists (another transaction's insert committed since the caller looked).
+    Exists,
 }
 
 impl PendingInserts {
@@ -46,6 +48,9 @@ impl PendingInserts {
         match p.keys.get(&(table_id, key)) {
             Some(&t) if t == txn => return Ok(()),
             Some(_) => return Err(NotHeld::Taken),
+            // Looked up again under the lock: a committed insert creates its row before it
+            // lets go of the key, so a key no longer held is found here if it was created.
+            None if table.lookup(key).is_some() => return Err(NotHeld::Exists),
             None if table.len() + held >= table.capacity() => return Err(NotHeld::Full),
             None => {}
         }
@@ -99,5 +104,11 @@ mod tests {
         p.release(TxnId(1), &mut vec![(0, 5)]);
         assert_eq!(p.hold(TxnId(3), 0, &table, 7), Ok(()));
         assert_eq!(p.hold(TxnId(4), 0, &table, 5), Err(NotHeld::Full));
+        // Created by a transaction that has let go of it: the key exists.
+        p.release(TxnId(2), &mut vec![(0, 6)]);
+        table
+            .insert(6, qstore_storage::RowVersion::INITIAL)
+            .unwrap();
+        assert_eq!(p.hold(TxnId(5), 0, &table, 6), Err(NotHeld::Exists));
     }
 }

@@ -376,6 +376,7 @@ impl<C: Cc> Node<C> {
             Ok(()) => t.inserting.push((a.table, a.key)),
             Err(NotHeld::Taken) => return Step::Refused(CcAbortCause::Conflict),
             Err(NotHeld::Full) => return Step::Ran(a.settle(Err(TABLE_FULL))),
+            Err(NotHeld::Exists) => return Step::Ran(a.settle(Err(DUPLICATE_KEY))),
         }
         let mut row = vec![0; table.row_size()];
         // As an insert in place: the row is created even if the step then refuses.
