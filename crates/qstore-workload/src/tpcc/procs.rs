@@ -175,6 +175,14 @@ fn access(table: TableId, key: Key, kind: AccessKind, step: StepId, arg: Value) 
     }
 }
 
+/// `a`, declared able to abort the transaction (its failure is a logic abort).
+fn abortable(a: Access) -> Access {
+    Access {
+        may_abort: true,
+        ..a
+    }
+}
+
 /// An insert whose key is `base + scale * output of access dep`.
 #[allow(clippy::too_many_arguments)]
 fn derived_insert(
@@ -256,15 +264,13 @@ impl Procedure for NewOrder {
         let mut a = Vec::with_capacity(5 + 3 * lines.len());
         // The items first: an unused one aborts the order before it takes any lock.
         for l in &lines {
-            let mut read = access(
+            a.push(abortable(access(
                 ITEM,
                 item_key(home, l.item),
                 AccessKind::Read,
                 s.read_item,
                 Value::Null,
-            );
-            read.may_abort = true;
-            a.push(read);
+            )));
         }
         let at_w = a.len() as u16;
         a.push(access(
@@ -276,15 +282,13 @@ impl Procedure for NewOrder {
         ));
         let at_d = a.len() as u16;
         let limits = (k.max_orders() as i64) << 8 | ol_cnt as i64;
-        let mut next = access(
+        a.push(abortable(access(
             DISTRICT,
             k.district(w, d),
             AccessKind::ReadModifyWrite,
             s.next_order,
             Value::Int(limits),
-        );
-        next.may_abort = true;
-        a.push(next);
+        )));
         a.push(access(
             CUSTOMER,
             k.customer(w, d, c),
@@ -389,14 +393,13 @@ impl Procedure for Payment {
         let amount = arg_u32(args, 6, "H_AMOUNT", 100, 500_000)?;
         let date = arg_u32(args, 7, "H_DATE", 0, u32::MAX)?;
         let limits = (k.max_orders() as i64) << 32 | amount as i64;
-        let mut pay_d = access(
+        let pay_d = abortable(access(
             DISTRICT,
             k.district(w, d),
             AccessKind::ReadModifyWrite,
             s.pay_district,
             Value::Int(limits),
-        );
-        pay_d.may_abort = true;
+        ));
         let a = vec![
             access(
                 WAREHOUSE,
