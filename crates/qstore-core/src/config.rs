@@ -642,6 +642,10 @@ pub struct TpccConfig {
     /// with `mix = "neworder-payment"` it may be anything from 0 (New-Order only) to 1
     /// (Payment only).
     pub payment_fraction: f64,
+    /// Share of transactions that are Order-Status (read-only), taken from New-Order's share.
+    /// Only with `mix = "neworder-payment"`, where it is 0 by default and `payment_fraction +
+    /// order_status_fraction` may be at most 1; the standard mix fixes it at 4%.
+    pub order_status_fraction: f64,
     /// Share of New-Order and Payment transactions that span two partitions (the knob of the
     /// Q-Store paper, whose TPC-C touches at most two partitions): such a Payment's customer
     /// belongs to, and at least one line of such a New-Order is supplied by, a warehouse of
@@ -666,6 +670,7 @@ impl Default for TpccConfig {
             max_orders_per_district: 3_000 + 30_000,
             mix: TpccMix::Standard,
             payment_fraction: 0.43,
+            order_status_fraction: 0.0,
             multi_partition_fraction: 0.15,
             remote_new_order_line_fraction: 0.01,
             remote_payment_fraction: 0.15,
@@ -1260,6 +1265,24 @@ impl TpccConfig {
             "workload.tpcc.payment_fraction",
             self.payment_fraction,
             allowed,
+        )?;
+        let (ok, allowed) = match self.mix {
+            TpccMix::Standard => (
+                self.order_status_fraction == 0.0,
+                "applies to mix = \"neworder-payment\" only: the standard mix fixes \
+                 Order-Status at 4%",
+            ),
+            TpccMix::NeworderPayment => (
+                (0.0..=1.0 - self.payment_fraction).contains(&self.order_status_fraction),
+                "must be a fraction between 0 and 1 - payment_fraction (New-Order takes the \
+                 rest)",
+            ),
+        };
+        check(
+            ok,
+            "workload.tpcc.order_status_fraction",
+            self.order_status_fraction,
+            allowed,
         )
     }
 }
@@ -1732,6 +1755,25 @@ mod tests {
                 }),
             ),
             (
+                "workload.tpcc.order_status_fraction",
+                Box::new(|c| c.workload.tpcc.order_status_fraction = 0.04),
+            ),
+            (
+                "workload.tpcc.order_status_fraction",
+                Box::new(move |c| {
+                    np(c);
+                    c.workload.tpcc.payment_fraction = 0.9;
+                    c.workload.tpcc.order_status_fraction = 0.2;
+                }),
+            ),
+            (
+                "workload.tpcc.order_status_fraction",
+                Box::new(move |c| {
+                    np(c);
+                    c.workload.tpcc.order_status_fraction = -0.1;
+                }),
+            ),
+            (
                 "workload.tpcc.multi_partition_fraction",
                 Box::new(|c| c.workload.tpcc.multi_partition_fraction = 1.5),
             ),
@@ -1769,6 +1811,10 @@ mod tests {
             c.workload.tpcc.payment_fraction = pay;
             c.validate().unwrap();
         }
+        c.workload.tpcc.mix = TpccMix::NeworderPayment;
+        c.workload.tpcc.payment_fraction = 0.5;
+        c.workload.tpcc.order_status_fraction = 0.5;
+        c.validate().unwrap();
         c.cluster.nodes = 1;
         c.workload.tpcc.multi_partition_fraction = 0.0;
         c.validate().unwrap();

@@ -332,9 +332,14 @@ struct RunArgs {
     /// measure) or standard (all five; not built yet).
     #[arg(long, value_parser = parse_tpcc_mix, help_heading = "Workload")]
     tpcc_mix: Option<TpccMix>,
-    /// tpcc: fraction of transactions that are Payments (the rest New-Orders).
+    /// tpcc: fraction of transactions that are Payments (the rest New-Orders, or Order-Status
+    /// as --order-status-fraction says).
     #[arg(long, allow_negative_numbers = true, help_heading = "Workload")]
     payment_fraction: Option<f64>,
+    /// tpcc, mix neworder-payment: fraction of transactions that are Order-Status
+    /// (read-only), taken from New-Order's share (default 0).
+    #[arg(long, allow_negative_numbers = true, help_heading = "Workload")]
+    order_status_fraction: Option<f64>,
     /// tpcc: orders a district can hold (3000 loaded plus room for new ones); sets most of
     /// the memory, and a New-Order past it aborts (counted as a logic abort).
     #[arg(long, help_heading = "Workload")]
@@ -584,6 +589,7 @@ impl RunArgs {
                 set(&mut t.warehouses_per_partition, self.warehouses);
                 set(&mut t.mix, self.tpcc_mix);
                 set(&mut t.payment_fraction, self.payment_fraction);
+                set(&mut t.order_status_fraction, self.order_status_fraction);
                 set(&mut t.max_orders_per_district, self.max_orders_per_district);
                 set(&mut t.multi_partition_fraction, self.mp_fraction);
                 not_for("--records", self.records.is_some())?;
@@ -602,6 +608,7 @@ impl RunArgs {
         let tpcc_only = self.warehouses.is_some()
             || self.tpcc_mix.is_some()
             || self.payment_fraction.is_some()
+            || self.order_status_fraction.is_some()
             || self.max_orders_per_district.is_some();
         not_for(
             "tpcc flags (--warehouses, --tpcc-mix, ...)",

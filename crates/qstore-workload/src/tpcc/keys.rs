@@ -19,6 +19,7 @@
 //! | ORDER-LINE | w, d (4), o (O), ol (4) | 8 + O |
 //! | STOCK | w, i (17) | 17 |
 //! | CUSTOMER_BY_LAST_NAME | w, d (4), last-name number (10) | 14 |
+//! | CUSTOMER_LAST_ORDER | w, d (4), c (12) (the customer's key) | 16 |
 //! | ITEM | p, i (17) | 17 per partition |
 //!
 //! Within a district, ORDER, NEW-ORDER and ORDER-LINE keys sort by order id (then line
@@ -520,6 +521,7 @@ mod tests {
                     assert_eq!(k.decode_order_line(key), (w, d, o, ol));
                 }
             }
+            at(schema::CUSTOMER_LAST_ORDER, k.customer(w, d, CUSTOMERS));
             for name in [0, 371, LAST_NAMES - 1] {
                 let key = k.customer_by_last_name(w, d, name);
                 at(schema::CUSTOMER_BY_LAST_NAME, key);

@@ -206,6 +206,16 @@ impl TpccData {
             let (w, d, o, ol) = k.decode_order_line(key);
             self.fill_order_line(w, d, o, ol, row);
         })?;
+        // Each customer has one loaded order, so it is the customer's latest.
+        let mut order_of_customer = vec![0u32; CUSTOMERS as usize];
+        for (at, &c) in plan.customer_of_order.iter().enumerate() {
+            order_of_customer[c as usize - 1] = at as u32 + 1;
+        }
+        let mut keys = (1..=CUSTOMERS).map(|c| k.customer(w, d, c));
+        loader.load_rows(CUSTOMER_LAST_ORDER, &mut keys, &mut |key, row| {
+            let (_, _, c) = k.decode_customer(key);
+            CO_O_ID.set_u32(row, order_of_customer[c as usize - 1]);
+        })?;
         let mut keys = (DELIVERED_ORDERS + 1..=INITIAL_ORDERS).map(|o| k.new_order(w, d, o));
         loader.load_rows(NEW_ORDER, &mut keys, &mut |key, row| {
             let (w, d, o) = k.decode_order(key);
@@ -557,6 +567,7 @@ mod tests {
             (ITEM, 100_000),
             (STOCK, 100_000 * w),
             (CUSTOMER_BY_LAST_NAME, 10_000 * w),
+            (CUSTOMER_LAST_ORDER, 30_000 * w),
         ];
         for (t, n) in expect {
             assert_eq!(m.len(t), n, "table {t}");
@@ -616,6 +627,15 @@ mod tests {
             for l in &lines {
                 assert_eq!((OL_W_ID.get_u32(l), OL_D_ID.get_u32(l)), (w, d));
                 lines_of.entry(OL_O_ID.get_u32(l)).or_default().push(l);
+            }
+            let mut latest = vec![0u32; CUSTOMERS as usize + 1];
+            for o in &orders {
+                let c = O_C_ID.get_u32(o) as usize;
+                latest[c] = latest[c].max(O_ID.get_u32(o));
+            }
+            for c in 1..=CUSTOMERS {
+                let row = m.get(CUSTOMER_LAST_ORDER, k.customer(w, d, c));
+                assert_eq!(CO_O_ID.get_u32(row), latest[c as usize], "customer {c}");
             }
             let mut delivered_amount = vec![0i64; CUSTOMERS as usize + 1];
             for o in &orders {

@@ -12,6 +12,13 @@
 //! (D_NEXT_H_ID), pays from the CUSTOMER (rewriting C_DATA of bad-credit customers), and
 //! inserts the HISTORY row under a key derived from the sequence number.
 //!
+//! **Order-Status** `[w, d, by_name, c_id or last-name number]` (clause 2.6): reads the
+//! CUSTOMER, the id of its latest order from CUSTOMER_LAST_ORDER (which every New-Order
+//! updates), and that ORDER and its lines under keys derived from the id. The lines are read
+//! at all 15 line numbers an order can have; an order's missing ones read as absent. Derived
+//! accesses output nothing (see `KeyDep`), so the client's answer is the customer's balance
+//! and the order id; the rows are read all the same, which is the transaction's work.
+//!
 //! A customer chosen by last name is looked up when the program is built, in the
 //! CUSTOMER_BY_LAST_NAME index, which TPC-C never changes: this is OLLP's reconnaissance
 //! step, and since the index is immutable its guess is never wrong, so no transaction ever
@@ -34,6 +41,7 @@ use std::sync::Arc;
 
 pub const NEW_ORDER_PROC: &str = "tpcc_new_order";
 pub const PAYMENT_PROC: &str = "tpcc_payment";
+pub const ORDER_STATUS_PROC: &str = "tpcc_order_status";
 
 /// Arguments of New-Order before its lines.
 pub const NEW_ORDER_FIXED_ARGS: usize = 4;
@@ -67,6 +75,17 @@ impl LastNameChoices {
         let at = ((w * DISTRICTS + d - 1) * LAST_NAMES + name) as usize;
         self.chosen.get(at).map(|&c| c as u32).filter(|&c| c > 0)
     }
+
+    /// The customer of district (w, d) that argument `i` names: a C_ID, or (`by_name`) a
+    /// last-name number, looked up here (OLLP's reconnaissance, never wrong: see above).
+    fn pick(&self, args: &[Value], i: usize, by_name: bool, w: u32, d: u32) -> Result<u32, String> {
+        if !by_name {
+            return arg_u32(args, i, "C_ID", 1, CUSTOMERS);
+        }
+        let name = arg_u32(args, i, "C_LAST number", 0, LAST_NAMES - 1)?;
+        self.customer(w, d, name)
+            .ok_or_else(|| format!("no customer of district ({w}, {d}) has last name {name}"))
+    }
 }
 
 /// The step ids of both procedures.
@@ -84,14 +103,23 @@ struct Steps {
     pay_district: StepId,
     pay_customer: StepId,
     insert_history: StepId,
+    record_last_order: StepId,
+    status_customer: StepId,
+    last_order: StepId,
+    status_order: StepId,
+    status_line: StepId,
 }
 
-/// Registers the steps and both procedures in `cat`; returns (New-Order, Payment).
-pub fn register(
-    cat: &mut Catalog,
-    keys: TpccKeys,
-    choices: Arc<LastNameChoices>,
-) -> (ProcId, ProcId) {
+/// The procedures [`register`] adds.
+#[derive(Clone, Copy)]
+pub struct Procs {
+    pub new_order: ProcId,
+    pub payment: ProcId,
+    pub order_status: ProcId,
+}
+
+/// Registers the steps and the procedures in `cat`.
+pub fn register(cat: &mut Catalog, keys: TpccKeys, choices: Arc<LastNameChoices>) -> Procs {
     let s = &mut cat.steps;
     let steps = Steps {
         read_item: s.register("tpcc_read_item", read_item),
@@ -106,14 +134,37 @@ pub fn register(
         pay_district: s.register("tpcc_pay_district", pay_district),
         pay_customer: s.register("tpcc_pay_customer", pay_customer),
         insert_history: s.register("tpcc_insert_history", insert_history),
+        record_last_order: s.register("tpcc_record_last_order", record_last_order),
+        status_customer: s.register("tpcc_status_customer", status_customer),
+        last_order: s.register("tpcc_last_order", last_order),
+        status_order: s.register("tpcc_status_order", status_order),
+        status_line: s.register("tpcc_status_line", status_line),
     };
-    let new_order = cat.add_procedure(Arc::new(NewOrder { keys, steps }));
-    let payment = cat.add_procedure(Arc::new(Payment {
+    let ctx = Arc::new(Ctx {
         keys,
         steps,
         choices,
-    }));
-    (new_order, payment)
+    });
+    Procs {
+        new_order: cat.add_procedure(Arc::new(NewOrder(ctx.clone()))),
+        payment: cat.add_procedure(Arc::new(Payment(ctx.clone()))),
+        order_status: cat.add_procedure(Arc::new(OrderStatus(ctx))),
+    }
+}
+
+/// What every procedure builds its programs with.
+struct Ctx {
+    keys: TpccKeys,
+    steps: Steps,
+    choices: Arc<LastNameChoices>,
+}
+
+/// Refuses `args` unless there are `n` of them, showing the procedure's `usage`.
+fn arity(args: &[Value], n: usize, usage: &str) -> Result<(), String> {
+    match args.len() == n {
+        true => Ok(()),
+        false => Err(format!("{usage}; got {}", args.len())),
+    }
 }
 
 // Arguments and outputs that carry several ids travel as little-endian `u32`s.
@@ -203,13 +254,27 @@ fn derived_insert(
     }
 }
 
+/// A read of key `base + scale * output of access dep` (which must be a read of its own:
+/// derived accesses output nothing).
+fn derived_read(
+    table: TableId,
+    base: Key,
+    dep: u16,
+    scale: u32,
+    limit: u32,
+    step: StepId,
+) -> Access {
+    Access {
+        deps: vec![dep],
+        key_dep: Some(KeyDep { dep, scale, limit }),
+        ..access(table, base, AccessKind::Read, step, Value::Null)
+    }
+}
+
 /// An item id as a line may carry it: a real one, or the unused one of a rolled-back order.
 const UNUSED_ITEM: u32 = super::keys::ITEMS + 1;
 
-struct NewOrder {
-    keys: TpccKeys,
-    steps: Steps,
-}
+struct NewOrder(Arc<Ctx>);
 
 /// One line of an order.
 struct Line {
@@ -231,7 +296,7 @@ impl NewOrder {
                 args.len()
             ));
         }
-        let last_w = self.keys.warehouses() - 1;
+        let last_w = self.0.keys.warehouses() - 1;
         (0..n)
             .map(|l| {
                 let at = NEW_ORDER_FIXED_ARGS + 3 * l;
@@ -251,8 +316,9 @@ impl Procedure for NewOrder {
     }
 
     fn program(&self, args: &[Value]) -> Result<Program, String> {
-        let k = &self.keys;
-        let s = &self.steps;
+        let Ctx {
+            keys: k, steps: s, ..
+        } = &*self.0;
         let w = arg_u32(args, 0, "W_ID", 0, k.warehouses() - 1)?;
         let d = arg_u32(args, 1, "D_ID", 1, DISTRICTS)?;
         let c = arg_u32(args, 2, "C_ID", 1, CUSTOMERS)?;
@@ -261,7 +327,7 @@ impl Procedure for NewOrder {
         let ol_cnt = lines.len() as u32;
         let home = k.partition_of_warehouse(w);
         let all_local = lines.iter().all(|l| l.supply_w == w) as u32;
-        let mut a = Vec::with_capacity(5 + 3 * lines.len());
+        let mut a = Vec::with_capacity(6 + 3 * lines.len());
         // The items first: an unused one aborts the order before it takes any lock.
         for l in &lines {
             a.push(abortable(access(
@@ -317,6 +383,16 @@ impl Procedure for NewOrder {
             pack(&[w, d]),
             vec![at_d],
         ));
+        a.push(Access {
+            deps: vec![at_d],
+            ..access(
+                CUSTOMER_LAST_ORDER,
+                k.customer(w, d, c),
+                AccessKind::Write,
+                s.record_last_order,
+                Value::Null,
+            )
+        });
         for (j, l) in lines.iter().enumerate() {
             let remote = (l.supply_w != w) as i64;
             let stock_arg = l.quantity as i64 | (d as i64) << 8 | remote << 16;
@@ -355,11 +431,7 @@ fn stock_key(w: u32, i: u32) -> Key {
     (w as u64) << ITEM_BITS | i as u64
 }
 
-struct Payment {
-    keys: TpccKeys,
-    steps: Steps,
-    choices: Arc<LastNameChoices>,
-}
+struct Payment(Arc<Ctx>);
 
 impl Procedure for Payment {
     fn name(&self) -> &'static str {
@@ -367,29 +439,24 @@ impl Procedure for Payment {
     }
 
     fn program(&self, args: &[Value]) -> Result<Program, String> {
-        let k = &self.keys;
-        let s = &self.steps;
-        if args.len() != 8 {
-            return Err(format!(
-                "Payment takes 8 arguments (W_ID, D_ID, C_W_ID, C_D_ID, by last name 0/1, \
-                 C_ID or last-name number, H_AMOUNT in cents, H_DATE); got {}",
-                args.len()
-            ));
-        }
+        let Ctx {
+            keys: k,
+            steps: s,
+            choices,
+        } = &*self.0;
+        arity(
+            args,
+            8,
+            "Payment takes 8 arguments (W_ID, D_ID, C_W_ID, C_D_ID, by last name 0/1, C_ID or \
+             last-name number, H_AMOUNT in cents, H_DATE)",
+        )?;
         let last_w = k.warehouses() - 1;
         let w = arg_u32(args, 0, "W_ID", 0, last_w)?;
         let d = arg_u32(args, 1, "D_ID", 1, DISTRICTS)?;
         let c_w = arg_u32(args, 2, "C_W_ID", 0, last_w)?;
         let c_d = arg_u32(args, 3, "C_D_ID", 1, DISTRICTS)?;
         let by_name = arg_u32(args, 4, "by last name", 0, 1)? == 1;
-        let c = if by_name {
-            let name = arg_u32(args, 5, "C_LAST number", 0, LAST_NAMES - 1)?;
-            self.choices.customer(c_w, c_d, name).ok_or_else(|| {
-                format!("no customer of district ({c_w}, {c_d}) has last name {name}")
-            })?
-        } else {
-            arg_u32(args, 5, "C_ID", 1, CUSTOMERS)?
-        };
+        let c = choices.pick(args, 5, by_name, c_w, c_d)?;
         let amount = arg_u32(args, 6, "H_AMOUNT", 100, 500_000)?;
         let date = arg_u32(args, 7, "H_DATE", 0, u32::MAX)?;
         let limits = (k.max_orders() as i64) << 32 | amount as i64;
@@ -428,6 +495,72 @@ impl Procedure for Payment {
             ),
         ];
         Ok(Program { accesses: a })
+    }
+}
+
+struct OrderStatus(Arc<Ctx>);
+
+impl Procedure for OrderStatus {
+    fn name(&self) -> &'static str {
+        ORDER_STATUS_PROC
+    }
+
+    fn program(&self, args: &[Value]) -> Result<Program, String> {
+        let Ctx {
+            keys: k,
+            steps: s,
+            choices,
+        } = &*self.0;
+        arity(
+            args,
+            4,
+            "Order-Status takes 4 arguments (W_ID, D_ID, by last name 0/1, C_ID or last-name \
+             number)",
+        )?;
+        let w = arg_u32(args, 0, "W_ID", 0, k.warehouses() - 1)?;
+        let d = arg_u32(args, 1, "D_ID", 1, DISTRICTS)?;
+        let by_name = arg_u32(args, 2, "by last name", 0, 1)? == 1;
+        let c = choices.pick(args, 3, by_name, w, d)?;
+        let customer = k.customer(w, d, c);
+        let limit = k.max_orders() + 1;
+        let mut a = Vec::with_capacity(3 + MAX_OL_CNT as usize);
+        a.push(access(
+            CUSTOMER,
+            customer,
+            AccessKind::Read,
+            s.status_customer,
+            Value::Null,
+        ));
+        a.push(access(
+            CUSTOMER_LAST_ORDER,
+            customer,
+            AccessKind::Read,
+            s.last_order,
+            Value::Null,
+        ));
+        a.push(derived_read(
+            ORDER,
+            k.order_base(w, d),
+            1,
+            1,
+            limit,
+            s.status_order,
+        ));
+        for ol in 1..=MAX_OL_CNT {
+            a.push(derived_read(
+                ORDER_LINE,
+                k.order_line_base(w, d, ol),
+                1,
+                TpccKeys::ORDER_LINE_SCALE,
+                limit,
+                s.status_line,
+            ));
+        }
+        Ok(Program { accesses: a })
+    }
+
+    fn may_abort(&self) -> bool {
+        false
     }
 }
 
@@ -535,6 +668,13 @@ fn insert_order_line(
     Ok(Value::Null)
 }
 
+/// CUSTOMER_LAST_ORDER of the ordering customer: the new order's id (the district's output).
+fn record_last_order(row: RowRef<'_>, _: &Value, inputs: Inputs<'_>) -> Result<Value, LogicAbort> {
+    let row = write(row)?;
+    CO_O_ID.set_u32(row, int(inputs.get(0))? as u32);
+    Ok(Value::Null)
+}
+
 // Payment's steps.
 
 /// Adds the amount to W_YTD; outputs W_NAME (for H_DATA).
@@ -601,4 +741,37 @@ fn insert_history(row: RowRef<'_>, arg: &Value, inputs: Inputs<'_>) -> Result<Va
         .set_bytes_truncated(row, &[w_name, b"    ", d_name])
         .map_err(|_| BAD_ARGUMENT)?;
     Ok(Value::Null)
+}
+
+// Order-Status's steps.
+
+/// Outputs C_BALANCE (the answer also has the customer's names, which the client knows).
+fn status_customer(row: RowRef<'_>, _: &Value, _: Inputs<'_>) -> Result<Value, LogicAbort> {
+    Ok(Value::Int(C_BALANCE.get_money(row.bytes())))
+}
+
+/// Outputs the id of the customer's latest order, the offset of the order's keys.
+fn last_order(row: RowRef<'_>, _: &Value, _: Inputs<'_>) -> Result<Value, LogicAbort> {
+    Ok(Value::Int(CO_O_ID.get_u32(row.bytes()) as i64))
+}
+
+/// Reads what clause 2.6.2.2 shows of the order (its output is dropped: a derived access).
+fn status_order(row: RowRef<'_>, _: &Value, _: Inputs<'_>) -> Result<Value, LogicAbort> {
+    let r = row.bytes();
+    Ok(Value::Int(
+        O_ENTRY_D.get_i64(r) ^ O_CARRIER_ID.get_u32(r) as i64,
+    ))
+}
+
+/// Reads what clause 2.6.2.2 shows of an order line (dropped likewise).
+fn status_line(row: RowRef<'_>, _: &Value, _: Inputs<'_>) -> Result<Value, LogicAbort> {
+    let r = row.bytes();
+    let shown = [
+        OL_I_ID.get_u32(r) as i64,
+        OL_SUPPLY_W_ID.get_u32(r) as i64,
+        OL_QUANTITY.get_i32(r) as i64,
+        OL_AMOUNT.get_money(r),
+        OL_DELIVERY_D.get_i64(r),
+    ];
+    Ok(Value::Int(shown.iter().fold(0, |acc, v| acc ^ v)))
 }

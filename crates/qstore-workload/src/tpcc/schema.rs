@@ -1,5 +1,5 @@
-//! The TPC-C tables (clause 1.3) as fixed-size rows, plus CUSTOMER_BY_LAST_NAME, a static
-//! secondary index.
+//! The TPC-C tables (clause 1.3) as fixed-size rows, plus two secondary indexes:
+//! CUSTOMER_BY_LAST_NAME (static) and CUSTOMER_LAST_ORDER (kept by New-Order).
 //!
 //! Every column of the spec is here, so that any of the five transactions can be written
 //! against these layouts. Columns keep the spec's names and string sizes; numbers take the
@@ -42,8 +42,9 @@ pub const ORDER_LINE: TableId = 6;
 pub const ITEM: TableId = 7;
 pub const STOCK: TableId = 8;
 pub const CUSTOMER_BY_LAST_NAME: TableId = 9;
+pub const CUSTOMER_LAST_ORDER: TableId = 10;
 /// Number of tables.
-pub const TABLES: usize = 10;
+pub const TABLES: usize = 11;
 
 // WAREHOUSE.
 pub const W_ID: Field = Field::u32("W_ID", 0);
@@ -350,6 +351,20 @@ pub fn cl_set_customers(row: &mut [u8], ids: &[u32]) -> Result<(), LayoutError> 
     Ok(())
 }
 
+// CUSTOMER_LAST_ORDER: (w, d, c) -> the O_ID of the customer's latest order, which
+// Order-Status reads (clause 2.6.2.2: "the row in ORDER with the largest O_ID" of the
+// customer). Keyed like CUSTOMER; written by every New-Order, in the transaction that inserts
+// the order, so it is exactly as current as ORDER. A table of its own rather than a CUSTOMER
+// column: New-Order only reads CUSTOMER, and writing it would make New-Order conflict with
+// Payments of the same customer.
+
+/// The customer's latest order id.
+pub const CO_O_ID: Field = Field::u32("CO_O_ID", 0);
+pub const CUSTOMER_LAST_ORDER_LAYOUT: Layout = Layout {
+    table: "customer_last_order",
+    fields: &[CO_O_ID],
+};
+
 const _: () = assert!(WAREHOUSE_LAYOUT.is_packed());
 const _: () = assert!(DISTRICT_LAYOUT.is_packed());
 const _: () = assert!(CUSTOMER_LAYOUT.is_packed());
@@ -360,6 +375,7 @@ const _: () = assert!(ORDER_LINE_LAYOUT.is_packed());
 const _: () = assert!(ITEM_LAYOUT.is_packed());
 const _: () = assert!(STOCK_LAYOUT.is_packed());
 const _: () = assert!(CUSTOMER_BY_LAST_NAME_LAYOUT.is_packed());
+const _: () = assert!(CUSTOMER_LAST_ORDER_LAYOUT.is_packed());
 
 /// One table: its layout, key bits and rows.
 #[derive(Clone, Copy, Debug)]
@@ -418,6 +434,12 @@ pub fn tables(keys: &TpccKeys) -> [TableDef; TABLES] {
             keys.last_name_bits(),
             districts * LAST_NAMES as u64,
         ),
+        def(
+            CUSTOMER_LAST_ORDER,
+            CUSTOMER_LAST_ORDER_LAYOUT,
+            keys.customer_bits(),
+            districts * CUSTOMERS as u64,
+        ),
     ]
 }
 
@@ -467,7 +489,7 @@ mod tests {
             assert_eq!(names.len(), def.layout.fields.len(), "{}", def.layout.table);
         }
         let sizes: Vec<usize> = t.iter().map(|d| d.layout.size()).collect();
-        assert_eq!(sizes, [97, 113, 679, 60, 12, 36, 68, 90, 314, 260]);
+        assert_eq!(sizes, [97, 113, 679, 60, 12, 36, 68, 90, 314, 260, 4]);
         let width = |l: &Layout, n: &str| l.field(n).unwrap().width;
         assert_eq!(width(&CUSTOMER_LAYOUT, "C_DATA"), 500);
         assert_eq!(width(&CUSTOMER_LAYOUT, "C_LAST"), 16);
@@ -503,6 +525,9 @@ mod tests {
             assert_eq!(s[ITEM as usize].keys_per_partition, 1 << 17);
             assert_eq!(s[WAREHOUSE as usize].keys_per_partition, w as u64);
             assert_eq!(s[CUSTOMER_BY_LAST_NAME as usize].row_size, 260);
+            let last_order = &s[CUSTOMER_LAST_ORDER as usize];
+            assert_eq!(last_order.capacity_per_partition, 30_000 * w);
+            assert_eq!(last_order.keys_per_partition, (w as u64) << 16);
         }
     }
 

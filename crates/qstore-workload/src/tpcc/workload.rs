@@ -6,12 +6,13 @@
 //! keying or thinking time: a throughput benchmark, as the papers run it). Inputs follow
 //! clauses 2.4.1 and 2.5.1; which warehouses are remote follows `TpccConfig`.
 //!
-//! Only the New-Order + Payment mix runs so far; `mix = "standard"` is refused with a clear
-//! error until Delivery, Order-Status and Stock-Level exist.
+//! New-Order, Payment and Order-Status run (`mix = "neworder-payment"`, with
+//! `order_status_fraction`); `mix = "standard"` is refused with a clear error until Delivery
+//! and Stock-Level exist.
 
 use super::keys::{TpccKeys, CUSTOMERS, DISTRICTS, ITEMS, LAST_NAMES, MAX_OL_CNT};
 use super::load::LOAD_DATE;
-use super::procs::{self, LastNameChoices, MIN_OL_CNT};
+use super::procs::{self, LastNameChoices, Procs, MIN_OL_CNT};
 use super::random::{nurand, uniform, NuRandC, A_C_ID, A_C_LAST, A_OL_I_ID};
 use super::schema::*;
 use super::TpccData;
@@ -19,7 +20,7 @@ use crate::{ScanFn, Tally, TxnCall, TxnGenerator, Workload};
 use qstore_core::config::{TpccConfig, TpccMix};
 use qstore_core::partition::PartitionMap;
 use qstore_core::rng::Rng;
-use qstore_core::txn::{Catalog, ProcCall, ProcId, RowLoader, Value};
+use qstore_core::txn::{Catalog, ProcCall, RowLoader, Value};
 use qstore_core::{ConfigError, PartitionId, QError, RunConfig};
 use rand::Rng as _;
 use rustc_hash::FxHashMap;
@@ -35,8 +36,7 @@ pub struct Tpcc {
     seed: u64,
     pmap: PartitionMap,
     catalog: Arc<Catalog>,
-    new_order: ProcId,
-    payment: ProcId,
+    procs: Procs,
 }
 
 impl Tpcc {
@@ -47,8 +47,9 @@ impl Tpcc {
             return Err(ConfigError::new(
                 "workload.tpcc.mix",
                 "standard",
-                "the standard mix needs Delivery, Order-Status and Stock-Level, which qstore \
-                 does not run yet; use neworder-payment (--tpcc-mix neworder-payment)",
+                "the standard mix needs Delivery and Stock-Level, which qstore does not run \
+                 yet; use neworder-payment (--tpcc-mix neworder-payment, with \
+                 --order-status-fraction for Order-Status)",
             ));
         }
         let mut catalog = Catalog::default();
@@ -56,7 +57,7 @@ impl Tpcc {
             catalog.add_table(schema);
         }
         let choices = Arc::new(LastNameChoices::new(&data));
-        let (new_order, payment) = procs::register(&mut catalog, *data.keys(), choices);
+        let procs = procs::register(&mut catalog, *data.keys(), choices);
         let pmap = PartitionMap::new(run.cluster.nodes, run.cluster.partitioning, &catalog.tables);
         Ok(Tpcc {
             cfg,
@@ -64,8 +65,7 @@ impl Tpcc {
             seed: run.seed,
             pmap,
             catalog: Arc::new(catalog),
-            new_order,
-            payment,
+            procs,
         })
     }
 
@@ -98,8 +98,7 @@ impl Workload for Tpcc {
             cfg: self.cfg.clone(),
             nurand: self.data.nurand_run(),
             home,
-            new_order: self.new_order,
-            payment: self.payment,
+            procs: self.procs,
             date: LOAD_DATE as u32,
         })
     }
@@ -123,7 +122,8 @@ impl Workload for Tpcc {
         }
         Ok(format!(
             "tpcc: consistency conditions 1-4 hold in all {districts} districts ({} orders, {} \
-             order lines, {} new orders, {} history rows)",
+             order lines, {} new orders, {} history rows), and CUSTOMER_LAST_ORDER names every \
+             customer's latest order",
             t.count("orders"),
             t.count("order_lines"),
             t.count("new_orders"),
@@ -167,13 +167,38 @@ pub fn consistency_tally(k: &TpccKeys, scan: &mut ScanFn<'_>) -> Tally {
         f.order_lines_column = D_ORDER_LINES.get_u32(row);
         f.ytd = D_YTD.get_money(row);
     });
+    // The latest order of each customer that has one, by the customer's key.
+    let mut latest: FxHashMap<u64, u32> = FxHashMap::default();
     scan(ORDER, &mut |key, row| {
         let (w, d, o) = k.decode_order(key);
         let f = districts.entry((w, d)).or_default();
         f.max_o_id = f.max_o_id.max(o);
         f.ol_cnt_sum += O_OL_CNT.get_i32(row) as u64;
         t.add("orders", 1);
+        match k.checked_customer(w as i64, d as i64, O_C_ID.get_u32(row) as i64) {
+            Ok(c) => {
+                let l = latest.entry(c).or_default();
+                *l = (*l).max(o);
+            }
+            Err(e) => t.problem(|| format!("ORDER {w}/{d}/{o}: {e}")),
+        }
     });
+    scan(CUSTOMER_LAST_ORDER, &mut |key, row| {
+        let (o, want) = (CO_O_ID.get_u32(row), latest.remove(&key).unwrap_or(0));
+        if o != want {
+            let (w, d, c) = k.decode_customer(key);
+            t.problem(|| {
+                format!(
+                    "CUSTOMER_LAST_ORDER of customer {w}/{d}/{c} is order {o}, but its latest \
+                     order is {want}"
+                )
+            });
+        }
+    });
+    if let Some((&key, &o)) = latest.iter().next() {
+        let (w, d, c) = k.decode_customer(key);
+        t.problem(|| format!("customer {w}/{d}/{c} has order {o} but no CUSTOMER_LAST_ORDER row"));
+    }
     scan(NEW_ORDER, &mut |key, _| {
         let (w, d, o) = k.decode_order(key);
         let f = districts.entry((w, d)).or_default();
@@ -265,8 +290,7 @@ struct TpccGenerator {
     cfg: TpccConfig,
     nurand: NuRandC,
     home: PartitionId,
-    new_order: ProcId,
-    payment: ProcId,
+    procs: Procs,
     /// O_ENTRY_D and H_DATE: a clock of the client's own (steps may not read one), a second
     /// per transaction from the load's date.
     date: u32,
@@ -323,10 +347,42 @@ impl TpccGenerator {
         }
         TxnCall {
             call: ProcCall {
-                proc: self.new_order,
+                proc: self.procs.new_order,
                 args,
             },
-            ops: 5 + 3 * ol_cnt,
+            ops: 6 + 3 * ol_cnt,
+        }
+    }
+
+    /// A customer as Payment and Order-Status choose one (clauses 2.5.1.2, 2.6.1.2): by last
+    /// name 60% of the time (a last-name number), else by C_ID.
+    fn customer(&mut self) -> (bool, u32) {
+        let by_name = uniform(&mut self.rng, 1, 100) <= 60;
+        let who = match by_name {
+            true => nurand(
+                &mut self.rng,
+                A_C_LAST,
+                0,
+                LAST_NAMES - 1,
+                self.nurand.c_last,
+            ),
+            false => nurand(&mut self.rng, A_C_ID, 1, CUSTOMERS, self.nurand.c_id),
+        };
+        (by_name, who)
+    }
+
+    /// Order-Status of a customer of the client's district (always the home warehouse).
+    fn order_status_call(&mut self, w: u32, d: u32) -> TxnCall {
+        let (by_name, who) = self.customer();
+        TxnCall {
+            call: ProcCall {
+                proc: self.procs.order_status,
+                args: [w, d, by_name as u32, who]
+                    .iter()
+                    .map(|&v| Value::Int(v as i64))
+                    .collect(),
+            },
+            ops: 3 + MAX_OL_CNT,
         }
     }
 
@@ -344,22 +400,12 @@ impl TpccGenerator {
         } else {
             (w, d)
         };
-        let by_name = uniform(&mut self.rng, 1, 100) <= 60;
-        let who = match by_name {
-            true => nurand(
-                &mut self.rng,
-                A_C_LAST,
-                0,
-                LAST_NAMES - 1,
-                self.nurand.c_last,
-            ),
-            false => nurand(&mut self.rng, A_C_ID, 1, CUSTOMERS, self.nurand.c_id),
-        };
+        let (by_name, who) = self.customer();
         let amount = uniform(&mut self.rng, 100, 500_000);
         let args = [w, d, c_w, c_d, by_name as u32, who, amount, self.date];
         TxnCall {
             call: ProcCall {
-                proc: self.payment,
+                proc: self.procs.payment,
                 args: args.iter().map(|&v| Value::Int(v as i64)).collect(),
             },
             ops: 4,
@@ -373,8 +419,12 @@ impl TxnGenerator for TpccGenerator {
         let w = uniform(&mut self.rng, ws.start, ws.end - 1);
         let d = uniform(&mut self.rng, 1, DISTRICTS);
         self.date = self.date.wrapping_add(1);
-        if self.chance(self.cfg.payment_fraction) {
+        // One draw splits the shares: [0, payment) Payment, then Order-Status, New-Order last.
+        let x = self.rng.random::<f64>();
+        if x < self.cfg.payment_fraction {
             self.payment_call(w, d)
+        } else if x < self.cfg.payment_fraction + self.cfg.order_status_fraction {
+            self.order_status_call(w, d)
         } else {
             self.new_order_call(w, d)
         }
@@ -484,6 +534,56 @@ mod tests {
             &|m| D_NEXT_H_ID.set_u32(m.get_mut(DISTRICT, k.district(1, 10)), 5_000),
             "HISTORY rows",
         );
+        broken(
+            &|m| CO_O_ID.set_u32(m.get_mut(CUSTOMER_LAST_ORDER, k.customer(0, 2, 7)), 1),
+            "CUSTOMER_LAST_ORDER of customer 0/2/7",
+        );
+        broken(
+            &|m| m.remove(CUSTOMER_LAST_ORDER, k.customer(1, 5, 3_000)),
+            "customer 1/5/3000 has order",
+        );
+    }
+
+    /// Order-Status answers the customer's balance and latest order, before and after the
+    /// customer orders again; it reads that order and every line number it could have.
+    #[test]
+    fn order_status_reads_the_customers_latest_order() {
+        let t = Tpcc::new(&config(2, 4_000)).unwrap();
+        let mut m = MemStore::loaded(&t, 0..1);
+        let (cat, k) = (t.catalog(), *t.keys());
+        let status = |by_name: i64, who: i64| ProcCall {
+            proc: t.procs.order_status,
+            args: [0, 3, by_name, who].map(Value::Int).to_vec(),
+        };
+        let c = 42;
+        let loaded = CO_O_ID.get_u32(m.get(CUSTOMER_LAST_ORDER, k.customer(0, 3, c)));
+        let balance = C_BALANCE.get_money(m.get(CUSTOMER, k.customer(0, 3, c)));
+        let out = m.execute(&cat, &status(0, c as i64)).unwrap();
+        assert_eq!(out.len(), 3 + MAX_OL_CNT as usize);
+        assert_eq!(out[..2], [Value::Int(balance), Value::Int(loaded as i64)]);
+        let program = cat.program(&status(0, c as i64)).unwrap();
+        assert!(program.accesses[2..].iter().all(|a| a.key_dep.is_some()));
+        let order = ProcCall {
+            proc: t.procs.new_order,
+            args: [0, 3, c, 0]
+                .into_iter()
+                .chain((0..5).flat_map(|i| [i + 1, 0, 3]))
+                .map(|v| Value::Int(v as i64))
+                .collect(),
+        };
+        m.execute(&cat, &order).unwrap();
+        let new = D_NEXT_O_ID.get_u32(m.get(DISTRICT, k.district(0, 3))) - 1;
+        let out = m.execute(&cat, &status(0, c as i64)).unwrap();
+        assert_eq!(out[1], Value::Int(new as i64));
+        // By last name: the customer the index lists in the middle.
+        let name = 7;
+        let row = m.get(CUSTOMER_BY_LAST_NAME, k.customer_by_last_name(0, 3, name));
+        let who = cl_middle_customer(row).unwrap();
+        let latest = CO_O_ID.get_u32(m.get(CUSTOMER_LAST_ORDER, k.customer(0, 3, who)));
+        let out = m.execute(&cat, &status(1, name as i64)).unwrap();
+        assert_eq!(out[1], Value::Int(latest as i64));
+        let tally = m.tally_where(&t, |_, _| true).unwrap();
+        assert_eq!(tally.problems_line(), None);
     }
 
     #[test]
@@ -493,7 +593,7 @@ mod tests {
         let cat = t.catalog();
         let k = *t.keys();
         let order = |c: u32| ProcCall {
-            proc: t.new_order,
+            proc: t.procs.new_order,
             args: [0, 1, c, 0]
                 .into_iter()
                 .chain((0..5).flat_map(|i| [i + 1, 0, 3]))
@@ -550,7 +650,7 @@ mod tests {
             ),
         ] {
             let err = cat
-                .program(&call(t.new_order, &args))
+                .program(&call(t.procs.new_order, &args))
                 .unwrap_err()
                 .to_string();
             assert!(err.contains(want), "{want}: {err}");
@@ -562,13 +662,26 @@ mod tests {
             (vec![0, 1, 0, 1, 0, 1, 99, 0], "H_AMOUNT = 99"),
         ] {
             let err = cat
-                .program(&call(t.payment, &args))
+                .program(&call(t.procs.payment, &args))
+                .unwrap_err()
+                .to_string();
+            assert!(err.contains(want), "{want}: {err}");
+        }
+        for (args, want) in [
+            (vec![0, 1, 0], "4 arguments"),
+            (vec![0, 11, 0, 1], "D_ID = 11"),
+            (vec![0, 1, 2, 1], "by last name = 2"),
+            (vec![0, 1, 0, 0], "C_ID = 0"),
+            (vec![0, 1, 1, -1], "C_LAST number = -1"),
+        ] {
+            let err = cat
+                .program(&call(t.procs.order_status, &args))
                 .unwrap_err()
                 .to_string();
             assert!(err.contains(want), "{want}: {err}");
         }
         let bytes = ProcCall {
-            proc: t.payment,
+            proc: t.procs.payment,
             args: vec![Value::Bytes(vec![1]); 8],
         };
         assert!(cat.program(&bytes).is_err());
@@ -589,7 +702,7 @@ mod tests {
                 .to_vec();
             let program = cat
                 .program(&ProcCall {
-                    proc: t.payment,
+                    proc: t.procs.payment,
                     args,
                 })
                 .unwrap();
@@ -599,10 +712,14 @@ mod tests {
 
     #[test]
     fn the_stream_follows_the_mix_and_the_remote_fractions() {
-        let t = Tpcc::new(&config(4, 4_000)).unwrap();
+        let mut c = config(4, 4_000);
+        c.workload.tpcc.payment_fraction = 0.4;
+        c.workload.tpcc.order_status_fraction = 0.2;
+        let t = Tpcc::new(&c).unwrap();
         let k = *t.keys();
         let mut g = t.generator(7, PartitionId(2));
         let (mut payments, mut remote_payments, mut remote_orders, mut rollbacks) = (0, 0, 0, 0);
+        let mut statuses = 0;
         let n = 4_000;
         let first: Vec<_> = (0..n).map(|_| g.next_txn()).collect();
         for c in &first {
@@ -617,9 +734,12 @@ mod tests {
                 PartitionId(2),
                 "home warehouse"
             );
-            if c.call.proc == t.payment {
+            if c.call.proc == t.procs.payment {
                 payments += 1;
                 remote_payments += (k.partition_of_warehouse(a[2]) != PartitionId(2)) as u32;
+            } else if c.call.proc == t.procs.order_status {
+                statuses += 1;
+                assert_eq!(a.len(), 4);
             } else {
                 let lines = &a[4..];
                 assert!((5..=15).contains(&(lines.len() / 3)));
@@ -628,9 +748,10 @@ mod tests {
                 rollbacks += (lines[lines.len() - 3] == ITEMS + 1) as u32;
             }
         }
-        let orders = n - payments;
+        let orders = n - payments - statuses;
         let share = |x: u32, of: u32| x as f64 / of as f64;
-        assert!((share(payments, n) - 0.5).abs() < 0.04, "{payments}");
+        assert!((share(payments, n) - 0.4).abs() < 0.04, "{payments}");
+        assert!((share(statuses, n) - 0.2).abs() < 0.03, "{statuses}");
         assert!((share(remote_payments, payments) - 0.5).abs() < 0.05);
         assert!((share(remote_orders, orders) - 0.5).abs() < 0.05);
         assert!((5..=45).contains(&rollbacks), "{rollbacks} of {orders}");
