@@ -39,8 +39,10 @@ pub struct BatchPlan {
     most: Vec<(usize, usize)>,
     per_node: u32,
     /// Scratch for `place`: the fragments of the transaction being placed, as (destination,
-    /// index in its queue's `frags`).
-    frags: Vec<(Dest, usize)>,
+    /// index in its queue's `frags`, index of its first access), and the fragment (index
+    /// here) of each access placed so far.
+    frags: Vec<(Dest, usize, u16)>,
+    owners: Vec<u16>,
     nodes: Vec<NodeId>,
 }
 
@@ -85,6 +87,7 @@ impl BatchPlan {
             most: vec![(0, 0); nodes * queues as usize],
             per_node: queues,
             frags: Vec::new(),
+            owners: Vec::new(),
             nodes: Vec::new(),
         }
     }
@@ -143,44 +146,64 @@ impl BatchPlan {
         let per_node = self.per_node;
         // One pass: each access goes to the fragment of its destination, made in that queue
         // when the destination first appears. A fragment's accesses are contiguous in its
-        // queue's `ops` (no other transaction is placed meanwhile), so its length is known at
-        // the end.
-        let (frags, queues) = (&mut self.frags, &mut self.queues);
+        // queue's `ops` (no other transaction is placed meanwhile), so its length is known
+        // when the next fragment of its queue starts, or at the end.
+        //
+        // A fragment runs once every outside value it needs has come, so the fragments of a
+        // transaction must not wait for each other in a cycle. They do not if every outside
+        // value a fragment needs comes from an access before the fragment's first one (a
+        // fragment then only waits for fragments that start earlier). An access that would
+        // break this (it needs the output of another fragment's access that comes after its
+        // own fragment's start: a chain that leaves a queue and comes back) starts a new
+        // fragment in its queue, which runs after the first there.
+        let (frags, owners, queues) = (&mut self.frags, &mut self.owners, &mut self.queues);
         frags.clear();
+        owners.clear();
         let mut abortables = 0u16;
         for (i, a) in accesses.iter().enumerate() {
             let dest = destination(pmap, per_node, offset, subs, a);
             let q = &mut queues[dest.slot as usize];
-            let f = match frags.iter().position(|(d, _)| d.slot == dest.slot) {
-                Some(f) => f,
-                None => {
+            let open = frags.iter().rposition(|(d, _, _)| d.slot == dest.slot);
+            let comes_back = |f: usize| {
+                let first = frags[f].2;
+                a.deps
+                    .iter()
+                    .any(|&d| owners[d as usize] as usize != f && d >= first)
+            };
+            let f = match open {
+                Some(f) if !comes_back(f) => f,
+                _ => {
+                    if let Some(f) = open {
+                        let (_, at, _) = frags[f];
+                        let frag = &mut q.frags[at];
+                        frag.len = (q.ops.len() - frag.start as usize) as u16;
+                    }
                     q.frags.push(Frag::empty(seq, id, q.ops.len() as u32, n));
-                    frags.push((dest, q.frags.len() - 1));
+                    frags.push((dest, q.frags.len() - 1, i as u16));
                     frags.len() - 1
                 }
             };
             q.push_op(i as u16, a);
+            owners.push(f as u16);
             abortables += a.may_abort as u16;
             if !a.deps.is_empty() {
-                // Rare (dependent transactions): where each producer went is found again.
-                let producers = a.deps.iter().map(|&d| {
-                    let from =
-                        destination(pmap, per_node, offset, subs, &accesses[d as usize]).slot;
-                    let held_by = frags.iter().position(|(at, _)| at.slot == from);
-                    (
-                        d,
-                        held_by.expect("validated: dependencies are earlier, so placed"),
-                    )
-                });
-                let producers: Vec<_> = producers.collect();
+                // Rare (dependent transactions).
+                let producers: Vec<_> = a
+                    .deps
+                    .iter()
+                    .map(|&d| (d, owners[d as usize] as usize))
+                    .collect();
                 link(queues, frags, f, &producers);
             }
         }
         self.nodes.clear();
-        for &(dest, at) in frags.iter() {
+        for &(dest, at, _) in frags.iter() {
             let q = &mut queues[dest.slot as usize];
             let frag = &mut q.frags[at];
-            frag.len = (q.ops.len() - frag.start as usize) as u16;
+            // The last fragment of each queue ends with the queue's operations.
+            if frag.len == 0 {
+                frag.len = (q.ops.len() - frag.start as usize) as u16;
+            }
             if !self.nodes.contains(&dest.node) {
                 self.nodes.push(dest.node);
             }
@@ -191,7 +214,7 @@ impl BatchPlan {
                 notify.push(home);
             }
             let fate = FateInfo { abortables, notify };
-            for &(dest, at) in frags.iter() {
+            for &(dest, at, _) in frags.iter() {
                 queues[dest.slot as usize].frags[at].links_mut().fate = Some(fate.clone());
             }
         }
@@ -206,15 +229,15 @@ impl BatchPlan {
 /// accesses, given as (access index, fragment holding it): each one in another fragment
 /// becomes a need of `f` and a route of its producer (one in the same fragment runs earlier,
 /// in program order).
-fn link(queues: &mut [Eq], frags: &[(Dest, usize)], f: usize, producers: &[(u16, usize)]) {
-    let (dest, at) = frags[f];
+fn link(queues: &mut [Eq], frags: &[(Dest, usize, u16)], f: usize, producers: &[(u16, usize)]) {
+    let (dest, at, _) = frags[f];
     for &(d, producer) in producers {
         if producer != f {
             queues[dest.slot as usize].frags[at]
                 .links_mut()
                 .needs
                 .push(d);
-            let (from, from_at) = frags[producer];
+            let (from, from_at, _) = frags[producer];
             let producer = &mut queues[from.slot as usize].frags[from_at];
             route(producer, d, dest.node, from.node);
         }
@@ -245,6 +268,7 @@ fn route(producer: &mut Frag, idx: u16, to: NodeId, from: NodeId) {
 
 #[cfg(test)]
 mod tests {
+    use super::super::msg::FragRef;
     use super::*;
     use qstore_core::config::Partitioning;
     use qstore_core::txn::{AccessKind, StepId, TableSchema, Value};
@@ -290,10 +314,14 @@ mod tests {
         let eqs0 = plan.take_eqs(NodeId(0));
         let eqs1 = plan.take_eqs(NodeId(1));
         assert_eq!((eqs0.len(), eqs1.len()), (1, 1));
-        let f0 = eqs0[0].frag(0).expect("one fragment");
-        let idx: Vec<u16> = f0.accesses.iter().map(|op| op.idx).collect();
-        assert_eq!(idx, vec![0, 2], "both accesses of key 5, in program order");
-        assert_eq!(f0.needs(), [1]);
+        // Both accesses of key 5 are in its queue, in program order, but in two fragments:
+        // one holding both would wait for access 1, which waits for access 0 (a cycle).
+        assert_eq!(eqs0[0].frags.len(), 2);
+        let (f0, f2) = (eqs0[0].frag(0).unwrap(), eqs0[0].frag(1).unwrap());
+        let idx = |f: &FragRef<'_>| f.accesses.iter().map(|op| op.idx).collect::<Vec<_>>();
+        assert_eq!((idx(&f0), idx(&f2)), (vec![0], vec![2]));
+        assert!(f0.needs().is_empty());
+        assert_eq!(f2.needs(), [1]);
         let f1 = &eqs1[0].frags[0];
         assert_eq!(f1.needs(), [0]);
         assert_eq!(f0.routes().len(), 1);
@@ -306,6 +334,7 @@ mod tests {
             (1, &vec![NodeId(0)])
         );
         let fate = f0.fate().expect("the access to key 150 may abort");
+        assert_eq!(f2.fate().map(|f| f.abortables), Some(1));
         assert_eq!(
             (fate.abortables, fate.notify.clone()),
             (1, vec![NodeId(0), NodeId(1)])
