@@ -55,9 +55,11 @@ expect_exit 1 "^G2:" "qstore check flags long_g2 as G2" -- "$QSTORE" check "$fx/
 echo "== every protocol: --verify on ycsb and bank, adya on append histories"
 small=(--nodes 4 --duration 1 --warmup 0.2 -q)
 # TPC-C bounded by a count of commits, so that the (small) pre-sized order tables never fill;
-# New-Order and Payment with 10% Order-Status, which reads what New-Order inserts.
-tpcc=(--workload tpcc --tpcc-mix neworder-payment --order-status-fraction 0.1 --nodes 2
-  --max-orders-per-district 8000 --txns 20000 --duration 0)
+# New-Order and Payment with 10% Order-Status and 5% Stock-Level, which read what New-Order
+# inserts (Stock-Level through OLLP).
+tpcc_mix=(--workload tpcc --tpcc-mix neworder-payment --order-status-fraction 0.1
+  --stock-level-fraction 0.05 --max-orders-per-district 8000 --txns 20000 --duration 0)
+tpcc=("${tpcc_mix[@]}" --nodes 2)
 for protocol in $("$QSTORE" protocols --names); do
   expect_exit 0 "^serializable: yes" "$protocol ycsb --verify" -- \
     "$QSTORE" run --protocol "$protocol" --workload ycsb --records 10000 --theta 0.9 --mp-fraction 0.5 --verify "${small[@]}"
@@ -71,6 +73,13 @@ for protocol in $("$QSTORE" protocols --names); do
   "$QSTORE" run --protocol "$protocol" --workload append --history "$h" "${small[@]}"
   expect_exit 0 "" "adya accepts $protocol append history ($(wc -l <"$h") events)" -- \
     adya check -m list-append -c serializable "$h"
+done
+
+# One node, two execution queues: New-Order's dependencies leave the district's queue and
+# come back (Q-Store used to stall on them).
+for mode in speculative conservative; do
+  expect_exit 0 "invariants: ok \(tpcc" "qstore $mode tpcc on 1 node x 2 workers --verify" -- \
+    "$QSTORE" run --protocol qstore --qstore-mode "$mode" "${tpcc_mix[@]}" --nodes 1 --workers 2 --verify -q
 done
 
 echo "== Q-Store regressions, ${SEEDS:=20} seeds each (SEEDS=N to change)"

@@ -12,7 +12,7 @@ use crate::Target;
 use crossbeam_channel::{unbounded, Receiver, RecvTimeoutError, Sender};
 use parking_lot::Mutex;
 use qstore_core::config::ClientConfig;
-use qstore_core::txn::{ProcCall, TxnOutcome, TxnResponse, Value};
+use qstore_core::txn::{CcAbortCause, ProcCall, TxnOutcome, TxnResponse, Value, OLLP_RESTART};
 use qstore_core::RunConfig;
 use qstore_core::{NodeId, TxnId};
 use qstore_engine::{wall_clock_us, TxnRequest};
@@ -88,6 +88,9 @@ struct Pending {
     retries: u32,
     /// The Elle lane of this transaction and its invocation, when an Elle history is kept.
     elle: Option<(u64, Vec<ElleOp>)>,
+    /// OLLP: the reconnaissance `call` was built from, while `call` runs on its guess (see
+    /// `Workload::is_reconnaissance`).
+    recon: Option<Arc<ProcCall>>,
 }
 
 /// A retry waiting for its back-off to pass.
@@ -319,6 +322,7 @@ impl<'a> Driver<'a> {
             birth_us: self.wall_us(first_submit),
             retries: 0,
             elle,
+            recon: None,
         };
         self.submit(pending);
         true
@@ -403,6 +407,26 @@ impl<'a> Driver<'a> {
         };
         let measuring = self.control.measuring.load(Ordering::Relaxed);
         match resp.outcome {
+            TxnOutcome::Committed(outputs) if self.workload.is_reconnaissance(&p.call) => {
+                match self.workload.after_reconnaissance(&p.call, &outputs) {
+                    Ok(main) => {
+                        p.recon = Some(std::mem::replace(&mut p.call, Arc::new(main)));
+                        self.submit(p);
+                    }
+                    Err(why) => self.logic_abort(p, &why, now),
+                }
+            }
+            TxnOutcome::LogicAbort(why) if why == OLLP_RESTART.0 && p.recon.is_some() => {
+                if measuring {
+                    self.stats.record_cc_abort(CcAbortCause::OllpRestart);
+                    self.control.cc_aborts.fetch_add(1, Ordering::Relaxed);
+                }
+                // The guess was stale: look again, at once (the new reconnaissance sees the
+                // change that made it stale).
+                p.call = p.recon.take().expect("checked above");
+                p.retries += 1;
+                self.submit(p);
+            }
             TxnOutcome::Committed(outputs) => {
                 if let Err(why) = self.workload.check_commit(&p.call, &outputs) {
                     self.stats.invariant_violations += 1;
@@ -426,14 +450,7 @@ impl<'a> Driver<'a> {
                 let at = now + Duration::from_micros(delay);
                 self.retries.push(Reverse(Retry { at, pending: p }));
             }
-            TxnOutcome::LogicAbort(why) => {
-                self.elle_complete(&p, Completion::Fail, None);
-                if measuring {
-                    self.stats.record_logic_abort(&why);
-                }
-                self.control.return_slot(self.cfg.txns);
-                self.finish(p, now);
-            }
+            TxnOutcome::LogicAbort(why) => self.logic_abort(p, &why, now),
             TxnOutcome::Rejected(why) => {
                 // A refused request means a misconfigured run or a cluster going away:
                 // end the run and show the reason rather than spin on refusals.
@@ -444,6 +461,16 @@ impl<'a> Driver<'a> {
                 self.control.stop.store(true, Ordering::Relaxed);
             }
         }
+    }
+
+    /// Transaction `p` ended in a logic abort (final, not retried).
+    fn logic_abort(&mut self, p: Pending, why: &str, now: Instant) {
+        self.elle_complete(&p, Completion::Fail, None);
+        if self.control.measuring.load(Ordering::Relaxed) {
+            self.stats.record_logic_abort(why);
+        }
+        self.control.return_slot(self.cfg.txns);
+        self.finish(p, now);
     }
 
     fn count_commit(&self) {

@@ -117,3 +117,38 @@ fn interactive_phases_account_for_the_traffic_and_show_the_read_only_optimisatio
         "commit messages per txn: no_wait {locking:.2}, occ {optimistic:.2}"
     );
 }
+
+/// TPC-C Stock-Level runs as OLLP: each commit is a reconnaissance and then the transaction,
+/// and a stale guess is restarted (counted as `ollp_restart`), never reported as a failure.
+#[test]
+fn ollp_transactions_restart_until_they_commit() {
+    for protocol in ["qstore", "calvin", "no_wait", "occ"] {
+        let mut c = RunConfig::default();
+        c.protocol.name = protocol.into();
+        c.cluster.nodes = 1;
+        c.workload.name = "tpcc".into();
+        c.cluster.partitioning = qstore_core::config::Partitioning::Range;
+        let t = &mut c.workload.tpcc;
+        t.mix = qstore_core::config::TpccMix::NeworderPayment;
+        t.payment_fraction = 0.0;
+        t.stock_level_fraction = 0.5;
+        t.max_orders_per_district = 4_000;
+        t.multi_partition_fraction = 0.0;
+        c.client.warmup_s = 0.0;
+        c.client.txns = 400;
+        c.client.inflight = 16;
+        let r = run(&c, RunOptions::default()).unwrap().report;
+        assert_eq!(
+            (r.committed, r.unfinished, r.rejected),
+            (400, 0, 0),
+            "{protocol}"
+        );
+        assert!(
+            r.logic_aborts_by_reason
+                .keys()
+                .all(|why| !why.contains("ollp")),
+            "{protocol}: {:?}",
+            r.logic_aborts_by_reason
+        );
+    }
+}

@@ -646,6 +646,10 @@ pub struct TpccConfig {
     /// Only with `mix = "neworder-payment"`, where it is 0 by default and `payment_fraction +
     /// order_status_fraction` may be at most 1; the standard mix fixes it at 4%.
     pub order_status_fraction: f64,
+    /// Share of transactions that are Stock-Level (read-only, run as OLLP: a reconnaissance,
+    /// then the transaction), taken from New-Order's share like `order_status_fraction` and
+    /// under the same rules.
+    pub stock_level_fraction: f64,
     /// Share of New-Order and Payment transactions that span two partitions (the knob of the
     /// Q-Store paper, whose TPC-C touches at most two partitions): such a Payment's customer
     /// belongs to, and at least one line of such a New-Order is supplied by, a warehouse of
@@ -671,6 +675,7 @@ impl Default for TpccConfig {
             mix: TpccMix::Standard,
             payment_fraction: 0.43,
             order_status_fraction: 0.0,
+            stock_level_fraction: 0.0,
             multi_partition_fraction: 0.15,
             remote_new_order_line_fraction: 0.01,
             remote_payment_fraction: 0.15,
@@ -1266,24 +1271,28 @@ impl TpccConfig {
             self.payment_fraction,
             allowed,
         )?;
-        let (ok, allowed) = match self.mix {
-            TpccMix::Standard => (
-                self.order_status_fraction == 0.0,
-                "applies to mix = \"neworder-payment\" only: the standard mix fixes \
-                 Order-Status at 4%",
-            ),
-            TpccMix::NeworderPayment => (
-                (0.0..=1.0 - self.payment_fraction).contains(&self.order_status_fraction),
-                "must be a fraction between 0 and 1 - payment_fraction (New-Order takes the \
-                 rest)",
-            ),
-        };
-        check(
-            ok,
-            "workload.tpcc.order_status_fraction",
-            self.order_status_fraction,
-            allowed,
-        )
+        // The minor transactions' shares, each checked with those before it.
+        let mut taken = self.payment_fraction;
+        for (setting, share) in [
+            ("order_status_fraction", self.order_status_fraction),
+            ("stock_level_fraction", self.stock_level_fraction),
+        ] {
+            let (ok, allowed) = match self.mix {
+                TpccMix::Standard => (
+                    share == 0.0,
+                    "applies to mix = \"neworder-payment\" only: the standard mix fixes the \
+                     minor transactions at 4% each",
+                ),
+                TpccMix::NeworderPayment => (
+                    (0.0..=1.0 - taken).contains(&share),
+                    "must be a fraction between 0 and 1 minus the shares of Payment and the \
+                     minor transactions before it (New-Order takes the rest)",
+                ),
+            };
+            check(ok, &format!("workload.tpcc.{setting}"), share, allowed)?;
+            taken += share;
+        }
+        Ok(())
     }
 }
 
@@ -1771,6 +1780,14 @@ mod tests {
                 Box::new(move |c| {
                     np(c);
                     c.workload.tpcc.order_status_fraction = -0.1;
+                }),
+            ),
+            (
+                "workload.tpcc.stock_level_fraction",
+                Box::new(move |c| {
+                    np(c);
+                    c.workload.tpcc.order_status_fraction = 0.3;
+                    c.workload.tpcc.stock_level_fraction = 0.3;
                 }),
             ),
             (

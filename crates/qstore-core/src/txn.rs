@@ -99,7 +99,9 @@ pub struct Access {
 }
 
 /// How a derived access's key follows from an earlier access's output `v` (an integer, or
-/// bytes starting with one, 8 bytes little-endian): `key + scale * v`, for `0 <= v < limit`.
+/// bytes starting with one, 8 bytes little-endian): `key + scale * (v - back)`, for
+/// `back <= v < limit` (`back` reaches records before the one `v` names: TPC-C's
+/// Stock-Level reads the 20 orders before D_NEXT_O_ID).
 ///
 /// The keys `key .. key + scale * limit` are the access's *derived range*, and its base key
 /// `key` names the whole range: protocols that fix their read/write sets before they execute
@@ -109,16 +111,21 @@ pub struct Access {
 /// also lie within one partition (the base's). Protocols that walk programs access by access
 /// lock the derived key itself.
 ///
-/// A derived access is a *leaf*: it may not abort and no access depends on it, and its
-/// output is `Null` on every protocol. Protocols that run a program at several nodes (Calvin)
-/// run a derived access only where its range is and skip it elsewhere; being a leaf, it then
-/// cannot make them disagree.
+/// A derived access may not abort. Its output is `Null` on every protocol unless it
+/// declares `output`, and only then may later accesses depend on it. Protocols that run a
+/// program at several nodes (Calvin) run a derived access only where its range is and skip
+/// it elsewhere: an access whose output nobody sees cannot make them disagree, and one with
+/// an output is refused there unless its node is the only one that executes the program
+/// (TPC-C's transactions that read derived keys stay within one warehouse).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct KeyDep {
     /// The access whose output gives the offset; it must be among the access's `deps`.
     pub dep: u16,
     pub scale: u32,
     pub limit: u32,
+    pub back: u32,
+    /// Whether the access outputs what its step returns.
+    pub output: bool,
 }
 
 /// A derived access whose offset is missing or out of its range fails with this.
@@ -134,6 +141,7 @@ impl KeyDep {
             Value::Null => return None,
         };
         let v = u64::try_from(v).ok().filter(|&v| v < self.limit as u64)?;
+        let v = v.checked_sub(self.back as u64)?;
         base.checked_add(v * self.scale as u64)
             .filter(|&k| k <= crate::MAX_KEY)
     }
@@ -153,8 +161,11 @@ pub struct AccessRef<'a> {
     pub may_abort: bool,
     /// A derived access not yet resolved ([`AccessRef::resolve`]).
     pub key_dep: Option<KeyDep>,
-    /// A derived access already resolved: `key` is the derived key, and the output is `Null`.
+    /// A derived access already resolved: `key` is the derived key.
     pub derived: bool,
+    /// Whether the access outputs what its step returns: false only for a resolved derived
+    /// access that does not declare an output ([`KeyDep::output`]).
+    pub output: bool,
 }
 
 impl Access {
@@ -169,6 +180,7 @@ impl Access {
             may_abort: self.may_abort,
             key_dep: self.key_dep,
             derived: false,
+            output: true,
         }
     }
 }
@@ -186,6 +198,7 @@ impl<'a> AccessRef<'a> {
                     key,
                     key_dep: None,
                     derived: true,
+                    output: d.output,
                     ..self
                 }),
                 None => Err(NO_DERIVED_KEY),
@@ -208,12 +221,13 @@ impl<'a> AccessRef<'a> {
     /// integrity check that needs the record (a debit of an account) declares its access
     /// abortable and then aborts with the record's absence (`"key not found"`).
     ///
-    /// A resolved derived access outputs `Null` whatever its step returned ([`KeyDep`]).
+    /// A resolved derived access without an output outputs `Null` whatever its step returned
+    /// ([`KeyDep`]).
     #[inline]
     pub fn settle(&self, result: Result<Value, LogicAbort>) -> Result<Value, LogicAbort> {
         match result {
             Err(_) if !self.may_abort => Ok(Value::Null),
-            Ok(_) if self.derived => Ok(Value::Null),
+            Ok(_) if !self.output => Ok(Value::Null),
             result => result,
         }
     }
@@ -298,10 +312,11 @@ impl Program {
             if let Some(d) = a
                 .deps
                 .iter()
-                .find(|&&d| self.accesses[d as usize].key_dep.is_some())
+                .find(|&&d| self.accesses[d as usize].key_dep.is_some_and(|k| !k.output))
             {
                 return Err(format!(
-                    "access {i} depends on access {d}, whose key is derived (its output is Null)"
+                    "access {i} depends on access {d}, whose key is derived and which declares \
+                     no output"
                 ));
             }
             if a.may_abort && !may_abort {
@@ -566,7 +581,15 @@ pub enum CcAbortCause {
     FrozenRange,
     /// MaaT: its commit-timestamp ranges left no timestamp (other conflicts).
     RangeEmpty,
+    /// OLLP: the keys its reconnaissance read had changed by the time it ran (counted by the
+    /// client, which restarts it with a fresh reconnaissance; see [`OLLP_RESTART`]).
+    OllpRestart,
 }
+
+/// The logic abort of a transaction whose reconnaissance guess turned out wrong when it ran
+/// (OLLP): deterministic like every logic abort, but the client restarts the transaction
+/// from a fresh reconnaissance and counts it as [`CcAbortCause::OllpRestart`].
+pub const OLLP_RESTART: LogicAbort = LogicAbort("ollp restart: the reconnaissance is stale");
 
 impl CcAbortCause {
     pub fn name(self) -> &'static str {
@@ -582,6 +605,7 @@ impl CcAbortCause {
             CcAbortCause::VersionReclaimed => "version_reclaimed",
             CcAbortCause::FrozenRange => "frozen_range",
             CcAbortCause::RangeEmpty => "range_empty",
+            CcAbortCause::OllpRestart => "ollp_restart",
         }
     }
 }
@@ -663,7 +687,7 @@ mod tests {
     }
 
     #[test]
-    fn derived_keys_are_leaves_that_name_their_dependency() {
+    fn derived_keys_name_their_dependency_and_only_declared_outputs_are_depended_on() {
         let plain = |deps: Vec<u16>, key_dep| Access {
             table: 0,
             key: 100,
@@ -678,6 +702,8 @@ mod tests {
             dep: 0,
             scale: 16,
             limit: 4,
+            back: 0,
+            output: false,
         };
         let dep = Some(d);
         let ok = Program {
@@ -696,7 +722,9 @@ mod tests {
             .contains("may not abort"));
         let mut leaf = ok.clone();
         leaf.accesses.push(plain(vec![1], None));
-        assert!(leaf.validate(1, true).unwrap_err().contains("derived"));
+        assert!(leaf.validate(1, true).unwrap_err().contains("no output"));
+        leaf.accesses[1].key_dep = Some(KeyDep { output: true, ..d });
+        assert_eq!(leaf.validate(1, true), Ok(()));
         // key = base + scale * output, for outputs in 0..limit, from ints or leading bytes.
         assert_eq!(d.key(100, &[Value::Int(3)]), Some(148));
         let mut bytes = 2i64.to_le_bytes().to_vec();
@@ -715,6 +743,13 @@ mod tests {
         assert_eq!((r.key, r.derived, r.key_dep), (116, true, None));
         assert_eq!(r.settle(Ok(Value::Int(7))), Ok(Value::Null));
         assert_eq!(a.resolve(&[Value::Null]).unwrap_err(), NO_DERIVED_KEY);
+        let out = leaf.accesses[1].as_ref().resolve(&[Value::Int(1)]).unwrap();
+        assert_eq!(out.settle(Ok(Value::Int(7))), Ok(Value::Int(7)));
+        // Counting back: key = base + scale * (output - back), for back <= output < limit.
+        let back = KeyDep { back: 2, ..d };
+        assert_eq!(back.key(100, &[Value::Int(3)]), Some(116));
+        assert_eq!(back.key(100, &[Value::Int(2)]), Some(100));
+        assert_eq!(back.key(100, &[Value::Int(1)]), None);
     }
 
     #[test]

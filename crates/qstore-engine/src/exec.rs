@@ -763,6 +763,8 @@ pub(crate) mod tests {
                 dep: 0,
                 scale: 1,
                 limit,
+                back: 0,
+                output: false,
             });
             a
         };

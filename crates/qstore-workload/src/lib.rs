@@ -54,6 +54,25 @@ pub trait Workload: Send + Sync {
     /// The partition map this workload's keys were laid out for.
     fn partition_map(&self) -> &PartitionMap;
 
+    /// OLLP (optimistic lock location prediction): whether `call` is the reconnaissance of a
+    /// transaction whose keys depend on data. Its generator issues the reconnaissance, a
+    /// read-only call that reads those keys; the client then runs
+    /// [`Workload::after_reconnaissance`] with its answer, and restarts from a fresh
+    /// reconnaissance when that fails with [`qstore_core::txn::OLLP_RESTART`].
+    fn is_reconnaissance(&self, _call: &ProcCall) -> bool {
+        false
+    }
+
+    /// The transaction to run after reconnaissance `recon` committed with `outputs`: its keys
+    /// are the guess, which it checks when it runs.
+    fn after_reconnaissance(
+        &self,
+        recon: &ProcCall,
+        _outputs: &[Value],
+    ) -> Result<ProcCall, String> {
+        Err(format!("procedure #{} has no reconnaissance", recon.proc.0))
+    }
+
     /// Checks the answer of a committed call against the workload's invariants (e.g. the sum
     /// a bank audit read). Called by the client for every commit.
     fn check_commit(&self, _call: &ProcCall, _outputs: &[Value]) -> Result<(), String> {

@@ -4,8 +4,8 @@
 
 use crate::{Tally, Workload};
 use qstore_core::txn::{
-    AccessKind, Catalog, ProcCall, RowLoader, RowRef, TableSchema, Value, DUPLICATE_KEY,
-    KEY_NOT_FOUND,
+    AccessKind, Catalog, LogicAbort, ProcCall, RowLoader, RowRef, TableSchema, Value,
+    DUPLICATE_KEY, KEY_NOT_FOUND,
 };
 use qstore_core::{Key, PartitionId, QError, TableId};
 use std::collections::BTreeMap;
@@ -91,6 +91,11 @@ impl MemStore {
     /// accesses as the engines do: derived keys resolved, inserts and deletes, and failures
     /// settled by the same rule (`AccessRef::settle`).
     pub(crate) fn execute(&mut self, cat: &Catalog, call: &ProcCall) -> Option<Vec<Value>> {
+        self.run(cat, call).ok()
+    }
+
+    /// [`MemStore::execute`], with the logic abort's reason.
+    pub(crate) fn run(&mut self, cat: &Catalog, call: &ProcCall) -> Result<Vec<Value>, LogicAbort> {
         let mut outputs = Vec::new();
         // Each record's contents before the call's first change (None: it did not exist).
         let mut undo: Vec<(TableId, Key, Option<Vec<u8>>)> = Vec::new();
@@ -129,7 +134,7 @@ impl MemStore {
             };
             match result {
                 Ok(v) => outputs.push(v),
-                Err(_) => {
+                Err(e) => {
                     for (t, k, old) in undo.into_iter().rev() {
                         let table = &mut self.tables[t as usize];
                         match old {
@@ -137,11 +142,11 @@ impl MemStore {
                             None => table.remove(&k),
                         };
                     }
-                    return None;
+                    return Err(e);
                 }
             }
         }
-        Some(outputs)
+        Ok(outputs)
     }
 }
 

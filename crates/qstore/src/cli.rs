@@ -340,6 +340,10 @@ struct RunArgs {
     /// (read-only), taken from New-Order's share (default 0).
     #[arg(long, allow_negative_numbers = true, help_heading = "Workload")]
     order_status_fraction: Option<f64>,
+    /// tpcc, mix neworder-payment: fraction of transactions that are Stock-Level (read-only,
+    /// run as OLLP), taken from New-Order's share (default 0).
+    #[arg(long, allow_negative_numbers = true, help_heading = "Workload")]
+    stock_level_fraction: Option<f64>,
     /// tpcc: orders a district can hold (3000 loaded plus room for new ones); sets most of
     /// the memory, and a New-Order past it aborts (counted as a logic abort).
     #[arg(long, help_heading = "Workload")]
@@ -590,6 +594,7 @@ impl RunArgs {
                 set(&mut t.mix, self.tpcc_mix);
                 set(&mut t.payment_fraction, self.payment_fraction);
                 set(&mut t.order_status_fraction, self.order_status_fraction);
+                set(&mut t.stock_level_fraction, self.stock_level_fraction);
                 set(&mut t.max_orders_per_district, self.max_orders_per_district);
                 set(&mut t.multi_partition_fraction, self.mp_fraction);
                 not_for("--records", self.records.is_some())?;
@@ -609,6 +614,7 @@ impl RunArgs {
             || self.tpcc_mix.is_some()
             || self.payment_fraction.is_some()
             || self.order_status_fraction.is_some()
+            || self.stock_level_fraction.is_some()
             || self.max_orders_per_district.is_some();
         not_for(
             "tpcc flags (--warehouses, --tpcc-mix, ...)",

@@ -15,9 +15,17 @@
 //! **Order-Status** `[w, d, by_name, c_id or last-name number]` (clause 2.6): reads the
 //! CUSTOMER, the id of its latest order from CUSTOMER_LAST_ORDER (which every New-Order
 //! updates), and that ORDER and its lines under keys derived from the id. The lines are read
-//! at all 15 line numbers an order can have; an order's missing ones read as absent. Derived
-//! accesses output nothing (see `KeyDep`), so the client's answer is the customer's balance
-//! and the order id; the rows are read all the same, which is the transaction's work.
+//! at all 15 line numbers an order can have; an order's missing ones read as absent (`Null`).
+//! The answer: C_BALANCE, the order id, the order's entry date and carrier, and each line.
+//!
+//! **Stock-Level** (clause 2.8) runs as OLLP, since the STOCK rows it reads depend on the
+//! lines of the district's last 20 orders. Its reconnaissance `[w, d, threshold]` reads
+//! D_NEXT_O_ID and, under keys derived from it, the item of every line of orders
+//! D_NEXT_O_ID - 20 .. D_NEXT_O_ID - 1. The transaction `[w, d, threshold, D_NEXT_O_ID, items]`
+//! then checks that D_NEXT_O_ID is still the one the reconnaissance read (otherwise it aborts
+//! with `OLLP_RESTART` and the client looks again) and reads the STOCK of each distinct item,
+//! answering 1 for each below the threshold. The check suffices: the last 20 orders are those
+//! below D_NEXT_O_ID, and no transaction changes an order line's item.
 //!
 //! A customer chosen by last name is looked up when the program is built, in the
 //! CUSTOMER_BY_LAST_NAME index, which TPC-C never changes: this is OLLP's reconnaissance
@@ -34,7 +42,7 @@ use super::schema::*;
 use qstore_core::config::TpccConfig;
 use qstore_core::txn::{
     Access, AccessKind, Catalog, Inputs, KeyDep, LogicAbort, ProcId, Procedure, Program, RowRef,
-    StepId, Value,
+    StepId, Value, OLLP_RESTART,
 };
 use qstore_core::{Key, PartitionId, TableId};
 use std::sync::Arc;
@@ -42,6 +50,15 @@ use std::sync::Arc;
 pub const NEW_ORDER_PROC: &str = "tpcc_new_order";
 pub const PAYMENT_PROC: &str = "tpcc_payment";
 pub const ORDER_STATUS_PROC: &str = "tpcc_order_status";
+pub const STOCK_LEVEL_RECON_PROC: &str = "tpcc_stock_level_recon";
+pub const STOCK_LEVEL_PROC: &str = "tpcc_stock_level";
+
+/// Orders Stock-Level looks back over (clause 2.8.2.2).
+pub const STOCK_LEVEL_ORDERS: u32 = 20;
+/// Lines Stock-Level's reconnaissance reads: every line number of each of those orders.
+pub const STOCK_LEVEL_LINES: u32 = STOCK_LEVEL_ORDERS * MAX_OL_CNT;
+/// Stock-Level's threshold (clause 2.8.1.2).
+pub const STOCK_LEVEL_THRESHOLD: [u32; 2] = [10, 20];
 
 /// Arguments of New-Order before its lines.
 pub const NEW_ORDER_FIXED_ARGS: usize = 4;
@@ -108,6 +125,10 @@ struct Steps {
     last_order: StepId,
     status_order: StepId,
     status_line: StepId,
+    next_order_id: StepId,
+    line_item: StepId,
+    same_next_order: StepId,
+    low_stock: StepId,
 }
 
 /// The procedures [`register`] adds.
@@ -116,6 +137,8 @@ pub struct Procs {
     pub new_order: ProcId,
     pub payment: ProcId,
     pub order_status: ProcId,
+    pub stock_level_recon: ProcId,
+    pub stock_level: ProcId,
 }
 
 /// Registers the steps and the procedures in `cat`.
@@ -139,6 +162,10 @@ pub fn register(cat: &mut Catalog, keys: TpccKeys, choices: Arc<LastNameChoices>
         last_order: s.register("tpcc_last_order", last_order),
         status_order: s.register("tpcc_status_order", status_order),
         status_line: s.register("tpcc_status_line", status_line),
+        next_order_id: s.register("tpcc_next_order_id", next_order_id),
+        line_item: s.register("tpcc_line_item", line_item),
+        same_next_order: s.register("tpcc_same_next_order", same_next_order),
+        low_stock: s.register("tpcc_low_stock", low_stock),
     };
     let ctx = Arc::new(Ctx {
         keys,
@@ -148,7 +175,9 @@ pub fn register(cat: &mut Catalog, keys: TpccKeys, choices: Arc<LastNameChoices>
     Procs {
         new_order: cat.add_procedure(Arc::new(NewOrder(ctx.clone()))),
         payment: cat.add_procedure(Arc::new(Payment(ctx.clone()))),
-        order_status: cat.add_procedure(Arc::new(OrderStatus(ctx))),
+        order_status: cat.add_procedure(Arc::new(OrderStatus(ctx.clone()))),
+        stock_level_recon: cat.add_procedure(Arc::new(StockLevelRecon(ctx.clone()))),
+        stock_level: cat.add_procedure(Arc::new(StockLevel(ctx))),
     }
 }
 
@@ -249,24 +278,35 @@ fn derived_insert(
     debug_assert!(deps.contains(&dep));
     Access {
         deps,
-        key_dep: Some(KeyDep { dep, scale, limit }),
+        key_dep: Some(KeyDep {
+            dep,
+            scale,
+            limit,
+            back: 0,
+            output: false,
+        }),
         ..access(table, base, AccessKind::Insert, step, arg)
     }
 }
 
-/// A read of key `base + scale * output of access dep` (which must be a read of its own:
-/// derived accesses output nothing).
+/// A read of key `base + scale * (output of access dep - back)`, which outputs what `step`
+/// returns (so the program must stay within one partition: see `KeyDep::output`).
 fn derived_read(
     table: TableId,
     base: Key,
     dep: u16,
-    scale: u32,
-    limit: u32,
+    [scale, limit, back]: [u32; 3],
     step: StepId,
 ) -> Access {
     Access {
         deps: vec![dep],
-        key_dep: Some(KeyDep { dep, scale, limit }),
+        key_dep: Some(KeyDep {
+            dep,
+            scale,
+            limit,
+            back,
+            output: true,
+        }),
         ..access(table, base, AccessKind::Read, step, Value::Null)
     }
 }
@@ -542,25 +582,113 @@ impl Procedure for OrderStatus {
             ORDER,
             k.order_base(w, d),
             1,
-            1,
-            limit,
+            [1, limit, 0],
             s.status_order,
         ));
+        let line = [TpccKeys::ORDER_LINE_SCALE, limit, 0];
         for ol in 1..=MAX_OL_CNT {
-            a.push(derived_read(
-                ORDER_LINE,
-                k.order_line_base(w, d, ol),
-                1,
-                TpccKeys::ORDER_LINE_SCALE,
-                limit,
-                s.status_line,
-            ));
+            let base = k.order_line_base(w, d, ol);
+            a.push(derived_read(ORDER_LINE, base, 1, line, s.status_line));
         }
         Ok(Program { accesses: a })
     }
 
     fn may_abort(&self) -> bool {
         false
+    }
+}
+
+/// The (w, d, threshold) both Stock-Level procedures start with.
+fn stock_level_args(k: &TpccKeys, args: &[Value]) -> Result<(u32, u32, u32), String> {
+    let w = arg_u32(args, 0, "W_ID", 0, k.warehouses() - 1)?;
+    let d = arg_u32(args, 1, "D_ID", 1, DISTRICTS)?;
+    let [lo, hi] = STOCK_LEVEL_THRESHOLD;
+    let threshold = arg_u32(args, 2, "threshold", lo, hi)?;
+    Ok((w, d, threshold))
+}
+
+struct StockLevelRecon(Arc<Ctx>);
+
+impl Procedure for StockLevelRecon {
+    fn name(&self) -> &'static str {
+        STOCK_LEVEL_RECON_PROC
+    }
+
+    fn program(&self, args: &[Value]) -> Result<Program, String> {
+        let Ctx {
+            keys: k, steps: s, ..
+        } = &*self.0;
+        arity(
+            args,
+            3,
+            "Stock-Level's reconnaissance takes 3 arguments (W_ID, D_ID, threshold)",
+        )?;
+        let (w, d, _) = stock_level_args(k, args)?;
+        let mut a = Vec::with_capacity(1 + STOCK_LEVEL_LINES as usize);
+        a.push(access(
+            DISTRICT,
+            k.district(w, d),
+            AccessKind::Read,
+            s.next_order_id,
+            Value::Null,
+        ));
+        // D_NEXT_O_ID is at most max_orders + 1.
+        let limit = k.max_orders() + 2;
+        for back in 1..=STOCK_LEVEL_ORDERS {
+            let line = [TpccKeys::ORDER_LINE_SCALE, limit, back];
+            for ol in 1..=MAX_OL_CNT {
+                let base = k.order_line_base(w, d, ol);
+                a.push(derived_read(ORDER_LINE, base, 0, line, s.line_item));
+            }
+        }
+        Ok(Program { accesses: a })
+    }
+
+    fn may_abort(&self) -> bool {
+        false
+    }
+}
+
+struct StockLevel(Arc<Ctx>);
+
+impl Procedure for StockLevel {
+    fn name(&self) -> &'static str {
+        STOCK_LEVEL_PROC
+    }
+
+    fn program(&self, args: &[Value]) -> Result<Program, String> {
+        let Ctx {
+            keys: k, steps: s, ..
+        } = &*self.0;
+        let items = args.len().saturating_sub(4);
+        if args.len() < 4 || items > STOCK_LEVEL_LINES as usize {
+            return Err(format!(
+                "Stock-Level takes 4 arguments (W_ID, D_ID, threshold, D_NEXT_O_ID as its \
+                 reconnaissance read it) and then up to {STOCK_LEVEL_LINES} item ids; got {}",
+                args.len()
+            ));
+        }
+        let (w, d, threshold) = stock_level_args(k, args)?;
+        let next = arg_u32(args, 3, "D_NEXT_O_ID", 1, k.max_orders() + 1)?;
+        let mut a = Vec::with_capacity(1 + items);
+        a.push(abortable(access(
+            DISTRICT,
+            k.district(w, d),
+            AccessKind::Read,
+            s.same_next_order,
+            Value::Int(next as i64),
+        )));
+        for i in 4..args.len() {
+            let item = arg_u32(args, i, "OL_I_ID", 1, super::keys::ITEMS)?;
+            a.push(access(
+                STOCK,
+                stock_key(w, item),
+                AccessKind::Read,
+                s.low_stock,
+                Value::Int(threshold as i64),
+            ));
+        }
+        Ok(Program { accesses: a })
     }
 }
 
@@ -755,23 +883,51 @@ fn last_order(row: RowRef<'_>, _: &Value, _: Inputs<'_>) -> Result<Value, LogicA
     Ok(Value::Int(CO_O_ID.get_u32(row.bytes()) as i64))
 }
 
-/// Reads what clause 2.6.2.2 shows of the order (its output is dropped: a derived access).
+/// What clause 2.6.2.2 shows of the order: [O_ENTRY_D, O_CARRIER_ID].
 fn status_order(row: RowRef<'_>, _: &Value, _: Inputs<'_>) -> Result<Value, LogicAbort> {
     let r = row.bytes();
-    Ok(Value::Int(
-        O_ENTRY_D.get_i64(r) ^ O_CARRIER_ID.get_u32(r) as i64,
-    ))
+    Ok(pack(&[
+        O_ENTRY_D.get_i64(r) as u32,
+        O_CARRIER_ID.get_u32(r),
+    ]))
 }
 
-/// Reads what clause 2.6.2.2 shows of an order line (dropped likewise).
+/// What clause 2.6.2.2 shows of an order line: [OL_I_ID, OL_SUPPLY_W_ID, OL_QUANTITY,
+/// OL_AMOUNT in cents, OL_DELIVERY_D].
 fn status_line(row: RowRef<'_>, _: &Value, _: Inputs<'_>) -> Result<Value, LogicAbort> {
     let r = row.bytes();
-    let shown = [
-        OL_I_ID.get_u32(r) as i64,
-        OL_SUPPLY_W_ID.get_u32(r) as i64,
-        OL_QUANTITY.get_i32(r) as i64,
-        OL_AMOUNT.get_money(r),
-        OL_DELIVERY_D.get_i64(r),
-    ];
-    Ok(Value::Int(shown.iter().fold(0, |acc, v| acc ^ v)))
+    Ok(pack(&[
+        OL_I_ID.get_u32(r),
+        OL_SUPPLY_W_ID.get_u32(r),
+        OL_QUANTITY.get_i32(r) as u32,
+        OL_AMOUNT.get_money(r) as u32,
+        OL_DELIVERY_D.get_i64(r) as u32,
+    ]))
+}
+
+// Stock-Level's steps.
+
+/// Outputs D_NEXT_O_ID, the offset of the reconnaissance's line keys.
+fn next_order_id(row: RowRef<'_>, _: &Value, _: Inputs<'_>) -> Result<Value, LogicAbort> {
+    Ok(Value::Int(D_NEXT_O_ID.get_u32(row.bytes()) as i64))
+}
+
+/// Outputs the line's OL_I_ID.
+fn line_item(row: RowRef<'_>, _: &Value, _: Inputs<'_>) -> Result<Value, LogicAbort> {
+    Ok(Value::Int(OL_I_ID.get_u32(row.bytes()) as i64))
+}
+
+/// OLLP's check: D_NEXT_O_ID is still `arg`, the one the reconnaissance read.
+fn same_next_order(row: RowRef<'_>, arg: &Value, _: Inputs<'_>) -> Result<Value, LogicAbort> {
+    match D_NEXT_O_ID.get_u32(row.bytes()) as i64 == int(arg)? {
+        true => Ok(Value::Null),
+        false => Err(OLLP_RESTART),
+    }
+}
+
+/// 1 if the stock is below the threshold `arg`, else 0 (the client sums them).
+fn low_stock(row: RowRef<'_>, arg: &Value, _: Inputs<'_>) -> Result<Value, LogicAbort> {
+    Ok(Value::Int(
+        (S_QUANTITY.get_i32(row.bytes()) < int(arg)? as i32) as i64,
+    ))
 }

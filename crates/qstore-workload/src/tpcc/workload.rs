@@ -103,6 +103,37 @@ impl Workload for Tpcc {
         })
     }
 
+    fn is_reconnaissance(&self, call: &ProcCall) -> bool {
+        call.proc == self.procs.stock_level_recon
+    }
+
+    /// Stock-Level after its reconnaissance: `[w, d, threshold]` and the D_NEXT_O_ID and line
+    /// items it read become `[w, d, threshold, D_NEXT_O_ID, distinct items]`.
+    fn after_reconnaissance(
+        &self,
+        recon: &ProcCall,
+        outputs: &[Value],
+    ) -> Result<ProcCall, String> {
+        if !self.is_reconnaissance(recon) || recon.args.len() != 3 {
+            return Err(format!(
+                "no reconnaissance: call of procedure #{}",
+                recon.proc.0
+            ));
+        }
+        let Some((Value::Int(next), lines)) = outputs.split_first() else {
+            return Err("Stock-Level's reconnaissance answered no D_NEXT_O_ID".into());
+        };
+        let items: std::collections::BTreeSet<i64> =
+            lines.iter().filter_map(Value::as_int).collect();
+        let mut args = recon.args.clone();
+        args.push(Value::Int(*next));
+        args.extend(items.into_iter().map(Value::Int));
+        Ok(ProcCall {
+            proc: self.procs.stock_level,
+            args,
+        })
+    }
+
     fn tally(&self, scan: &mut ScanFn<'_>) -> Option<Tally> {
         Some(consistency_tally(self.keys(), scan))
     }
@@ -386,6 +417,21 @@ impl TpccGenerator {
         }
     }
 
+    /// Stock-Level of the client's district, as its reconnaissance (the client runs the
+    /// transaction itself once that answers: see `Workload::after_reconnaissance`).
+    fn stock_level_call(&mut self, w: u32, d: u32) -> TxnCall {
+        let [lo, hi] = procs::STOCK_LEVEL_THRESHOLD;
+        let threshold = uniform(&mut self.rng, lo, hi);
+        TxnCall {
+            call: ProcCall {
+                proc: self.procs.stock_level_recon,
+                args: [w, d, threshold].map(|v| Value::Int(v as i64)).to_vec(),
+            },
+            // The reconnaissance's reads; the transaction adds the district and the items.
+            ops: 1 + procs::STOCK_LEVEL_LINES,
+        }
+    }
+
     fn payment_call(&mut self, w: u32, d: u32) -> TxnCall {
         let (c_w, c_d) = if self.multi_partition() {
             (
@@ -419,12 +465,17 @@ impl TxnGenerator for TpccGenerator {
         let w = uniform(&mut self.rng, ws.start, ws.end - 1);
         let d = uniform(&mut self.rng, 1, DISTRICTS);
         self.date = self.date.wrapping_add(1);
-        // One draw splits the shares: [0, payment) Payment, then Order-Status, New-Order last.
+        // One draw splits the shares: Payment, Order-Status, Stock-Level, New-Order the rest.
+        let c = &self.cfg;
         let x = self.rng.random::<f64>();
-        if x < self.cfg.payment_fraction {
+        let order_status = c.payment_fraction + c.order_status_fraction;
+        let stock_level = order_status + c.stock_level_fraction;
+        if x < c.payment_fraction {
             self.payment_call(w, d)
-        } else if x < self.cfg.payment_fraction + self.cfg.order_status_fraction {
+        } else if x < order_status {
             self.order_status_call(w, d)
+        } else if x < stock_level {
+            self.stock_level_call(w, d)
         } else {
             self.new_order_call(w, d)
         }
@@ -584,6 +635,69 @@ mod tests {
         assert_eq!(out[1], Value::Int(latest as i64));
         let tally = m.tally_where(&t, |_, _| true).unwrap();
         assert_eq!(tally.problems_line(), None);
+    }
+
+    /// Stock-Level: its reconnaissance reads the last 20 orders' items, the transaction
+    /// counts those whose stock is below the threshold, and a new order in between makes the
+    /// guess stale (an OLLP restart, not a result).
+    #[test]
+    fn stock_level_counts_low_stock_of_the_last_20_orders_and_restarts_when_stale() {
+        let t = Tpcc::new(&config(2, 4_000)).unwrap();
+        let mut m = MemStore::loaded(&t, 0..1);
+        let (cat, k) = (t.catalog(), *t.keys());
+        let (w, d, threshold) = (0, 6, 15);
+        let recon = ProcCall {
+            proc: t.procs.stock_level_recon,
+            args: [w, d, threshold].map(Value::Int).to_vec(),
+        };
+        assert!(t.is_reconnaissance(&recon));
+        let seen = m.run(&cat, &recon).unwrap();
+        let main = t.after_reconnaissance(&recon, &seen).unwrap();
+        assert!(!t.is_reconnaissance(&main));
+        // What the spec's query finds, straight from the rows.
+        let next = D_NEXT_O_ID.get_u32(m.get(DISTRICT, k.district(0, 6)));
+        let lines = m.range(
+            ORDER_LINE,
+            k.order_line(0, 6, next - 20, 1),
+            k.order_line(0, 6, next - 1, MAX_OL_CNT),
+        );
+        let items: std::collections::BTreeSet<u32> =
+            lines.iter().map(|l| OL_I_ID.get_u32(l)).collect();
+        assert_eq!(main.args.len(), 4 + items.len());
+        let low = items
+            .iter()
+            .filter(|&&i| S_QUANTITY.get_i32(m.get(STOCK, k.stock(0, i))) < threshold as i32)
+            .count();
+        let out = m.run(&cat, &main).unwrap();
+        let count: i64 = out.iter().filter_map(Value::as_int).sum();
+        assert_eq!(count, low as i64);
+        // A New-Order of the district moves D_NEXT_O_ID: the guess is stale.
+        let order = ProcCall {
+            proc: t.procs.new_order,
+            args: [0, 6, 1, 0]
+                .into_iter()
+                .chain((0..5).flat_map(|i| [i + 1, 0, 3]))
+                .map(|v| Value::Int(v as i64))
+                .collect(),
+        };
+        m.run(&cat, &order).unwrap();
+        assert_eq!(m.run(&cat, &main), Err(qstore_core::txn::OLLP_RESTART));
+        let fresh = t.after_reconnaissance(&recon, &m.run(&cat, &recon).unwrap());
+        assert!(m.run(&cat, &fresh.unwrap()).is_ok());
+        // What the client gets wrong is refused, not run.
+        assert!(t.after_reconnaissance(&recon, &[]).is_err());
+        assert!(t.after_reconnaissance(&order, &seen).is_err());
+        for args in [
+            vec![0, 6, 9, 3_001],
+            vec![0, 6, 15],
+            vec![0, 6, 15, 3_001, 100_001],
+        ] {
+            let bad = ProcCall {
+                proc: t.procs.stock_level,
+                args: args.into_iter().map(Value::Int).collect(),
+            };
+            assert!(cat.program(&bad).is_err(), "{bad:?}");
+        }
     }
 
     #[test]

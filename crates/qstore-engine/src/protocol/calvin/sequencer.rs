@@ -15,7 +15,7 @@
 use super::msg::Pos;
 use super::msg::{BatchTxn, CMsg};
 use super::node::{CalvinNode, HomeTxn, Prepared, POLL};
-use super::txn::{roles, Txn};
+use super::txn::{roles, unrunnable, Txn};
 use crate::protocol::{reply, Admitted, TxnRequest};
 use crossbeam_channel::{never, select, Receiver};
 use qstore_core::txn::TxnOutcome;
@@ -100,6 +100,9 @@ fn add(node: &CalvinNode, current: &mut Epoch, e: u64, req: TxnRequest) {
     };
     let me = node.id.0;
     let roles = roles(&program, &ctx.pmap, me);
+    if let Some(why) = unrunnable(&program, &ctx.pmap, &roles) {
+        return reply(&req, TxnOutcome::Rejected(why));
+    }
     let idx = current.home.len() as u32;
     for &p in roles.participants.iter().filter(|&&p| p != me) {
         current.batches[p as usize].push(BatchTxn {

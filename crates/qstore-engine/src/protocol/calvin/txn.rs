@@ -49,6 +49,25 @@ pub fn roles(program: &Program, pmap: &PartitionMap, home: u32) -> Roles {
     }
 }
 
+/// Why Calvin cannot run `program` with these roles, if it cannot: a derived access that
+/// outputs a value runs only where its range is (no other node knows its key in advance to
+/// send a copy of its record), so that node must be the only one executing the program.
+pub fn unrunnable(program: &Program, pmap: &PartitionMap, roles: &Roles) -> Option<String> {
+    let (i, a) = program
+        .accesses
+        .iter()
+        .enumerate()
+        .filter(|(_, a)| a.key_dep.is_some_and(|d| d.output))
+        .find(|(_, a)| roles.executing != [pmap.partition_of(a.table, a.key).0])?;
+    Some(format!(
+        "calvin cannot run this call: access {i} reads a derived key and outputs a value, but \
+         nodes {:?} execute the program, and only node {} can run that access (keep a program \
+         with derived outputs within one partition)",
+        roles.executing,
+        pmap.partition_of(a.table, a.key).0
+    ))
+}
+
 /// One distinct record of a program.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Rec {
@@ -255,6 +274,37 @@ mod tests {
         // Nothing accessed: the home executes.
         let r = roles(&program(vec![]), &pmap, 1);
         assert_eq!((r.participants, r.executing), (vec![1], vec![1]));
+    }
+
+    /// A derived access with an output must run on the one node that executes the program.
+    #[test]
+    fn derived_outputs_run_only_where_the_program_executes() {
+        let (cat, pmap, _) = fixture();
+        let derived = |output| {
+            let mut a = access(&cat, AccessKind::Read, 12, 0);
+            a.deps = vec![0];
+            a.key_dep = Some(qstore_core::txn::KeyDep {
+                dep: 0,
+                scale: 1,
+                limit: 4,
+                back: 0,
+                output,
+            });
+            a
+        };
+        let check = |accesses| {
+            let p = Program { accesses };
+            unrunnable(&p, &pmap, &roles(&p, &pmap, 0))
+        };
+        // Read-only over nodes 0 and 1: node 0 executes, but the range is on node 1.
+        let read_1 = access(&cat, AccessKind::Read, 1, 0);
+        let why = check(vec![read_1.clone(), derived(true)]).unwrap();
+        assert!(why.contains("only node 1"), "{why}");
+        // Without an output it is skipped where it is not, as before.
+        assert_eq!(check(vec![read_1, derived(false)]), None);
+        // Node 1 writes, so it alone executes: the derived access runs there.
+        let write_12 = access(&cat, AccessKind::ReadModifyWrite, 12, 0);
+        assert_eq!(check(vec![write_12, derived(true)]), None);
     }
 
     #[test]

@@ -133,6 +133,7 @@ impl<'a> FragRef<'a> {
             may_abort: op.may_abort,
             key_dep,
             derived: false,
+            output: true,
         }
     }
 

@@ -950,6 +950,7 @@ impl QNode {
                 key: qstore_core::MAX_KEY + 1,
                 derived: true,
                 key_dep: None,
+                output: false,
                 ..unresolved
             });
             let t = self.store().table(a.table);
