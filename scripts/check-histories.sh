@@ -2,9 +2,9 @@
 # End-to-end verification with the built binary:
 #  1. the independent checker (adya) rejects planted list-append anomalies and accepts a clean
 #     history, and `qstore check` flags each planted engine-history anomaly with its class;
-#  2. every protocol passes `qstore run --verify` on ycsb, bank and TPC-C (New-Order and
-#     Payment at 1 and 4 warehouses per node: consistency conditions 1-4), and adya accepts
-#     its list-append histories;
+#  2. every protocol passes `qstore run --verify` on ycsb, bank and TPC-C (all five
+#     transactions at 1 and 4 warehouses per node: consistency conditions 1-5), and adya
+#     accepts its list-append histories;
 #  3. the same over TCP, one server process per node (`qstore cluster`), for every protocol
 #     that has a distributed mode (bank's and TPC-C's final state checked from the servers'
 #     tallies of their partitions).
@@ -55,10 +55,11 @@ expect_exit 1 "^G2:" "qstore check flags long_g2 as G2" -- "$QSTORE" check "$fx/
 echo "== every protocol: --verify on ycsb and bank, adya on append histories"
 small=(--nodes 4 --duration 1 --warmup 0.2 -q)
 # TPC-C bounded by a count of commits, so that the (small) pre-sized order tables never fill;
-# New-Order and Payment with 10% Order-Status and 5% Stock-Level, which read what New-Order
-# inserts (Stock-Level through OLLP).
+# New-Order and Payment with 10% Order-Status, 5% Stock-Level and 5% Delivery, which read
+# and change what New-Order inserts (Stock-Level and Delivery through OLLP).
 tpcc_mix=(--workload tpcc --tpcc-mix neworder-payment --order-status-fraction 0.1
-  --stock-level-fraction 0.05 --max-orders-per-district 8000 --txns 20000 --duration 0)
+  --stock-level-fraction 0.05 --delivery-fraction 0.05 --max-orders-per-district 8000
+  --txns 20000 --duration 0)
 tpcc=("${tpcc_mix[@]}" --nodes 2)
 for protocol in $("$QSTORE" protocols --names); do
   expect_exit 0 "^serializable: yes" "$protocol ycsb --verify" -- \

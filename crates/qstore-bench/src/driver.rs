@@ -421,11 +421,11 @@ impl<'a> Driver<'a> {
                     self.stats.record_cc_abort(CcAbortCause::OllpRestart);
                     self.control.cc_aborts.fetch_add(1, Ordering::Relaxed);
                 }
-                // The guess was stale: look again, at once (the new reconnaissance sees the
-                // change that made it stale).
+                // The guess was stale: look again after the back-off of a cc abort (a stale
+                // guess means another transaction changed those rows just now, and the
+                // transactions that saw the same rows restart together).
                 p.call = p.recon.take().expect("checked above");
-                p.retries += 1;
-                self.submit(p);
+                self.retry(p, now);
             }
             TxnOutcome::Committed(outputs) => {
                 if let Err(why) = self.workload.check_commit(&p.call, &outputs) {
@@ -445,10 +445,7 @@ impl<'a> Driver<'a> {
                     self.stats.record_cc_abort(cause);
                     self.control.cc_aborts.fetch_add(1, Ordering::Relaxed);
                 }
-                let delay = self.backoff.delay_us(p.retries, &mut self.rng);
-                p.retries += 1;
-                let at = now + Duration::from_micros(delay);
-                self.retries.push(Reverse(Retry { at, pending: p }));
+                self.retry(p, now);
             }
             TxnOutcome::LogicAbort(why) => self.logic_abort(p, &why, now),
             TxnOutcome::Rejected(why) => {
@@ -461,6 +458,14 @@ impl<'a> Driver<'a> {
                 self.control.stop.store(true, Ordering::Relaxed);
             }
         }
+    }
+
+    /// Submits `p` again after a randomised back-off that grows with its retries.
+    fn retry(&mut self, mut p: Pending, now: Instant) {
+        let delay = self.backoff.delay_us(p.retries, &mut self.rng);
+        p.retries += 1;
+        let at = now + Duration::from_micros(delay);
+        self.retries.push(Reverse(Retry { at, pending: p }));
     }
 
     /// Transaction `p` ended in a logic abort (final, not retried).

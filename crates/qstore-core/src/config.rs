@@ -650,6 +650,9 @@ pub struct TpccConfig {
     /// then the transaction), taken from New-Order's share like `order_status_fraction` and
     /// under the same rules.
     pub stock_level_fraction: f64,
+    /// Share of transactions that are Delivery (run as OLLP), taken from New-Order's share
+    /// like `order_status_fraction` and under the same rules.
+    pub delivery_fraction: f64,
     /// Share of New-Order and Payment transactions that span two partitions (the knob of the
     /// Q-Store paper, whose TPC-C touches at most two partitions): such a Payment's customer
     /// belongs to, and at least one line of such a New-Order is supplied by, a warehouse of
@@ -676,6 +679,7 @@ impl Default for TpccConfig {
             payment_fraction: 0.43,
             order_status_fraction: 0.0,
             stock_level_fraction: 0.0,
+            delivery_fraction: 0.0,
             multi_partition_fraction: 0.15,
             remote_new_order_line_fraction: 0.01,
             remote_payment_fraction: 0.15,
@@ -1276,6 +1280,7 @@ impl TpccConfig {
         for (setting, share) in [
             ("order_status_fraction", self.order_status_fraction),
             ("stock_level_fraction", self.stock_level_fraction),
+            ("delivery_fraction", self.delivery_fraction),
         ] {
             let (ok, allowed) = match self.mix {
                 TpccMix::Standard => (

@@ -49,6 +49,10 @@ impl MemStore {
         &self.tables[t as usize][&key]
     }
 
+    pub(crate) fn try_get(&self, t: TableId, key: Key) -> Option<&[u8]> {
+        self.tables[t as usize].get(&key).map(Vec::as_slice)
+    }
+
     pub(crate) fn get_mut(&mut self, t: TableId, key: Key) -> &mut [u8] {
         self.tables[t as usize]
             .get_mut(&key)

@@ -329,7 +329,8 @@ struct RunArgs {
     #[arg(long, help_heading = "Workload")]
     warehouses: Option<u32>,
     /// tpcc: which transactions run: neworder-payment (New-Order and Payment, what the papers
-    /// measure) or standard (all five; not built yet).
+    /// measure, plus the minor transactions' --*-fraction) or standard (all five, the minor
+    /// ones 4% each).
     #[arg(long, value_parser = parse_tpcc_mix, help_heading = "Workload")]
     tpcc_mix: Option<TpccMix>,
     /// tpcc: fraction of transactions that are Payments (the rest New-Orders, or Order-Status
@@ -344,6 +345,10 @@ struct RunArgs {
     /// run as OLLP), taken from New-Order's share (default 0).
     #[arg(long, allow_negative_numbers = true, help_heading = "Workload")]
     stock_level_fraction: Option<f64>,
+    /// tpcc, mix neworder-payment: fraction of transactions that are Delivery (run as OLLP),
+    /// taken from New-Order's share (default 0).
+    #[arg(long, allow_negative_numbers = true, help_heading = "Workload")]
+    delivery_fraction: Option<f64>,
     /// tpcc: orders a district can hold (3000 loaded plus room for new ones); sets most of
     /// the memory, and a New-Order past it aborts (counted as a logic abort).
     #[arg(long, help_heading = "Workload")]
@@ -595,6 +600,7 @@ impl RunArgs {
                 set(&mut t.payment_fraction, self.payment_fraction);
                 set(&mut t.order_status_fraction, self.order_status_fraction);
                 set(&mut t.stock_level_fraction, self.stock_level_fraction);
+                set(&mut t.delivery_fraction, self.delivery_fraction);
                 set(&mut t.max_orders_per_district, self.max_orders_per_district);
                 set(&mut t.multi_partition_fraction, self.mp_fraction);
                 not_for("--records", self.records.is_some())?;
@@ -615,6 +621,7 @@ impl RunArgs {
             || self.payment_fraction.is_some()
             || self.order_status_fraction.is_some()
             || self.stock_level_fraction.is_some()
+            || self.delivery_fraction.is_some()
             || self.max_orders_per_district.is_some();
         not_for(
             "tpcc flags (--warehouses, --tpcc-mix, ...)",

@@ -20,6 +20,7 @@
 //! | STOCK | w, i (17) | 17 |
 //! | CUSTOMER_BY_LAST_NAME | w, d (4), last-name number (10) | 14 |
 //! | CUSTOMER_LAST_ORDER | w, d (4), c (12) (the customer's key) | 16 |
+//! | NEW_ORDER_HEAD | w, d (4) (the district's key) | 4 |
 //! | ITEM | p, i (17) | 17 per partition |
 //!
 //! Within a district, ORDER, NEW-ORDER and ORDER-LINE keys sort by order id (then line
@@ -522,6 +523,7 @@ mod tests {
                 }
             }
             at(schema::CUSTOMER_LAST_ORDER, k.customer(w, d, CUSTOMERS));
+            at(schema::NEW_ORDER_HEAD, k.district(w, d));
             for name in [0, 371, LAST_NAMES - 1] {
                 let key = k.customer_by_last_name(w, d, name);
                 at(schema::CUSTOMER_BY_LAST_NAME, key);

@@ -216,6 +216,9 @@ impl TpccData {
             let (_, _, c) = k.decode_customer(key);
             CO_O_ID.set_u32(row, order_of_customer[c as usize - 1]);
         })?;
+        load_one(loader, NEW_ORDER_HEAD, k.district(w, d), |row| {
+            NOH_O_ID.set_u32(row, DELIVERED_ORDERS + 1)
+        })?;
         let mut keys = (DELIVERED_ORDERS + 1..=INITIAL_ORDERS).map(|o| k.new_order(w, d, o));
         loader.load_rows(NEW_ORDER, &mut keys, &mut |key, row| {
             let (w, d, o) = k.decode_order(key);
@@ -568,6 +571,7 @@ mod tests {
             (STOCK, 100_000 * w),
             (CUSTOMER_BY_LAST_NAME, 10_000 * w),
             (CUSTOMER_LAST_ORDER, 30_000 * w),
+            (NEW_ORDER_HEAD, 10 * w),
         ];
         for (t, n) in expect {
             assert_eq!(m.len(t), n, "table {t}");
@@ -616,6 +620,8 @@ mod tests {
             // 2: D_NEXT_O_ID - 1 = max(O_ID) = max(NO_O_ID).
             assert_eq!(D_NEXT_O_ID.get_u32(district) - 1, max_o);
             assert_eq!(max_no, max_o);
+            let head = m.get(NEW_ORDER_HEAD, k.district(w, d));
+            assert_eq!(NOH_O_ID.get_u32(head), min_no);
             // 3: max(NO_O_ID) - min(NO_O_ID) + 1 = rows of NEW-ORDER.
             assert_eq!((max_no - min_no + 1) as usize, new_orders.len());
             // 4: sum(O_OL_CNT) = rows of ORDER-LINE.

@@ -27,6 +27,17 @@
 //! answering 1 for each below the threshold. The check suffices: the last 20 orders are those
 //! below D_NEXT_O_ID, and no transaction changes an order line's item.
 //!
+//! **Delivery** (clause 2.7) runs as OLLP too: which order it delivers in each district, and
+//! that order's customer and amount, are data. Its reconnaissance `[w, carrier, date]` reads,
+//! per district, NEW_ORDER_HEAD (the oldest undelivered order id, an index only Delivery
+//! writes) and, under keys derived from it, whether that NEW-ORDER row exists, the ORDER's
+//! customer and line count, and every line's amount. The transaction `[w, carrier, date,
+//! then per district: o, present, c, ol_cnt, amount]` advances each head only if it still
+//! names `o` (otherwise `OLLP_RESTART`), deletes the NEW-ORDER row, sets O_CARRIER_ID and the
+//! lines' OL_DELIVERY_D, and credits the customer; a district that had no new order is checked
+//! to have none still (its D_NEXT_O_ID unmoved). The head check suffices: an order's customer,
+//! lines and amounts never change, and only Delivery removes new orders.
+//!
 //! A customer chosen by last name is looked up when the program is built, in the
 //! CUSTOMER_BY_LAST_NAME index, which TPC-C never changes: this is OLLP's reconnaissance
 //! step, and since the index is immutable its guess is never wrong, so no transaction ever
@@ -52,6 +63,15 @@ pub const PAYMENT_PROC: &str = "tpcc_payment";
 pub const ORDER_STATUS_PROC: &str = "tpcc_order_status";
 pub const STOCK_LEVEL_RECON_PROC: &str = "tpcc_stock_level_recon";
 pub const STOCK_LEVEL_PROC: &str = "tpcc_stock_level";
+pub const DELIVERY_RECON_PROC: &str = "tpcc_delivery_recon";
+pub const DELIVERY_PROC: &str = "tpcc_delivery";
+
+/// Per district, the accesses of Delivery's reconnaissance: the head, the NEW-ORDER row, the
+/// ORDER and every line number.
+pub const DELIVERY_RECON_PER_DISTRICT: usize = 3 + MAX_OL_CNT as usize;
+/// Per district, the arguments of Delivery after its first three: o, present, c, ol_cnt,
+/// amount.
+pub const DELIVERY_ARGS_PER_DISTRICT: usize = 5;
 
 /// Orders Stock-Level looks back over (clause 2.8.2.2).
 pub const STOCK_LEVEL_ORDERS: u32 = 20;
@@ -129,6 +149,16 @@ struct Steps {
     line_item: StepId,
     same_next_order: StepId,
     low_stock: StepId,
+    head: StepId,
+    new_order_present: StepId,
+    order_customer: StepId,
+    line_amount: StepId,
+    advance_head: StepId,
+    delete_new_order: StepId,
+    set_carrier: StepId,
+    set_delivery_date: StepId,
+    credit_delivery: StepId,
+    still_no_order: StepId,
 }
 
 /// The procedures [`register`] adds.
@@ -139,6 +169,8 @@ pub struct Procs {
     pub order_status: ProcId,
     pub stock_level_recon: ProcId,
     pub stock_level: ProcId,
+    pub delivery_recon: ProcId,
+    pub delivery: ProcId,
 }
 
 /// Registers the steps and the procedures in `cat`.
@@ -166,6 +198,16 @@ pub fn register(cat: &mut Catalog, keys: TpccKeys, choices: Arc<LastNameChoices>
         line_item: s.register("tpcc_line_item", line_item),
         same_next_order: s.register("tpcc_same_next_order", same_next_order),
         low_stock: s.register("tpcc_low_stock", low_stock),
+        head: s.register("tpcc_head", head),
+        new_order_present: s.register("tpcc_new_order_present", new_order_present),
+        order_customer: s.register("tpcc_order_customer", order_customer),
+        line_amount: s.register("tpcc_line_amount", line_amount),
+        advance_head: s.register("tpcc_advance_head", advance_head),
+        delete_new_order: s.register("tpcc_delete_new_order", delete_new_order),
+        set_carrier: s.register("tpcc_set_carrier", set_carrier),
+        set_delivery_date: s.register("tpcc_set_delivery_date", set_delivery_date),
+        credit_delivery: s.register("tpcc_credit_delivery", credit_delivery),
+        still_no_order: s.register("tpcc_still_no_order", still_no_order),
     };
     let ctx = Arc::new(Ctx {
         keys,
@@ -177,7 +219,9 @@ pub fn register(cat: &mut Catalog, keys: TpccKeys, choices: Arc<LastNameChoices>
         payment: cat.add_procedure(Arc::new(Payment(ctx.clone()))),
         order_status: cat.add_procedure(Arc::new(OrderStatus(ctx.clone()))),
         stock_level_recon: cat.add_procedure(Arc::new(StockLevelRecon(ctx.clone()))),
-        stock_level: cat.add_procedure(Arc::new(StockLevel(ctx))),
+        stock_level: cat.add_procedure(Arc::new(StockLevel(ctx.clone()))),
+        delivery_recon: cat.add_procedure(Arc::new(DeliveryRecon(ctx.clone()))),
+        delivery: cat.add_procedure(Arc::new(Delivery(ctx))),
     }
 }
 
@@ -692,6 +736,172 @@ impl Procedure for StockLevel {
     }
 }
 
+/// The (w, carrier, date) both Delivery procedures start with.
+fn delivery_args(k: &TpccKeys, args: &[Value]) -> Result<(u32, u32, u32), String> {
+    let w = arg_u32(args, 0, "W_ID", 0, k.warehouses() - 1)?;
+    let carrier = arg_u32(args, 1, "O_CARRIER_ID", 1, 10)?;
+    let date = arg_u32(args, 2, "OL_DELIVERY_D", 0, u32::MAX)?;
+    Ok((w, carrier, date))
+}
+
+struct DeliveryRecon(Arc<Ctx>);
+
+impl Procedure for DeliveryRecon {
+    fn name(&self) -> &'static str {
+        DELIVERY_RECON_PROC
+    }
+
+    fn program(&self, args: &[Value]) -> Result<Program, String> {
+        let Ctx {
+            keys: k, steps: s, ..
+        } = &*self.0;
+        arity(
+            args,
+            3,
+            "Delivery's reconnaissance takes 3 arguments (W_ID, O_CARRIER_ID, OL_DELIVERY_D)",
+        )?;
+        let (w, _, _) = delivery_args(k, args)?;
+        // The head is at most D_NEXT_O_ID, itself at most max_orders + 1.
+        let limit = k.max_orders() + 2;
+        let mut a = Vec::with_capacity(DISTRICTS as usize * DELIVERY_RECON_PER_DISTRICT);
+        for d in 1..=DISTRICTS {
+            let at = a.len() as u16;
+            a.push(access(
+                NEW_ORDER_HEAD,
+                k.district(w, d),
+                AccessKind::Read,
+                s.head,
+                Value::Null,
+            ));
+            let order = [1, limit, 0];
+            a.push(derived_read(
+                NEW_ORDER,
+                k.order_base(w, d),
+                at,
+                order,
+                s.new_order_present,
+            ));
+            a.push(derived_read(
+                ORDER,
+                k.order_base(w, d),
+                at,
+                order,
+                s.order_customer,
+            ));
+            let line = [TpccKeys::ORDER_LINE_SCALE, limit, 0];
+            for ol in 1..=MAX_OL_CNT {
+                let base = k.order_line_base(w, d, ol);
+                a.push(derived_read(ORDER_LINE, base, at, line, s.line_amount));
+            }
+        }
+        Ok(Program { accesses: a })
+    }
+
+    fn may_abort(&self) -> bool {
+        false
+    }
+}
+
+struct Delivery(Arc<Ctx>);
+
+impl Procedure for Delivery {
+    fn name(&self) -> &'static str {
+        DELIVERY_PROC
+    }
+
+    fn program(&self, args: &[Value]) -> Result<Program, String> {
+        let Ctx {
+            keys: k, steps: s, ..
+        } = &*self.0;
+        let n = 3 + DISTRICTS as usize * DELIVERY_ARGS_PER_DISTRICT;
+        arity(
+            args,
+            n,
+            &format!(
+                "Delivery takes {n} arguments (W_ID, O_CARRIER_ID, OL_DELIVERY_D, then per \
+                 district: the order id, 1 if it is undelivered, its C_ID, O_OL_CNT and total \
+                 amount in cents, as its reconnaissance read them)"
+            ),
+        )?;
+        let (w, carrier, date) = delivery_args(k, args)?;
+        let limit = k.max_orders() + 1;
+        let mut a = Vec::new();
+        for d in 1..=DISTRICTS {
+            let at = 3 + (d as usize - 1) * DELIVERY_ARGS_PER_DISTRICT;
+            let o = arg_u32(args, at, "O_ID", 1, k.max_orders() + 1)?;
+            if arg_u32(args, at + 1, "undelivered", 0, 1)? == 0 {
+                // Nothing to deliver here, if still so: no order since.
+                a.push(abortable(access(
+                    DISTRICT,
+                    k.district(w, d),
+                    AccessKind::Read,
+                    s.still_no_order,
+                    Value::Int(o as i64),
+                )));
+                continue;
+            }
+            let c = arg_u32(args, at + 2, "C_ID", 1, CUSTOMERS)?;
+            let ol_cnt = arg_u32(args, at + 3, "O_OL_CNT", 1, MAX_OL_CNT)?;
+            let amount = arg_int(args, at + 4, "amount")?;
+            let h = a.len() as u16;
+            a.push(abortable(access(
+                NEW_ORDER_HEAD,
+                k.district(w, d),
+                AccessKind::ReadModifyWrite,
+                s.advance_head,
+                Value::Int(o as i64),
+            )));
+            let order = k.order_base(w, d);
+            let by_head = |table, base, scale, kind, step, arg| Access {
+                deps: vec![h],
+                key_dep: Some(KeyDep {
+                    dep: h,
+                    scale,
+                    limit,
+                    back: 0,
+                    output: false,
+                }),
+                ..access(table, base, kind, step, arg)
+            };
+            let carrier = Value::Int(carrier as i64);
+            a.push(by_head(
+                NEW_ORDER,
+                order,
+                1,
+                AccessKind::Delete,
+                s.delete_new_order,
+                Value::Null,
+            ));
+            a.push(by_head(
+                ORDER,
+                order,
+                1,
+                AccessKind::ReadModifyWrite,
+                s.set_carrier,
+                carrier,
+            ));
+            for ol in 1..=ol_cnt {
+                a.push(by_head(
+                    ORDER_LINE,
+                    k.order_line_base(w, d, ol),
+                    TpccKeys::ORDER_LINE_SCALE,
+                    AccessKind::ReadModifyWrite,
+                    s.set_delivery_date,
+                    Value::Int(date as i64),
+                ));
+            }
+            a.push(access(
+                CUSTOMER,
+                k.customer(w, d, c),
+                AccessKind::ReadModifyWrite,
+                s.credit_delivery,
+                Value::Int(amount),
+            ));
+        }
+        Ok(Program { accesses: a })
+    }
+}
+
 // New-Order's steps.
 
 fn read_item(row: RowRef<'_>, _: &Value, _: Inputs<'_>) -> Result<Value, LogicAbort> {
@@ -930,4 +1140,71 @@ fn low_stock(row: RowRef<'_>, arg: &Value, _: Inputs<'_>) -> Result<Value, Logic
     Ok(Value::Int(
         (S_QUANTITY.get_i32(row.bytes()) < int(arg)? as i32) as i64,
     ))
+}
+
+// Delivery's steps.
+
+/// Outputs NOH_O_ID, the offset of the keys of the district's oldest undelivered order.
+fn head(row: RowRef<'_>, _: &Value, _: Inputs<'_>) -> Result<Value, LogicAbort> {
+    Ok(Value::Int(NOH_O_ID.get_u32(row.bytes()) as i64))
+}
+
+/// 1: the NEW-ORDER row is there (an absent one reads as `Null`).
+fn new_order_present(_: RowRef<'_>, _: &Value, _: Inputs<'_>) -> Result<Value, LogicAbort> {
+    Ok(Value::Int(1))
+}
+
+/// [O_C_ID, O_OL_CNT].
+fn order_customer(row: RowRef<'_>, _: &Value, _: Inputs<'_>) -> Result<Value, LogicAbort> {
+    let r = row.bytes();
+    Ok(pack(&[O_C_ID.get_u32(r), O_OL_CNT.get_i32(r) as u32]))
+}
+
+/// OL_AMOUNT in cents.
+fn line_amount(row: RowRef<'_>, _: &Value, _: Inputs<'_>) -> Result<Value, LogicAbort> {
+    Ok(Value::Int(OL_AMOUNT.get_money(row.bytes())))
+}
+
+/// OLLP's check: the head still names order `arg`, which this Delivery then takes (the head
+/// moves past it). Outputs the order id, the offset of the order's keys.
+fn advance_head(row: RowRef<'_>, arg: &Value, _: Inputs<'_>) -> Result<Value, LogicAbort> {
+    let row = write(row)?;
+    let o = NOH_O_ID.get_u32(row);
+    if o as i64 != int(arg)? {
+        return Err(OLLP_RESTART);
+    }
+    NOH_O_ID.set_u32(row, o + 1);
+    Ok(Value::Int(o as i64))
+}
+
+fn delete_new_order(_: RowRef<'_>, _: &Value, _: Inputs<'_>) -> Result<Value, LogicAbort> {
+    Ok(Value::Null)
+}
+
+fn set_carrier(row: RowRef<'_>, arg: &Value, _: Inputs<'_>) -> Result<Value, LogicAbort> {
+    O_CARRIER_ID.set_u32(write(row)?, int(arg)? as u32);
+    Ok(Value::Null)
+}
+
+fn set_delivery_date(row: RowRef<'_>, arg: &Value, _: Inputs<'_>) -> Result<Value, LogicAbort> {
+    OL_DELIVERY_D.set_i64(write(row)?, int(arg)?);
+    Ok(Value::Null)
+}
+
+/// Clause 2.7.4.2's customer update: C_BALANCE += the order's amount `arg`,
+/// C_DELIVERY_CNT += 1.
+fn credit_delivery(row: RowRef<'_>, arg: &Value, _: Inputs<'_>) -> Result<Value, LogicAbort> {
+    let row = write(row)?;
+    C_BALANCE.set_money(row, C_BALANCE.get_money(row) + int(arg)?);
+    C_DELIVERY_CNT.set_i32(row, C_DELIVERY_CNT.get_i32(row) + 1);
+    Ok(Value::Null)
+}
+
+/// OLLP's check for a district that had no new order: D_NEXT_O_ID is still `arg`, the head
+/// the reconnaissance read, so it still has none.
+fn still_no_order(row: RowRef<'_>, arg: &Value, _: Inputs<'_>) -> Result<Value, LogicAbort> {
+    match D_NEXT_O_ID.get_u32(row.bytes()) as i64 == int(arg)? {
+        true => Ok(Value::Null),
+        false => Err(OLLP_RESTART),
+    }
 }

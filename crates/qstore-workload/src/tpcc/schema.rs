@@ -1,5 +1,6 @@
-//! The TPC-C tables (clause 1.3) as fixed-size rows, plus two secondary indexes:
-//! CUSTOMER_BY_LAST_NAME (static) and CUSTOMER_LAST_ORDER (kept by New-Order).
+//! The TPC-C tables (clause 1.3) as fixed-size rows, plus three indexes:
+//! CUSTOMER_BY_LAST_NAME (static), CUSTOMER_LAST_ORDER (kept by New-Order) and
+//! NEW_ORDER_HEAD (kept by Delivery).
 //!
 //! Every column of the spec is here, so that any of the five transactions can be written
 //! against these layouts. Columns keep the spec's names and string sizes; numbers take the
@@ -43,8 +44,9 @@ pub const ITEM: TableId = 7;
 pub const STOCK: TableId = 8;
 pub const CUSTOMER_BY_LAST_NAME: TableId = 9;
 pub const CUSTOMER_LAST_ORDER: TableId = 10;
+pub const NEW_ORDER_HEAD: TableId = 11;
 /// Number of tables.
-pub const TABLES: usize = 11;
+pub const TABLES: usize = 12;
 
 // WAREHOUSE.
 pub const W_ID: Field = Field::u32("W_ID", 0);
@@ -365,6 +367,19 @@ pub const CUSTOMER_LAST_ORDER_LAYOUT: Layout = Layout {
     fields: &[CO_O_ID],
 };
 
+// NEW_ORDER_HEAD: (w, d) -> the district's oldest undelivered order id, the smallest NO_O_ID
+// (clause 2.7.4.2), or D_NEXT_O_ID when the district has no new order. Keyed like DISTRICT;
+// only Delivery reads and writes it, advancing it as it deletes the NEW-ORDER row it names.
+// A table of its own rather than a DISTRICT column, so Delivery does not conflict with
+// New-Order and Payment, which update DISTRICT.
+
+/// The district's oldest undelivered order id.
+pub const NOH_O_ID: Field = Field::u32("NOH_O_ID", 0);
+pub const NEW_ORDER_HEAD_LAYOUT: Layout = Layout {
+    table: "new_order_head",
+    fields: &[NOH_O_ID],
+};
+
 const _: () = assert!(WAREHOUSE_LAYOUT.is_packed());
 const _: () = assert!(DISTRICT_LAYOUT.is_packed());
 const _: () = assert!(CUSTOMER_LAYOUT.is_packed());
@@ -376,6 +391,7 @@ const _: () = assert!(ITEM_LAYOUT.is_packed());
 const _: () = assert!(STOCK_LAYOUT.is_packed());
 const _: () = assert!(CUSTOMER_BY_LAST_NAME_LAYOUT.is_packed());
 const _: () = assert!(CUSTOMER_LAST_ORDER_LAYOUT.is_packed());
+const _: () = assert!(NEW_ORDER_HEAD_LAYOUT.is_packed());
 
 /// One table: its layout, key bits and rows.
 #[derive(Clone, Copy, Debug)]
@@ -440,6 +456,12 @@ pub fn tables(keys: &TpccKeys) -> [TableDef; TABLES] {
             keys.customer_bits(),
             districts * CUSTOMERS as u64,
         ),
+        def(
+            NEW_ORDER_HEAD,
+            NEW_ORDER_HEAD_LAYOUT,
+            keys.district_bits(),
+            districts,
+        ),
     ]
 }
 
@@ -489,7 +511,7 @@ mod tests {
             assert_eq!(names.len(), def.layout.fields.len(), "{}", def.layout.table);
         }
         let sizes: Vec<usize> = t.iter().map(|d| d.layout.size()).collect();
-        assert_eq!(sizes, [97, 113, 679, 60, 12, 36, 68, 90, 314, 260, 4]);
+        assert_eq!(sizes, [97, 113, 679, 60, 12, 36, 68, 90, 314, 260, 4, 4]);
         let width = |l: &Layout, n: &str| l.field(n).unwrap().width;
         assert_eq!(width(&CUSTOMER_LAYOUT, "C_DATA"), 500);
         assert_eq!(width(&CUSTOMER_LAYOUT, "C_LAST"), 16);

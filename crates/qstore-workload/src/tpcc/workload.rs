@@ -6,9 +6,9 @@
 //! keying or thinking time: a throughput benchmark, as the papers run it). Inputs follow
 //! clauses 2.4.1 and 2.5.1; which warehouses are remote follows `TpccConfig`.
 //!
-//! New-Order, Payment and Order-Status run (`mix = "neworder-payment"`, with
-//! `order_status_fraction`); `mix = "standard"` is refused with a clear error until Delivery
-//! and Stock-Level exist.
+//! All five transactions run: the standard mix (`mix = "standard"`, the minor ones at 4%
+//! each), or New-Order and Payment with the minor ones at the shares configured
+//! (`mix = "neworder-payment"`). Stock-Level and Delivery run as OLLP (see `procs`).
 
 use super::keys::{TpccKeys, CUSTOMERS, DISTRICTS, ITEMS, LAST_NAMES, MAX_OL_CNT};
 use super::load::LOAD_DATE;
@@ -25,6 +25,9 @@ use qstore_core::{ConfigError, PartitionId, QError, RunConfig};
 use rand::Rng as _;
 use rustc_hash::FxHashMap;
 use std::sync::Arc;
+
+/// The standard mix's share of each minor transaction (clause 5.2.3's minimum).
+const STANDARD_MINOR_SHARE: f64 = 0.04;
 
 /// Mixed into the clients' stream numbers, so that TPC-C's inputs are not another
 /// workload's for the same seed.
@@ -43,15 +46,6 @@ impl Tpcc {
     pub fn new(run: &RunConfig) -> Result<Self, ConfigError> {
         let cfg = run.workload.tpcc.clone();
         let data = TpccData::new(run)?;
-        if cfg.mix == TpccMix::Standard {
-            return Err(ConfigError::new(
-                "workload.tpcc.mix",
-                "standard",
-                "the standard mix needs Delivery and Stock-Level, which qstore does not run \
-                 yet; use neworder-payment (--tpcc-mix neworder-payment, with \
-                 --order-status-fraction for Order-Status)",
-            ));
-        }
         let mut catalog = Catalog::default();
         for schema in data.schemas() {
             catalog.add_table(schema);
@@ -71,6 +65,59 @@ impl Tpcc {
 
     fn keys(&self) -> &TpccKeys {
         self.data.keys()
+    }
+
+    /// Stock-Level after its reconnaissance: `[w, d, threshold]` and the D_NEXT_O_ID and line
+    /// items it read become `[w, d, threshold, D_NEXT_O_ID, distinct items]`.
+    fn stock_level_after(&self, recon: &ProcCall, outputs: &[Value]) -> Result<ProcCall, String> {
+        let Some((Value::Int(next), lines)) = outputs.split_first() else {
+            return Err("Stock-Level's reconnaissance answered no D_NEXT_O_ID".into());
+        };
+        let items: std::collections::BTreeSet<i64> =
+            lines.iter().filter_map(Value::as_int).collect();
+        let mut args = recon.args.clone();
+        args.push(Value::Int(*next));
+        args.extend(items.into_iter().map(Value::Int));
+        Ok(ProcCall {
+            proc: self.procs.stock_level,
+            args,
+        })
+    }
+
+    /// Delivery after its reconnaissance: `[w, carrier, date]` and, per district, the head,
+    /// whether its NEW-ORDER row is there, the order's customer and line count, and the lines'
+    /// amounts become `[w, carrier, date, then per district: o, present, c, ol_cnt, amount]`.
+    fn delivery_after(&self, recon: &ProcCall, outputs: &[Value]) -> Result<ProcCall, String> {
+        let per = procs::DELIVERY_RECON_PER_DISTRICT;
+        if outputs.len() != DISTRICTS as usize * per {
+            return Err(format!(
+                "Delivery's reconnaissance answered {} values, not {}",
+                outputs.len(),
+                DISTRICTS as usize * per
+            ));
+        }
+        let mut args = recon.args.clone();
+        for district in outputs.chunks_exact(per) {
+            let Value::Int(o) = district[0] else {
+                return Err("Delivery's reconnaissance answered no NEW_ORDER_HEAD".into());
+            };
+            let order = match (&district[1], &district[2]) {
+                (Value::Int(1), Value::Bytes(b)) if b.len() == 8 => {
+                    let c = u32::from_le_bytes(b[..4].try_into().expect("4 bytes"));
+                    let ol_cnt = u32::from_le_bytes(b[4..].try_into().expect("4 bytes"));
+                    let lines = district[3..].iter().take(ol_cnt as usize);
+                    let amount: i64 = lines.filter_map(Value::as_int).sum();
+                    [1, c as i64, ol_cnt as i64, amount]
+                }
+                _ => [0; 4],
+            };
+            args.push(Value::Int(o));
+            args.extend(order.map(Value::Int));
+        }
+        Ok(ProcCall {
+            proc: self.procs.delivery,
+            args,
+        })
     }
 }
 
@@ -104,11 +151,9 @@ impl Workload for Tpcc {
     }
 
     fn is_reconnaissance(&self, call: &ProcCall) -> bool {
-        call.proc == self.procs.stock_level_recon
+        call.proc == self.procs.stock_level_recon || call.proc == self.procs.delivery_recon
     }
 
-    /// Stock-Level after its reconnaissance: `[w, d, threshold]` and the D_NEXT_O_ID and line
-    /// items it read become `[w, d, threshold, D_NEXT_O_ID, distinct items]`.
     fn after_reconnaissance(
         &self,
         recon: &ProcCall,
@@ -120,18 +165,10 @@ impl Workload for Tpcc {
                 recon.proc.0
             ));
         }
-        let Some((Value::Int(next), lines)) = outputs.split_first() else {
-            return Err("Stock-Level's reconnaissance answered no D_NEXT_O_ID".into());
-        };
-        let items: std::collections::BTreeSet<i64> =
-            lines.iter().filter_map(Value::as_int).collect();
-        let mut args = recon.args.clone();
-        args.push(Value::Int(*next));
-        args.extend(items.into_iter().map(Value::Int));
-        Ok(ProcCall {
-            proc: self.procs.stock_level,
-            args,
-        })
+        match recon.proc == self.procs.delivery_recon {
+            true => self.delivery_after(recon, outputs),
+            false => self.stock_level_after(recon, outputs),
+        }
     }
 
     fn tally(&self, scan: &mut ScanFn<'_>) -> Option<Tally> {
@@ -152,7 +189,7 @@ impl Workload for Tpcc {
             ));
         }
         Ok(format!(
-            "tpcc: consistency conditions 1-4 hold in all {districts} districts ({} orders, {} \
+            "tpcc: consistency conditions 1-5 hold in all {districts} districts ({} orders, {} \
              order lines, {} new orders, {} history rows), and CUSTOMER_LAST_ORDER names every \
              customer's latest order",
             t.count("orders"),
@@ -177,13 +214,20 @@ struct DistrictFigures {
     min_no_o_id: u32,
     max_no_o_id: u32,
     history: u64,
+    head: u32,
+    /// Orders without a carrier (undelivered): how many, and the smallest and largest id.
+    undelivered: u64,
+    min_undelivered: u32,
+    max_undelivered: u32,
 }
 
-/// Conditions 1-4 of clause 3.3.2 over the rows `scan` visits, which hold whole warehouses
+/// Conditions 1-5 of clause 3.3.2 over the rows `scan` visits, which hold whole warehouses
 /// (one partition's, or all): per warehouse W_YTD = sum(D_YTD); per district D_NEXT_O_ID - 1
-/// = max(O_ID) = max(NO_O_ID), the NEW-ORDER rows are max(NO_O_ID) - min(NO_O_ID) + 1, and
-/// sum(O_OL_CNT) = the ORDER-LINE rows. Also what makes sure no insert was lost: each
-/// district's D_ORDER_LINES and D_NEXT_H_ID - 1 count its ORDER-LINE and HISTORY rows.
+/// = max(O_ID) = max(NO_O_ID), the NEW-ORDER rows are max(NO_O_ID) - min(NO_O_ID) + 1,
+/// sum(O_OL_CNT) = the ORDER-LINE rows, and the orders without a carrier are those with a
+/// NEW-ORDER row. Also what makes sure no insert was lost (each district's D_ORDER_LINES and
+/// D_NEXT_H_ID - 1 count its ORDER-LINE and HISTORY rows) and that the indexes are right
+/// (CUSTOMER_LAST_ORDER, NEW_ORDER_HEAD).
 pub fn consistency_tally(k: &TpccKeys, scan: &mut ScanFn<'_>) -> Tally {
     let mut t = Tally::default();
     let mut w_ytd: FxHashMap<u32, i64> = FxHashMap::default();
@@ -205,6 +249,14 @@ pub fn consistency_tally(k: &TpccKeys, scan: &mut ScanFn<'_>) -> Tally {
         let f = districts.entry((w, d)).or_default();
         f.max_o_id = f.max_o_id.max(o);
         f.ol_cnt_sum += O_OL_CNT.get_i32(row) as u64;
+        if O_CARRIER_ID.get_u32(row) == 0 {
+            f.min_undelivered = match f.undelivered {
+                0 => o,
+                _ => f.min_undelivered.min(o),
+            };
+            f.max_undelivered = f.max_undelivered.max(o);
+            f.undelivered += 1;
+        }
         t.add("orders", 1);
         match k.checked_customer(w as i64, d as i64, O_C_ID.get_u32(row) as i64) {
             Ok(c) => {
@@ -241,6 +293,9 @@ pub fn consistency_tally(k: &TpccKeys, scan: &mut ScanFn<'_>) -> Tally {
         f.max_no_o_id = f.max_no_o_id.max(o);
         f.new_orders += 1;
         t.add("new_orders", 1);
+    });
+    scan(NEW_ORDER_HEAD, &mut |key, row| {
+        districts.entry(k.decode_district(key)).or_default().head = NOH_O_ID.get_u32(row);
     });
     scan(ORDER_LINE, &mut |key, _| {
         let (w, d, _, _) = k.decode_order_line(key);
@@ -294,6 +349,38 @@ fn check_district(w: u32, d: u32, f: &DistrictFigures, t: &mut Tally) {
             format!(
                 "condition 3: {at}: {} NEW-ORDER rows, but NO_O_ID spans {}..={}",
                 f.new_orders, f.min_no_o_id, f.max_no_o_id
+            )
+        });
+    }
+    // 5: O_CARRIER_ID is null exactly for the orders with a NEW-ORDER row (given 3, which
+    // makes those a range: as many distinct ids as the range's span, within it).
+    let carrierless = (f.undelivered, f.min_undelivered, f.max_undelivered);
+    if f.new_orders != 0 && carrierless != (f.new_orders, f.min_no_o_id, f.max_no_o_id)
+        || f.new_orders == 0 && f.undelivered != 0
+    {
+        t.problem(|| {
+            format!(
+                "condition 5: {at}: {} orders without a carrier (ids {}..={}), but {} NEW-ORDER \
+                 rows ({}..={})",
+                f.undelivered,
+                f.min_undelivered,
+                f.max_undelivered,
+                f.new_orders,
+                f.min_no_o_id,
+                f.max_no_o_id
+            )
+        });
+    }
+    let oldest = if f.new_orders == 0 {
+        f.next_o_id
+    } else {
+        f.min_no_o_id
+    };
+    if f.head != oldest {
+        t.problem(|| {
+            format!(
+                "{at}: NEW_ORDER_HEAD is {}, but the oldest undelivered order is {oldest}",
+                f.head
             )
         });
     }
@@ -432,6 +519,21 @@ impl TpccGenerator {
         }
     }
 
+    /// Delivery of the client's warehouse (all its districts), as its reconnaissance.
+    fn delivery_call(&mut self, w: u32) -> TxnCall {
+        let carrier = uniform(&mut self.rng, 1, 10);
+        TxnCall {
+            call: ProcCall {
+                proc: self.procs.delivery_recon,
+                args: [w, carrier, self.date]
+                    .map(|v| Value::Int(v as i64))
+                    .to_vec(),
+            },
+            // The reconnaissance's reads; the transaction writes about as many.
+            ops: (DISTRICTS as usize * procs::DELIVERY_RECON_PER_DISTRICT) as u32,
+        }
+    }
+
     fn payment_call(&mut self, w: u32, d: u32) -> TxnCall {
         let (c_w, c_d) = if self.multi_partition() {
             (
@@ -465,17 +567,25 @@ impl TxnGenerator for TpccGenerator {
         let w = uniform(&mut self.rng, ws.start, ws.end - 1);
         let d = uniform(&mut self.rng, 1, DISTRICTS);
         self.date = self.date.wrapping_add(1);
-        // One draw splits the shares: Payment, Order-Status, Stock-Level, New-Order the rest.
-        let c = &self.cfg;
-        let x = self.rng.random::<f64>();
-        let order_status = c.payment_fraction + c.order_status_fraction;
-        let stock_level = order_status + c.stock_level_fraction;
-        if x < c.payment_fraction {
+        // One draw splits the shares: Payment, Order-Status, Stock-Level, Delivery, New-Order
+        // the rest.
+        let [order_status, stock_level, delivery] = match self.cfg.mix {
+            TpccMix::Standard => [STANDARD_MINOR_SHARE; 3],
+            TpccMix::NeworderPayment => [
+                self.cfg.order_status_fraction,
+                self.cfg.stock_level_fraction,
+                self.cfg.delivery_fraction,
+            ],
+        };
+        let x = self.rng.random::<f64>() - self.cfg.payment_fraction;
+        if x < 0.0 {
             self.payment_call(w, d)
         } else if x < order_status {
             self.order_status_call(w, d)
-        } else if x < stock_level {
+        } else if x < order_status + stock_level {
             self.stock_level_call(w, d)
+        } else if x < order_status + stock_level + delivery {
+            self.delivery_call(w)
         } else {
             self.new_order_call(w, d)
         }
@@ -509,12 +619,94 @@ mod tests {
             .collect()
     }
 
+    /// Runs `call` as the client does: a reconnaissance, then the transaction built from it
+    /// (serially there is nothing in between, so no guess is ever stale).
+    fn run_as_client(t: &Tpcc, m: &mut MemStore, call: &ProcCall) -> Option<Vec<Value>> {
+        let cat = t.catalog();
+        let out = m.execute(&cat, call)?;
+        match t.is_reconnaissance(call) {
+            true => m.execute(&cat, &t.after_reconnaissance(call, &out).unwrap()),
+            false => Some(out),
+        }
+    }
+
+    /// The standard mix: its shares, and all five transactions run serially keep conditions
+    /// 1-5 and the indexes right.
     #[test]
-    fn the_standard_mix_is_refused_until_it_exists() {
+    fn the_standard_mix_runs_all_five_and_keeps_the_conditions() {
         let mut c = config(2, 4_000);
         c.workload.tpcc.mix = TpccMix::Standard;
-        let err = Tpcc::new(&c).err().unwrap().to_string();
-        assert!(err.contains("neworder-payment"), "{err}");
+        c.workload.tpcc.payment_fraction = 0.43;
+        let t = Tpcc::new(&c).unwrap();
+        let p = &t.procs;
+        let mut g = t.generator(3, PartitionId(0));
+        let calls: Vec<ProcCall> = (0..2_000).map(|_| g.next_txn().call).collect();
+        let share = |proc| calls.iter().filter(|c| c.proc == proc).count() as f64 / 2_000.0;
+        assert!((share(p.payment) - 0.43).abs() < 0.04);
+        for minor in [p.order_status, p.stock_level_recon, p.delivery_recon] {
+            assert!((share(minor) - 0.04).abs() < 0.015, "{}", share(minor));
+        }
+        assert!((share(p.new_order) - 0.45).abs() < 0.04);
+        let mut m = MemStore::loaded(&t, 0..1);
+        let done = calls
+            .iter()
+            .filter(|c| run_as_client(&t, &mut m, c).is_some());
+        assert!(done.count() > 1_950);
+        let tally = m.tally_where(&t, |_, _| true).unwrap();
+        assert_eq!(tally.problems_line(), None);
+    }
+
+    /// Delivery takes the oldest new order of each district: the NEW-ORDER row goes, the order
+    /// gets its carrier and its lines their date, the customer the amount, the head moves on;
+    /// a second Delivery in between makes the first one's guess stale.
+    #[test]
+    fn delivery_delivers_the_oldest_order_of_each_district() {
+        let t = Tpcc::new(&config(2, 4_000)).unwrap();
+        let mut m = MemStore::loaded(&t, 0..1);
+        let (cat, k) = (t.catalog(), *t.keys());
+        let recon = ProcCall {
+            proc: t.procs.delivery_recon,
+            args: [0, 7, 12_345].map(Value::Int).to_vec(),
+        };
+        let seen = m.run(&cat, &recon).unwrap();
+        let main = t.after_reconnaissance(&recon, &seen).unwrap();
+        let before = m.clone();
+        m.run(&cat, &main).unwrap();
+        for d in 1..=DISTRICTS {
+            let o = NOH_O_ID.get_u32(before.get(NEW_ORDER_HEAD, k.district(0, d)));
+            assert_eq!(
+                NOH_O_ID.get_u32(m.get(NEW_ORDER_HEAD, k.district(0, d))),
+                o + 1
+            );
+            assert!(m.try_get(NEW_ORDER, k.new_order(0, d, o)).is_none());
+            let order = m.get(ORDER, k.order(0, d, o));
+            assert_eq!(O_CARRIER_ID.get_u32(order), 7);
+            let c = O_C_ID.get_u32(order);
+            let mut amount = 0;
+            for ol in 1..=O_OL_CNT.get_i32(order) as u32 {
+                let line = m.get(ORDER_LINE, k.order_line(0, d, o, ol));
+                assert_eq!(OL_DELIVERY_D.get_i64(line), 12_345);
+                amount += OL_AMOUNT.get_money(line);
+            }
+            let (was, now) = (
+                before.get(CUSTOMER, k.customer(0, d, c)),
+                m.get(CUSTOMER, k.customer(0, d, c)),
+            );
+            assert_eq!(C_BALANCE.get_money(now), C_BALANCE.get_money(was) + amount);
+            assert_eq!(C_DELIVERY_CNT.get_i32(now), C_DELIVERY_CNT.get_i32(was) + 1);
+        }
+        let tally = m.tally_where(&t, |_, _| true).unwrap();
+        assert_eq!(tally.problems_line(), None);
+        // Run again on the old guess: every head has moved.
+        assert_eq!(m.run(&cat, &main), Err(qstore_core::txn::OLLP_RESTART));
+        // Malformed answers and arguments are refused.
+        assert!(t.after_reconnaissance(&recon, &seen[1..]).is_err());
+        let mut bad = main.clone();
+        bad.args.pop();
+        assert!(cat.program(&bad).is_err());
+        bad.args.push(Value::Int(16));
+        bad.args[3 + 3] = Value::Int(16); // O_OL_CNT of district 1
+        assert!(cat.program(&bad).is_err());
     }
 
     /// New-Orders and Payments run serially keep conditions 1-4, about 1% of New-Orders roll
@@ -592,6 +784,14 @@ mod tests {
         broken(
             &|m| m.remove(CUSTOMER_LAST_ORDER, k.customer(1, 5, 3_000)),
             "customer 1/5/3000 has order",
+        );
+        broken(
+            &|m| O_CARRIER_ID.set_u32(m.get_mut(ORDER, k.order(0, 4, 2_500)), 3),
+            "condition 5: warehouse 0 district 4",
+        );
+        broken(
+            &|m| NOH_O_ID.set_u32(m.get_mut(NEW_ORDER_HEAD, k.district(1, 1)), 2_102),
+            "NEW_ORDER_HEAD is 2102",
         );
     }
 
