@@ -355,6 +355,20 @@ fn derived_read(
     }
 }
 
+/// Reads of every line number of the order of district `wd` whose id is the output of
+/// access `dep` minus `back` (below `limit`): an order's missing lines read as `Null`.
+fn line_reads(
+    k: &TpccKeys,
+    (w, d): (u32, u32),
+    dep: u16,
+    [limit, back]: [u32; 2],
+    step: StepId,
+) -> impl Iterator<Item = Access> + '_ {
+    let line = [TpccKeys::ORDER_LINE_SCALE, limit, back];
+    (1..=MAX_OL_CNT)
+        .map(move |ol| derived_read(ORDER_LINE, k.order_line_base(w, d, ol), dep, line, step))
+}
+
 /// An item id as a line may carry it: a real one, or the unused one of a rolled-back order.
 const UNUSED_ITEM: u32 = super::keys::ITEMS + 1;
 
@@ -629,11 +643,7 @@ impl Procedure for OrderStatus {
             [1, limit, 0],
             s.status_order,
         ));
-        let line = [TpccKeys::ORDER_LINE_SCALE, limit, 0];
-        for ol in 1..=MAX_OL_CNT {
-            let base = k.order_line_base(w, d, ol);
-            a.push(derived_read(ORDER_LINE, base, 1, line, s.status_line));
-        }
+        a.extend(line_reads(k, (w, d), 1, [limit, 0], s.status_line));
         Ok(Program { accesses: a })
     }
 
@@ -679,11 +689,7 @@ impl Procedure for StockLevelRecon {
         // D_NEXT_O_ID is at most max_orders + 1.
         let limit = k.max_orders() + 2;
         for back in 1..=STOCK_LEVEL_ORDERS {
-            let line = [TpccKeys::ORDER_LINE_SCALE, limit, back];
-            for ol in 1..=MAX_OL_CNT {
-                let base = k.order_line_base(w, d, ol);
-                a.push(derived_read(ORDER_LINE, base, 0, line, s.line_item));
-            }
+            a.extend(line_reads(k, (w, d), 0, [limit, back], s.line_item));
         }
         Ok(Program { accesses: a })
     }
@@ -788,11 +794,7 @@ impl Procedure for DeliveryRecon {
                 order,
                 s.order_customer,
             ));
-            let line = [TpccKeys::ORDER_LINE_SCALE, limit, 0];
-            for ol in 1..=MAX_OL_CNT {
-                let base = k.order_line_base(w, d, ol);
-                a.push(derived_read(ORDER_LINE, base, at, line, s.line_amount));
-            }
+            a.extend(line_reads(k, (w, d), at, [limit, 0], s.line_amount));
         }
         Ok(Program { accesses: a })
     }
