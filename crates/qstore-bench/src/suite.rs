@@ -38,8 +38,9 @@ pub const SUITES: &[(&str, &str)] = &[
     (
         "tpcc",
         "TPC-C New-Order and Payment 50/50 on 2 nodes at 1 and 4 warehouses per node, 0%, 15% \
-         and 50% of transactions reaching another node's warehouse: every protocol of \
-         `qstore protocols` (ratios are to qstore in the same setting), then aborts by cause",
+         and 50% of transactions reaching another node's warehouse, and the standard mix at \
+         15%: every protocol of `qstore protocols` (ratios are to qstore in the same setting), \
+         then aborts by cause (OLLP restarts apart)",
     ),
 ];
 
@@ -162,9 +163,17 @@ fn sundial_suite(base: &RunConfig) -> Vec<Scenario> {
 
 fn tpcc_suite(base: &RunConfig) -> Vec<Scenario> {
     let mut s = Vec::new();
+    use qstore_core::config::TpccMix;
+    let settings = [
+        (TpccMix::NeworderPayment, 0.0),
+        (TpccMix::NeworderPayment, 0.15),
+        (TpccMix::NeworderPayment, 0.5),
+        (TpccMix::Standard, 0.15),
+    ];
     for warehouses in [1, 4] {
-        for mp in [0.0, 0.15, 0.5] {
-            let setting = format!("{warehouses}wh mp{}", (mp * 100.0) as u32);
+        for (mix, mp) in settings {
+            let std = if mix == TpccMix::Standard { " std" } else { "" };
+            let setting = format!("{warehouses}wh{std} mp{}", (mp * 100.0) as u32);
             for protocol in baseline_protocols() {
                 let mut cfg = base.clone();
                 cfg.protocol.name = protocol.into();
@@ -172,9 +181,12 @@ fn tpcc_suite(base: &RunConfig) -> Vec<Scenario> {
                 cfg.cluster.partitioning = qstore_core::config::Partitioning::Range;
                 cfg.workload.name = "tpcc".into();
                 let t = &mut cfg.workload.tpcc;
-                t.mix = qstore_core::config::TpccMix::NeworderPayment;
+                t.mix = mix;
                 t.warehouses_per_partition = warehouses;
-                t.payment_fraction = 0.5;
+                t.payment_fraction = match mix {
+                    TpccMix::Standard => 0.43,
+                    TpccMix::NeworderPayment => 0.5,
+                };
                 t.multi_partition_fraction = mp;
                 t.max_orders_per_district = tpcc_suite_max_orders(base, 2 * warehouses);
                 s.push(Scenario {
@@ -520,7 +532,7 @@ mod tests {
     #[test]
     fn tpcc_suite_runs_every_protocol_at_each_warehouse_count_and_remote_share() {
         let s = scenarios("tpcc", &RunConfig::default()).unwrap();
-        assert_eq!(s.len(), 6 * qstore_engine::PROTOCOLS.len());
+        assert_eq!(s.len(), 8 * qstore_engine::PROTOCOLS.len());
         for sc in &s {
             sc.cfg.validate().unwrap();
             if sc.baseline.is_none() {
