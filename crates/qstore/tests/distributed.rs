@@ -493,3 +493,70 @@ fn a_frozen_server_fails_the_run_and_its_verification() {
     assert_eq!(status.code(), Some(1), "{out}\n{err}");
     assert!(err.contains("transaction(s) unanswered"), "{err}");
 }
+
+/// TPC-C's procedures over a real server: malformed calls are refused with the reason, a
+/// forged or stale OLLP guess aborts without touching a row, and the server keeps serving.
+#[test]
+fn malformed_and_forged_tpcc_calls_are_refused_and_change_nothing() {
+    let cluster = Cluster::start_tpcc("tpcc-hostile", 1);
+    let text = std::fs::read_to_string(&cluster.file).unwrap();
+    let cfg = qstore_core::RunConfig::from_toml(&text).unwrap();
+    let catalog = qstore_workload::build(&cfg).unwrap().catalog();
+    let proc = |name| catalog.procedure_id(name).unwrap();
+    let call = |name, args: &[i64]| ProcCall {
+        proc: proc(name),
+        args: args.iter().map(|&v| Value::Int(v)).collect(),
+    };
+    let mut c = RawClient::connect(&cluster, 0);
+    // Delivery of warehouse 0, carrier 3, date 9: for each district, order 2101 undelivered,
+    // customer 1, 5 lines, amount 100 (the shape the client builds from its reconnaissance).
+    let delivery = |o: i64, ol_cnt: i64| {
+        let mut args = vec![0, 3, 9];
+        for _ in 0..10 {
+            args.extend([o, 1, 1, ol_cnt, 100]);
+        }
+        args
+    };
+    let refused: [(ProcCall, &str); 7] = [
+        (
+            call("tpcc_delivery", &delivery(2101, 5)[..20]),
+            "Delivery takes 53 arguments",
+        ),
+        (call("tpcc_delivery", &delivery(2101, 16)), "O_OL_CNT = 16"),
+        (call("tpcc_delivery", &delivery(0, 5)), "O_ID = 0"),
+        (
+            call("tpcc_stock_level", &[0, 1, 15, 3001, 0]),
+            "OL_I_ID = 0",
+        ),
+        (
+            call("tpcc_stock_level_recon", &[0, 1, 21]),
+            "threshold = 21",
+        ),
+        (
+            call("tpcc_order_status", &[0, 1, 1, 1_000]),
+            "C_LAST number = 1000",
+        ),
+        (call("tpcc_delivery_recon", &[1, 3, 9]), "W_ID = 1"),
+    ];
+    for (bad, expect) in refused {
+        match c.call(bad.clone()) {
+            TxnOutcome::Rejected(why) => assert!(why.contains(expect), "{bad:?}: {why}"),
+            other => panic!("{bad:?}: expected a refusal, got {other:?}"),
+        }
+    }
+    // A forged guess (order 1 was delivered at the load) fails the head check in every
+    // district: an OLLP restart, and no row changes.
+    match c.call(call("tpcc_delivery", &delivery(1, 5))) {
+        TxnOutcome::LogicAbort(why) => assert!(why.contains("ollp restart"), "{why}"),
+        other => panic!("a forged Delivery guess: {other:?}"),
+    }
+    match c.call(call("tpcc_stock_level", &[0, 1, 15, 7, 1, 2])) {
+        TxnOutcome::LogicAbort(why) => assert!(why.contains("ollp restart"), "{why}"),
+        other => panic!("a stale Stock-Level guess: {other:?}"),
+    }
+    // Still serving: an Order-Status of customer 1 answers its balance and latest order.
+    match c.call(call("tpcc_order_status", &[0, 1, 0, 1])) {
+        TxnOutcome::Committed(out) => assert!(matches!(out[1], Value::Int(o) if o >= 1), "{out:?}"),
+        other => panic!("Order-Status after the hostile calls: {other:?}"),
+    }
+}

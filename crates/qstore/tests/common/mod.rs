@@ -182,6 +182,8 @@ pub struct Cluster {
     pub secret: ClusterSecret,
     /// TOML sections appended to the cluster file (e.g. `[server]` limits).
     pub sections: String,
+    /// Lines added to the file's `[cluster]` section.
+    pub cluster_toml: String,
 }
 
 impl Cluster {
@@ -195,6 +197,27 @@ impl Cluster {
     /// [`Cluster::start`] with more TOML `sections` at the end of the cluster file (a
     /// `[server]` section replaces the default one, whose handshakes time out in 1 s).
     pub fn start_with(name: &str, nodes: usize, extra_toml: &str, sections: &str) -> Cluster {
+        Self::start_full(name, nodes, extra_toml, sections, "")
+    }
+
+    /// A cluster of `nodes` servers running TPC-C (New-Order and Payment by default, every
+    /// procedure callable), one warehouse each, room for 4,000 orders per district, and no
+    /// transaction reaching another node.
+    #[allow(dead_code)]
+    pub fn start_tpcc(name: &str, nodes: usize) -> Cluster {
+        let sections = "[workload]\nname = \"tpcc\"\n\n[workload.tpcc]\n\
+                        mix = \"neworder-payment\"\nmax_orders_per_district = 4000\n\
+                        multi_partition_fraction = 0.0\n";
+        Self::start_full(name, nodes, "", sections, "partitioning = \"range\"")
+    }
+
+    fn start_full(
+        name: &str,
+        nodes: usize,
+        extra_toml: &str,
+        sections: &str,
+        cluster_toml: &str,
+    ) -> Cluster {
         let dir = TestDir::new(name);
         let file = dir.path("cluster.toml");
         let cluster_id = (unique() >> 1).max(1);
@@ -213,6 +236,7 @@ impl Cluster {
             servers: Vec::new(),
             secret: ClusterSecret::load(&secret_path).unwrap(),
             sections,
+            cluster_toml: cluster_toml.to_string(),
         };
         // The ports are free when chosen, but another process may take one before the
         // server binds it; the server then exits saying so, and the cluster gets new ports.
@@ -246,6 +270,7 @@ impl Cluster {
             "[cluster]\n\
              nodes = {}\n\
              workers = 1\n\
+             {}\n\
              cluster_id = {}\n\
              connect_timeout_s = 20.0\n\
              secret_file = \"secret\"\n\
@@ -263,6 +288,7 @@ impl Cluster {
              \n\
              {}\n",
             self.addrs.len(),
+            self.cluster_toml,
             self.cluster_id,
             entries.join(", "),
             self.sections
