@@ -158,7 +158,6 @@ struct Steps {
     set_carrier: StepId,
     set_delivery_date: StepId,
     credit_delivery: StepId,
-    still_no_order: StepId,
 }
 
 /// The procedures [`register`] adds.
@@ -207,7 +206,6 @@ pub fn register(cat: &mut Catalog, keys: TpccKeys, choices: Arc<LastNameChoices>
         set_carrier: s.register("tpcc_set_carrier", set_carrier),
         set_delivery_date: s.register("tpcc_set_delivery_date", set_delivery_date),
         credit_delivery: s.register("tpcc_credit_delivery", credit_delivery),
-        still_no_order: s.register("tpcc_still_no_order", still_no_order),
     };
     let ctx = Arc::new(Ctx {
         keys,
@@ -832,12 +830,13 @@ impl Procedure for Delivery {
             let at = 3 + (d as usize - 1) * DELIVERY_ARGS_PER_DISTRICT;
             let o = arg_u32(args, at, "O_ID", 1, k.max_orders() + 1)?;
             if arg_u32(args, at + 1, "undelivered", 0, 1)? == 0 {
-                // Nothing to deliver here, if still so: no order since.
+                // Nothing to deliver here, if still so: no order since (the head the
+                // reconnaissance read was D_NEXT_O_ID).
                 a.push(abortable(access(
                     DISTRICT,
                     k.district(w, d),
                     AccessKind::Read,
-                    s.still_no_order,
+                    s.same_next_order,
                     Value::Int(o as i64),
                 )));
                 continue;
@@ -1129,7 +1128,9 @@ fn line_item(row: RowRef<'_>, _: &Value, _: Inputs<'_>) -> Result<Value, LogicAb
     Ok(Value::Int(OL_I_ID.get_u32(row.bytes()) as i64))
 }
 
-/// OLLP's check: D_NEXT_O_ID is still `arg`, the one the reconnaissance read.
+/// OLLP's check: D_NEXT_O_ID is still `arg`, the one the reconnaissance read (Stock-Level:
+/// the same last 20 orders; Delivery, for a district whose head was D_NEXT_O_ID: still no new
+/// order).
 fn same_next_order(row: RowRef<'_>, arg: &Value, _: Inputs<'_>) -> Result<Value, LogicAbort> {
     match D_NEXT_O_ID.get_u32(row.bytes()) as i64 == int(arg)? {
         true => Ok(Value::Null),
@@ -1200,13 +1201,4 @@ fn credit_delivery(row: RowRef<'_>, arg: &Value, _: Inputs<'_>) -> Result<Value,
     C_BALANCE.set_money(row, C_BALANCE.get_money(row) + int(arg)?);
     C_DELIVERY_CNT.set_i32(row, C_DELIVERY_CNT.get_i32(row) + 1);
     Ok(Value::Null)
-}
-
-/// OLLP's check for a district that had no new order: D_NEXT_O_ID is still `arg`, the head
-/// the reconnaissance read, so it still has none.
-fn still_no_order(row: RowRef<'_>, arg: &Value, _: Inputs<'_>) -> Result<Value, LogicAbort> {
-    match D_NEXT_O_ID.get_u32(row.bytes()) as i64 == int(arg)? {
-        true => Ok(Value::Null),
-        false => Err(OLLP_RESTART),
-    }
 }

@@ -611,6 +611,18 @@ mod tests {
         c
     }
 
+    /// A New-Order of customer `c` of district (0, `d`): items 1..=5 from warehouse 0, 3 each.
+    fn new_order(t: &Tpcc, d: u32, c: u32) -> ProcCall {
+        ProcCall {
+            proc: t.procs.new_order,
+            args: [0, d, c, 0]
+                .into_iter()
+                .chain((0..5).flat_map(|i| [i + 1, 0, 3]))
+                .map(|v| Value::Int(v as i64))
+                .collect(),
+        }
+    }
+
     fn run_serially(t: &Tpcc, m: &mut MemStore, home: u32, n: usize) -> Vec<Option<Vec<Value>>> {
         let mut g = t.generator(home, PartitionId(home));
         let cat = t.catalog();
@@ -814,14 +826,7 @@ mod tests {
         assert_eq!(out[..2], [Value::Int(balance), Value::Int(loaded as i64)]);
         let program = cat.program(&status(0, c as i64)).unwrap();
         assert!(program.accesses[2..].iter().all(|a| a.key_dep.is_some()));
-        let order = ProcCall {
-            proc: t.procs.new_order,
-            args: [0, 3, c, 0]
-                .into_iter()
-                .chain((0..5).flat_map(|i| [i + 1, 0, 3]))
-                .map(|v| Value::Int(v as i64))
-                .collect(),
-        };
+        let order = new_order(&t, 3, c);
         m.execute(&cat, &order).unwrap();
         let new = D_NEXT_O_ID.get_u32(m.get(DISTRICT, k.district(0, 3))) - 1;
         let out = m.execute(&cat, &status(0, c as i64)).unwrap();
@@ -872,14 +877,7 @@ mod tests {
         let count: i64 = out.iter().filter_map(Value::as_int).sum();
         assert_eq!(count, low as i64);
         // A New-Order of the district moves D_NEXT_O_ID: the guess is stale.
-        let order = ProcCall {
-            proc: t.procs.new_order,
-            args: [0, 6, 1, 0]
-                .into_iter()
-                .chain((0..5).flat_map(|i| [i + 1, 0, 3]))
-                .map(|v| Value::Int(v as i64))
-                .collect(),
-        };
+        let order = new_order(&t, 6, 1);
         m.run(&cat, &order).unwrap();
         assert_eq!(m.run(&cat, &main), Err(qstore_core::txn::OLLP_RESTART));
         let fresh = t.after_reconnaissance(&recon, &m.run(&cat, &recon).unwrap());
@@ -906,14 +904,7 @@ mod tests {
         let mut m = MemStore::loaded(&t, 0..1);
         let cat = t.catalog();
         let k = *t.keys();
-        let order = |c: u32| ProcCall {
-            proc: t.procs.new_order,
-            args: [0, 1, c, 0]
-                .into_iter()
-                .chain((0..5).flat_map(|i| [i + 1, 0, 3]))
-                .map(|v| Value::Int(v as i64))
-                .collect(),
-        };
+        let order = |c: u32| new_order(&t, 1, c);
         for c in 1..=10 {
             assert!(m.execute(&cat, &order(c)).is_some());
         }
