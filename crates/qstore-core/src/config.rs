@@ -1796,6 +1796,13 @@ mod tests {
                 }),
             ),
             (
+                "workload.tpcc.delivery_fraction",
+                Box::new(move |c| {
+                    np(c);
+                    c.workload.tpcc.delivery_fraction = 0.6;
+                }),
+            ),
+            (
                 "workload.tpcc.multi_partition_fraction",
                 Box::new(|c| c.workload.tpcc.multi_partition_fraction = 1.5),
             ),
