@@ -311,10 +311,7 @@ unsafe fn run_insert(
     trace: Option<&mut TxnTrace>,
 ) -> Result<Value, LogicAbort> {
     let table = store.table(a.table);
-    let version = RowVersion {
-        writer: txn,
-        seq: 0,
-    };
+    let version = RowVersion::live(txn, 0);
     let rid = match table.insert(a.key, version) {
         Ok(Some(rid)) => rid,
         Ok(None) => return Err(DUPLICATE_KEY),
@@ -339,33 +336,32 @@ pub struct WriteBuffer {
     writes: Vec<BufferedWrite>,
 }
 
-/// One row written: where it goes and its new bytes.
+/// One row written: where it goes, its new bytes, and whether it is still there.
 pub struct BufferedWrite {
     pub table: TableId,
     pub key: u64,
-    /// The row replaced, or `None` for a row the transaction inserts.
+    /// The row's slot, or `None` for a row the transaction inserts.
     pub rid: Option<RowId>,
     pub bytes: Vec<u8>,
+    /// False once the transaction deleted the row: the install leaves a tombstone.
+    pub present: bool,
 }
 
 impl WriteBuffer {
     /// The transaction's copy of record (`table`, `key`), if it wrote it.
-    pub fn get_mut(&mut self, table: TableId, key: u64) -> Option<&mut [u8]> {
+    pub fn get_mut(&mut self, table: TableId, key: u64) -> Option<&mut BufferedWrite> {
         self.writes
             .iter_mut()
             .find(|w| w.table == table && w.key == key)
-            .map(|w| w.bytes.as_mut_slice())
     }
 
-    /// Buffers `bytes` as the new contents of row `rid`, or (`None`) of a row inserted.
-    pub fn push(&mut self, table: TableId, key: u64, rid: Option<RowId>, bytes: Vec<u8>) {
-        debug_assert!(self.get_mut(table, key).is_none(), "one copy per record");
-        self.writes.push(BufferedWrite {
-            table,
-            key,
-            rid,
-            bytes,
-        });
+    /// Buffers a write of record (`table`, `key`), whose slot is `rid` (`None`: inserted).
+    pub fn push(&mut self, w: BufferedWrite) {
+        debug_assert!(
+            self.get_mut(w.table, w.key).is_none(),
+            "one copy per record"
+        );
+        self.writes.push(w);
     }
 
     pub fn is_empty(&self) -> bool {
@@ -378,22 +374,42 @@ impl WriteBuffer {
     }
 }
 
-/// Runs access `a` (a read or a read-modify-write; no insert or delete) on `row`, a private
-/// copy: the transaction's own buffered write, or a copy of the committed row. Failures settle
-/// as in [`run_access`].
+/// Runs access `a` on `row`, a private copy of its record (the transaction's own buffered
+/// write, or a copy of the committed row) which holds the record if `present` (a tombstone or
+/// a buffered delete does not). Inserts and deletes change `present` as they would the table.
+/// Returns the access's outcome, settled as in [`run_access`], and whether it wrote the copy
+/// (then the transaction installs it at commit): exactly when [`run_access`] would have made
+/// a new version.
 pub fn run_on_copy(
     steps: &StepRegistry,
     a: AccessRef<'_>,
     row: &mut [u8],
+    present: &mut bool,
     outputs: &[Value],
-) -> Result<Value, LogicAbort> {
-    debug_assert!(!matches!(a.kind, AccessKind::Insert | AccessKind::Delete));
-    let row = if a.kind == AccessKind::Read {
-        RowRef::Read(row)
-    } else {
-        RowRef::Write(row)
+) -> (Result<Value, LogicAbort>, bool) {
+    let out = match (a.kind, *present) {
+        (AccessKind::Insert, true) => return (a.settle(Err(DUPLICATE_KEY)), false),
+        (AccessKind::Insert, false) => {
+            // As in place: the row is created even if the step then refuses.
+            row.fill(0);
+            *present = true;
+            steps.run(a, RowRef::Write(row), outputs)
+        }
+        (_, false) => return (a.settle(Err(KEY_NOT_FOUND)), false),
+        (AccessKind::Delete, true) => {
+            let out = steps.run(a, RowRef::Read(row), outputs);
+            if out.is_err() {
+                return (a.settle(out), false);
+            }
+            *present = false;
+            out
+        }
+        (AccessKind::Read, true) => {
+            return (a.settle(steps.run(a, RowRef::Read(row), outputs)), false)
+        }
+        (_, true) => steps.run(a, RowRef::Write(row), outputs),
     };
-    a.settle(steps.run(a, row, outputs))
+    (a.settle(out), true)
 }
 
 /// A buffered read of row `rid` of `table`: the concurrency control, holding the row's latch,
@@ -406,7 +422,8 @@ pub struct RowCopy<'a> {
 }
 
 impl<'a> RowCopy<'a> {
-    /// `rid` must be live, and stay so (buffered protocols never remove rows).
+    /// `rid` must be a row's slot, and stay so: buffered protocols never free slots (a
+    /// delete leaves a tombstone, whose copy's version says so).
     pub fn new(table: &'a Table, rid: RowId) -> Self {
         RowCopy {
             table,
@@ -445,18 +462,18 @@ impl<'a> RowCopy<'a> {
 pub struct RowInstall<'a> {
     table: &'a Table,
     rid: RowId,
-    bytes: &'a [u8],
+    write: &'a BufferedWrite,
     txn: TxnId,
 }
 
 impl<'a> RowInstall<'a> {
-    /// `rid` must be live (buffered protocols never remove rows); `bytes` are `txn`'s copy.
-    pub fn new(table: &'a Table, rid: RowId, bytes: &'a [u8], txn: TxnId) -> Self {
-        debug_assert_eq!(bytes.len(), table.row_size());
+    /// `rid` must be a slot (buffered protocols never free slots); `write` is `txn`'s copy.
+    pub fn new(table: &'a Table, rid: RowId, write: &'a BufferedWrite, txn: TxnId) -> Self {
+        debug_assert_eq!(write.bytes.len(), table.row_size());
         RowInstall {
             table,
             rid,
-            bytes,
+            write,
             txn,
         }
     }
@@ -466,12 +483,13 @@ impl<'a> RowInstall<'a> {
     /// # Safety
     /// As for [`RowCopy::current`]: the caller holds the row's latch.
     pub unsafe fn replaced(&self) -> (&[u8], RowVersion) {
-        // SAFETY: live and not written meanwhile (`new`'s and this function's contracts).
+        // SAFETY: a slot, not written meanwhile (`new`'s and this function's contracts).
         let bytes = unsafe { self.table.row(self.rid) };
         (bytes, self.table.version(self.rid))
     }
 
-    /// Puts the copy in place, a new version written by the transaction.
+    /// Puts the copy in place, a new version written by the transaction; a copy the
+    /// transaction deleted becomes a tombstone (the bytes stay, unreachable by lookups).
     ///
     /// # Safety
     /// Nothing else may read or write the row's bytes meanwhile: the caller holds the latch
@@ -479,11 +497,17 @@ impl<'a> RowInstall<'a> {
     /// [`RowInstall::replaced`] is alive, and no protocol that reads rows in place runs on
     /// the same table.
     pub unsafe fn install(&mut self) {
-        // SAFETY: live and referenced by nothing else meanwhile (`new`'s and this
-        // function's contracts).
-        unsafe { self.table.row_mut(self.rid) }.copy_from_slice(self.bytes);
-        let version = self.table.version(self.rid).next_for(self.txn);
-        self.table.set_version(self.rid, version);
+        let before = self.table.version(self.rid);
+        if !self.write.present {
+            return self
+                .table
+                .install_version(self.rid, before.deleted_by(self.txn));
+        }
+        // SAFETY: a slot, referenced by nothing else meanwhile (`new`'s and this function's
+        // contracts).
+        unsafe { self.table.row_mut(self.rid) }.copy_from_slice(&self.write.bytes);
+        self.table
+            .install_version(self.rid, before.next_for(self.txn));
     }
 }
 
@@ -700,10 +724,7 @@ pub(crate) mod tests {
         let t = stores[0].table(0);
         assert_eq!(
             t.version(t.lookup(4).unwrap()),
-            RowVersion {
-                writer: TxnId(9),
-                seq: 1
-            }
+            RowVersion::live(TxnId(9), 1)
         );
         // An access that cannot abort does nothing to a missing record, or to an existing
         // one it would insert, and outputs Null; one that may abort aborts.

@@ -177,14 +177,7 @@ mod tests {
         t1.write(0, 3);
         rec.commit(NodeId(0), TxnId(1), &call(&cat, "bump", 3, 1), &t1, 1);
         let mut t2 = crate::history::TxnTrace::default();
-        t2.read(
-            0,
-            3,
-            qstore_storage::RowVersion {
-                writer: TxnId(1),
-                seq: 0,
-            },
-        );
+        t2.read(0, 3, qstore_storage::RowVersion::live(TxnId(1), 0));
         t2.write(0, 3);
         rec.commit(NodeId(1), TxnId(2), &call(&cat, "bump", 3, 1), &t2, 2);
         let h = rec.history();

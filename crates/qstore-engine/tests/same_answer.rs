@@ -1,6 +1,7 @@
 //! Every protocol gives the same answer to the same request: a call whose program has no
 //! accesses, reads and read-modify-writes of keys that do not exist (single- and
-//! multi-partition, by accesses that may and may not abort), and then an ordinary
+//! multi-partition, by accesses that may and may not abort), deletes and inserts (of the same
+//! key again, within one transaction and across transactions), and then an ordinary
 //! transaction, which must still be answered (a node wedged by an earlier request fails
 //! the test after a timeout instead of hanging it).
 //!
@@ -46,8 +47,9 @@ fn load_with_holes(p: PartitionId, l: &mut dyn RowLoader) -> Result<(), QError> 
     })
 }
 
-/// `ops(key0, op0, key1, op1, ...)`: reads (op 0) or adds 1 to (op 1) each key in order;
-/// no access may abort. No arguments make a program with no accesses (as YCSB's procedure
+/// `ops(key0, op0, key1, op1, ...)`: reads (op 0), adds 1 to (op 1), inserts with value 1
+/// (op 2) or deletes, answering the value it had (op 3) each key in order; no access may
+/// abort. No arguments make a program with no accesses (as YCSB's procedure
 /// does for an empty argument).
 struct Ops {
     read: StepId,
@@ -79,7 +81,9 @@ impl Procedure for Ops {
                         Value::Int(1),
                         vec![],
                     ),
-                    op => return Err(format!("op must be 0 or 1, got {op}")),
+                    2 => access(key, AccessKind::Insert, self.add, Value::Int(1), vec![]),
+                    3 => access(key, AccessKind::Delete, self.read, Value::Null, vec![]),
+                    op => return Err(format!("op must be 0 to 3, got {op}")),
                 })
             })
             .collect::<Result<_, String>>()?;
@@ -166,6 +170,8 @@ fn requests(nodes: u32) -> Vec<Request> {
     // Keys that exist, one per node when there are two, and missing ones.
     let (here, there): (i64, i64) = if nodes == 1 { (5, 6) } else { (5, 70) };
     let (gone_here, gone_there): (i64, i64) = if nodes == 1 { (61, 62) } else { (61, 125) };
+    // Keys the deletes and inserts use, and nothing else.
+    let (here2, there2): (i64, i64) = if nodes == 1 { (7, 8) } else { (7, 72) };
     let gone = |k: i64| missing(k as u64);
     assert!(gone(gone_here) && gone(gone_there) && !gone(here) && !gone(there));
     let far = (nodes - 1).min(1);
@@ -231,6 +237,48 @@ fn requests(nodes: u32) -> Vec<Request> {
             0,
             ("ops", &[here, 0, there, 0]),
             Committed(vec![int(here + 1), int(there)]),
+        ),
+        req(
+            "delete, then insert of the key again in the same transaction",
+            far,
+            ("ops", &[here2, 3, here2, 0, here2, 2, here2, 1]),
+            Committed(vec![int(here2), null(), int(1), int(2)]),
+        ),
+        req(
+            "delete on another node",
+            0,
+            ("ops", &[there2, 3, here2, 0]),
+            Committed(vec![int(there2), int(2)]),
+        ),
+        req(
+            "reads of the deleted key, and its delete again",
+            far,
+            ("ops", &[there2, 0, there2, 1, there2, 3]),
+            Committed(vec![null(), null(), null()]),
+        ),
+        req(
+            "read (may abort) of the deleted key",
+            0,
+            ("must_read", &[there2]),
+            not_found(),
+        ),
+        req(
+            "insert of the deleted key, and of an existing one",
+            0,
+            ("ops", &[there2, 2, here2, 2, there2, 1]),
+            Committed(vec![int(1), null(), int(2)]),
+        ),
+        req(
+            "insert then delete of a missing key in one transaction",
+            0,
+            ("ops", &[gone_there, 2, gone_there, 3, gone_there, 0]),
+            Committed(vec![int(1), int(1), null()]),
+        ),
+        req(
+            "what the deletes and inserts left",
+            far,
+            ("ops", &[here2, 0, there2, 0, gone_there, 0]),
+            Committed(vec![int(2), int(2), null()]),
         ),
         req(
             "ordinary transaction afterwards",

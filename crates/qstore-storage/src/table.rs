@@ -27,29 +27,55 @@ pub type RowId = u32;
 /// Which version of a row is current: the transaction that wrote it, and which of that
 /// transaction's writes to the row it is (0 for its first). Histories use it to tell the
 /// versions a transaction read; (`TxnId::INITIAL`, 0) is the loaded row.
+///
+/// A version may be a **tombstone**: the row was deleted by its writer. Only buffered
+/// protocols write tombstones (see [`Table::slot`]): their readers copy rows without
+/// locking them, so a deleted row keeps its slot and its place in the index, and a reader
+/// that meets it sees the key absent *at that version*, which it can validate like any
+/// other read. Protocols that delete in place remove the key instead.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct RowVersion {
     pub writer: TxnId,
     pub seq: u16,
+    pub dead: bool,
 }
 
 impl RowVersion {
     /// Transaction ids in versions are limited to 48 bits so a version packs into one word.
     pub const MAX_WRITER: u64 = (1 << 48) - 1;
-    pub const INITIAL: RowVersion = RowVersion {
-        writer: TxnId::INITIAL,
-        seq: 0,
-    };
+    /// Writes of one transaction to one row are counted in 15 bits (the 16th marks
+    /// tombstones in the packed word); the count saturates there.
+    pub const MAX_SEQ: u16 = (1 << 15) - 1;
+    pub const INITIAL: RowVersion = RowVersion::live(TxnId::INITIAL, 0);
+    const DEAD_BIT: u64 = 1 << 63;
+
+    /// The `seq`-th write of `writer` to a row that it left in place.
+    pub const fn live(writer: TxnId, seq: u16) -> RowVersion {
+        RowVersion {
+            writer,
+            seq,
+            dead: false,
+        }
+    }
 
     /// The version `txn` installs when it writes a row whose current version is `self`.
     #[inline]
     pub fn next_for(self, txn: TxnId) -> RowVersion {
         let seq = if self.writer == txn {
-            self.seq.saturating_add(1)
+            self.seq.saturating_add(1).min(Self::MAX_SEQ)
         } else {
             0
         };
-        RowVersion { writer: txn, seq }
+        RowVersion::live(txn, seq)
+    }
+
+    /// The tombstone `txn` installs when it deletes a row whose current version is `self`.
+    #[inline]
+    pub fn deleted_by(self, txn: TxnId) -> RowVersion {
+        RowVersion {
+            dead: true,
+            ..self.next_for(txn)
+        }
     }
 
     #[inline]
@@ -58,14 +84,16 @@ impl RowVersion {
             self.writer.0 <= Self::MAX_WRITER,
             "transaction id over 48 bits"
         );
-        (self.writer.0 & Self::MAX_WRITER) | (self.seq as u64) << 48
+        let dead = if self.dead { Self::DEAD_BIT } else { 0 };
+        (self.writer.0 & Self::MAX_WRITER) | ((self.seq & Self::MAX_SEQ) as u64) << 48 | dead
     }
 
     #[inline]
     fn unpack(word: u64) -> RowVersion {
         RowVersion {
             writer: TxnId(word & Self::MAX_WRITER),
-            seq: (word >> 48) as u16,
+            seq: ((word >> 48) as u16) & Self::MAX_SEQ,
+            dead: word & Self::DEAD_BIT != 0,
         }
     }
 }
@@ -183,9 +211,21 @@ impl Table {
         self.len() == 0
     }
 
-    /// The row holding `key`, if any.
+    /// Slots in use: the rows, and the tombstones that keep theirs.
+    pub fn occupied(&self) -> usize {
+        self.allocated.load(Ordering::Relaxed).min(self.capacity) - self.free.lock().len()
+    }
+
+    /// The row holding `key`, if any (a tombstone holds no key).
     #[inline]
     pub fn lookup(&self, key: u64) -> Option<RowId> {
+        self.index.get(key).filter(|&rid| !self.version(rid).dead)
+    }
+
+    /// The slot of `key`, tombstone or not: what a buffered protocol copies under the row's
+    /// latch, where the copy's version tells whether the row is there.
+    #[inline]
+    pub fn slot(&self, key: u64) -> Option<RowId> {
         self.index.get(key)
     }
 
@@ -264,6 +304,20 @@ impl Table {
     #[inline]
     pub fn set_version(&self, rid: RowId, version: RowVersion) {
         self.versions[rid as usize].store(version.pack(), Ordering::Release);
+    }
+
+    /// [`Table::set_version`] for a buffered install, which may write a tombstone or a live
+    /// version over one (a buffered insert of a deleted key): the row leaves or rejoins the
+    /// rows [`Table::len`] counts. The caller holds the row's latch, so that nobody else
+    /// changes the version meanwhile.
+    pub fn install_version(&self, rid: RowId, version: RowVersion) {
+        let before = self.version(rid);
+        self.set_version(rid, version);
+        match (before.dead, version.dead) {
+            (false, true) => self.live.fetch_sub(1, Ordering::Relaxed),
+            (true, false) => self.live.fetch_add(1, Ordering::Relaxed),
+            _ => 0,
+        };
     }
 
     fn allocate(&self) -> Result<RowId, QError> {
@@ -364,7 +418,7 @@ impl Table {
     pub fn content_hash(&self) -> u64 {
         let mut sum = 0u64;
         let mut count = 0u64;
-        self.index.for_each(|key, rid| {
+        self.for_each(|key, rid| {
             // SAFETY: `rid` is live (the index holds it), and the caller runs this only while
             // no transaction writes the table (see above), so nothing writes the row while
             // it is hashed.
@@ -375,9 +429,14 @@ impl Table {
         qstore_core::rng::splitmix64(sum ^ qstore_core::rng::splitmix64(count))
     }
 
-    /// Calls `f(key, row)` for every row (unspecified order). Quiescent tables only.
-    pub fn for_each(&self, f: impl FnMut(u64, RowId)) {
-        self.index.for_each(f);
+    /// Calls `f(key, row)` for every row, tombstones left out (unspecified order).
+    /// Quiescent tables only.
+    pub fn for_each(&self, mut f: impl FnMut(u64, RowId)) {
+        self.index.for_each(|key, rid| {
+            if !self.version(rid).dead {
+                f(key, rid)
+            }
+        });
     }
 }
 
@@ -443,10 +502,7 @@ mod tests {
     }
 
     fn v(writer: u64) -> RowVersion {
-        RowVersion {
-            writer: TxnId(writer),
-            seq: 0,
-        }
+        RowVersion::live(TxnId(writer), 0)
     }
 
     #[test]
@@ -469,13 +525,7 @@ mod tests {
         let t = Table::new(schema(1));
         let rid = t.insert(1, v(5)).unwrap().unwrap();
         let again = t.version(rid).next_for(TxnId(5));
-        assert_eq!(
-            again,
-            RowVersion {
-                writer: TxnId(5),
-                seq: 1
-            }
-        );
+        assert_eq!(again, RowVersion::live(TxnId(5), 1));
         t.set_version(rid, again);
         assert_eq!(t.version(rid), again);
         assert_eq!(
@@ -498,6 +548,44 @@ mod tests {
         assert_eq!(t.insert(30, v(3)).unwrap(), Some(a), "freed slot reused");
         assert_eq!(t.version(a), v(3));
         assert_eq!(t.len(), 2);
+    }
+
+    #[test]
+    fn a_tombstone_keeps_its_slot_but_not_its_key() {
+        let t = Table::new(schema(4));
+        t.load(0..3, |k, r| r[0] = k as u8).unwrap();
+        let empty_of_1 = Table::new(schema(4));
+        empty_of_1
+            .load([0, 2].into_iter(), |k, r| r[0] = k as u8)
+            .unwrap();
+        let rid = t.lookup(1).unwrap();
+        let dead = t.version(rid).deleted_by(TxnId(7));
+        assert!(dead.dead && dead.writer == TxnId(7));
+        t.install_version(rid, dead);
+        assert_eq!(t.version(rid), dead, "the dead mark survives packing");
+        assert_eq!(t.lookup(1), None, "a deleted key is not found");
+        assert_eq!(t.slot(1), Some(rid), "but its slot is");
+        assert_eq!(t.len(), 2);
+        let mut keys = Vec::new();
+        t.for_each(|k, _| keys.push(k));
+        keys.sort_unstable();
+        assert_eq!(keys, [0, 2]);
+        assert_eq!(t.content_hash(), empty_of_1.content_hash());
+        // A buffered insert of the key writes a live version over the tombstone.
+        let back = t.version(rid).next_for(TxnId(8));
+        assert!(!back.dead);
+        t.install_version(rid, back);
+        assert_eq!((t.lookup(1), t.len()), (Some(rid), 3));
+    }
+
+    #[test]
+    fn write_counts_saturate_below_the_dead_mark() {
+        let most = RowVersion::live(TxnId(3), RowVersion::MAX_SEQ);
+        assert_eq!(most.next_for(TxnId(3)), most);
+        let t = Table::new(schema(1));
+        let rid = t.insert(1, most).unwrap().unwrap();
+        assert_eq!(t.version(rid), most);
+        assert_eq!(t.lookup(1), Some(rid), "a full count is not a tombstone");
     }
 
     #[test]

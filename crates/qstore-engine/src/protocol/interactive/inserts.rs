@@ -50,8 +50,9 @@ impl PendingInserts {
             Some(_) => return Err(NotHeld::Taken),
             // Looked up again under the lock: a committed insert creates its row before it
             // lets go of the key, so a key no longer held is found here if it was created.
-            None if table.lookup(key).is_some() => return Err(NotHeld::Exists),
-            None if table.len() + held >= table.capacity() => return Err(NotHeld::Full),
+            // A tombstone counts too: the caller then inserts through the deleted row's slot.
+            None if table.slot(key).is_some() => return Err(NotHeld::Exists),
+            None if table.occupied() + held >= table.capacity() => return Err(NotHeld::Full),
             None => {}
         }
         p.keys.insert((table_id, key), txn);

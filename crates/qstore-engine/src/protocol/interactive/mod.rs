@@ -91,8 +91,10 @@ pub(crate) enum Execution {
     /// On private copies: a read copies the row under its latch, once [`Cc::read_copy`]
     /// allows it; a write changes the copy, which [`Cc::install`] puts in place at commit
     /// (timestamp ordering, optimistic protocols). An insert holds its key until the
-    /// transaction ends and creates the row at commit ([`Cc::created`]); deletes are not
-    /// supported yet.
+    /// transaction ends and creates the row at commit ([`Cc::created`]). A delete is a
+    /// write that installs a tombstone: the row keeps its slot and index entry, so readers
+    /// ordered before it still find (and validate) the row, and readers after it meet the
+    /// tombstone and see the key absent at the deleter's version.
     Buffered,
 }
 

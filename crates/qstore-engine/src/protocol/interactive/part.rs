@@ -4,11 +4,13 @@
 use super::inserts::NotHeld;
 use super::msg::{Attempt, Body, GroupEnd, Vote};
 use super::{Cc, Execution, Gate, Node, RowAccess};
-use crate::exec::{run_access, run_on_copy, RowCopy, RowInstall, UndoLog, WriteBuffer};
+use crate::exec::{
+    run_access, run_on_copy, BufferedWrite, RowCopy, RowInstall, UndoLog, WriteBuffer,
+};
 use crate::history::TxnTrace;
 use qstore_core::txn::{
-    Access, AccessKind, AccessRef, CcAbortCause, LogicAbort, Program, RowRef, Value, DUPLICATE_KEY,
-    KEY_NOT_FOUND, NO_DERIVED_KEY, TABLE_FULL,
+    Access, AccessKind, AccessRef, CcAbortCause, LogicAbort, Program, Value, KEY_NOT_FOUND,
+    NO_DERIVED_KEY, TABLE_FULL,
 };
 use qstore_core::{Key, NodeId, TableId, TxnId};
 use qstore_storage::RowVersion;
@@ -305,7 +307,7 @@ impl<C: Cc> Node<C> {
     }
 
     /// One access on a private copy: the transaction's own buffered write of the record, or
-    /// a copy of the row the concurrency control lets it read.
+    /// a copy of the row (or of its tombstone) the concurrency control lets it read.
     fn step_buffered(
         &self,
         txn: TxnId,
@@ -314,24 +316,21 @@ impl<C: Cc> Node<C> {
         outs: &[Value],
     ) -> Step {
         let steps = &self.ctx.catalog.steps;
-        if a.kind == AccessKind::Delete {
-            return Step::Ran(Err(LogicAbort(
-                "deletes are not supported by this protocol yet",
-            )));
-        }
-        let insert = a.kind == AccessKind::Insert;
-        if let Some(row) = t.writes.get_mut(a.table, a.key) {
-            return Step::Ran(match insert {
-                true => a.settle(Err(DUPLICATE_KEY)),
-                false => run_on_copy(steps, a, row, outs),
-            });
+        if let Some(w) = t.writes.get_mut(a.table, a.key) {
+            // Written once already: the one install at commit covers this write too.
+            return Step::Ran(run_on_copy(steps, a, &mut w.bytes, &mut w.present, outs).0);
         }
         let table = self.store().table(a.table);
-        let rid = match (table.lookup(a.key), insert) {
-            (Some(_), true) => return Step::Ran(a.settle(Err(DUPLICATE_KEY))),
-            (None, true) => return self.buffer_insert(txn, t, a, outs),
-            (None, false) => return Step::Ran(a.settle(Err(KEY_NOT_FOUND))),
-            (Some(rid), false) => rid,
+        let rid = loop {
+            match (table.slot(a.key), a.kind) {
+                (Some(rid), _) => break rid,
+                (None, AccessKind::Insert) => match self.buffer_insert(txn, t, a, outs) {
+                    Some(step) => return step,
+                    // Inserted by another transaction since: go through its row.
+                    None => continue,
+                },
+                (None, _) => return Step::Ran(a.settle(Err(KEY_NOT_FOUND))),
+            }
         };
         let write = a.kind.is_write();
         let mut copy = RowCopy::new(table, rid);
@@ -346,47 +345,62 @@ impl<C: Cc> Node<C> {
         if let Some(stop) = stopped_by(gate) {
             return stop;
         }
-        let (mut row, version) = copy.take().expect("a read that may go was copied");
+        let (mut bytes, version) = copy.take().expect("a read that may go was copied");
         let tracing = self.ctx.history.is_some();
-        if tracing && a.kind != AccessKind::Write {
+        // A tombstone read is a read of the key's absence, at the deleter's version.
+        if tracing && !matches!(a.kind, AccessKind::Write | AccessKind::Insert) {
             t.trace.read(a.table, a.key, version);
         }
-        let out = run_on_copy(steps, a, &mut row, outs);
-        if write {
+        let mut present = !version.dead;
+        let (out, wrote) = run_on_copy(steps, a, &mut bytes, &mut present, outs);
+        if wrote {
             t.wrote = true;
             if tracing {
                 t.trace.write(a.table, a.key);
             }
-            t.writes.push(a.table, a.key, Some(rid), row);
+            t.writes.push(BufferedWrite {
+                table: a.table,
+                key: a.key,
+                rid: Some(rid),
+                bytes,
+                present,
+            });
         }
         Step::Ran(out)
     }
 
     /// A buffered insert of a key found absent: the key is held until the transaction ends
     /// (see `PendingInserts`), and the step fills a zeroed private row, inserted at commit.
+    /// `None` if the key was inserted meanwhile.
     fn buffer_insert(
         &self,
         txn: TxnId,
         t: &mut PartTxn<C::Held>,
         a: AccessRef<'_>,
         outs: &[Value],
-    ) -> Step {
+    ) -> Option<Step> {
         let table = self.store().table(a.table);
         match self.inserts.hold(txn, a.table, table, a.key) {
             Ok(()) => t.inserting.push((a.table, a.key)),
-            Err(NotHeld::Taken) => return Step::Refused(CcAbortCause::Conflict),
-            Err(NotHeld::Full) => return Step::Ran(a.settle(Err(TABLE_FULL))),
-            Err(NotHeld::Exists) => return Step::Ran(a.settle(Err(DUPLICATE_KEY))),
+            Err(NotHeld::Taken) => return Some(Step::Refused(CcAbortCause::Conflict)),
+            Err(NotHeld::Full) => return Some(Step::Ran(a.settle(Err(TABLE_FULL)))),
+            Err(NotHeld::Exists) => return None,
         }
-        let mut row = vec![0; table.row_size()];
-        // As an insert in place: the row is created even if the step then refuses.
-        let out = a.settle(self.ctx.catalog.steps.run(a, RowRef::Write(&mut row), outs));
+        let mut bytes = vec![0; table.row_size()];
+        let mut present = false;
+        let (out, _) = run_on_copy(&self.ctx.catalog.steps, a, &mut bytes, &mut present, outs);
         t.wrote = true;
         if self.ctx.history.is_some() {
             t.trace.write(a.table, a.key);
         }
-        t.writes.push(a.table, a.key, None, row);
-        Step::Ran(out)
+        t.writes.push(BufferedWrite {
+            table: a.table,
+            key: a.key,
+            rid: None,
+            bytes,
+            present,
+        });
+        Some(Step::Ran(out))
     }
 
     /// Phase one: a participant that wrote nothing is done and says so.
@@ -431,6 +445,9 @@ impl<C: Cc> Node<C> {
                 write: true,
             };
             let Some(rid) = w.rid else {
+                if !w.present {
+                    continue; // inserted, then deleted: nothing to install
+                }
                 let version = RowVersion::INITIAL.next_for(txn);
                 let created = table.insert_with(w.key, version, |rid, row| {
                     row.copy_from_slice(&w.bytes);
@@ -440,7 +457,7 @@ impl<C: Cc> Node<C> {
                 debug_assert!(matches!(created, Ok(Some(_))), "a held key has room");
                 continue;
             };
-            let mut row = RowInstall::new(table, rid, &w.bytes, txn);
+            let mut row = RowInstall::new(table, rid, &w, txn);
             self.cc.install(&access, &mut t.held, &mut row, &mut woken);
         }
         self.inserts.release(txn, &mut t.inserting);

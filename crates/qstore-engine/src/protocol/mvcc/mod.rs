@@ -188,6 +188,7 @@ fn start_checking(ctx: Arc<EngineCtx>, order_checks: bool) -> Result<Box<dyn Eng
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::exec::BufferedWrite;
     use crate::protocol::interactive::testing::assert_checks_bite;
     use crate::protocol::interactive::Attempt;
 
@@ -217,10 +218,11 @@ mod tests {
         Attempt { age, ts }
     }
 
-    /// Attempt `ts` reads key 0: the counter it sees, or why it may not.
-    fn read(store: &PartitionStore, cc: &Mvcc, ts: u64) -> Result<i64, Gate> {
+    /// Attempt `ts` reads key 0: the counter it sees (`None`: the row was deleted), or why
+    /// it may not.
+    fn read_row(store: &PartitionStore, cc: &Mvcc, ts: u64) -> Result<Option<i64>, Gate> {
         let table = store.table(0);
-        let rid = table.lookup(0).unwrap();
+        let rid = table.slot(0).unwrap();
         let mut copy = RowCopy::new(table, rid);
         let mut held = Held::default();
         let access = RowAccess {
@@ -232,17 +234,28 @@ mod tests {
         };
         match cc.read_copy(&access, &mut held, &mut copy) {
             Gate::Go => {
-                let (bytes, _) = copy.take().unwrap();
-                Ok(i64::from_le_bytes(bytes[..8].try_into().unwrap()))
+                let (bytes, version) = copy.take().unwrap();
+                let counter = i64::from_le_bytes(bytes[..8].try_into().unwrap());
+                Ok((!version.dead).then_some(counter))
             }
             gate => Err(gate),
         }
     }
 
+    /// [`read_row`] of a row that must be there.
+    fn read(store: &PartitionStore, cc: &Mvcc, ts: u64) -> Result<i64, Gate> {
+        read_row(store, cc, ts).map(|v| v.expect("the row is there"))
+    }
+
     /// Attempt `ts` writes `value` to key 0 and commits at once.
     fn write(store: &PartitionStore, cc: &Mvcc, ts: u64, value: i64) -> Gate {
+        write_row(store, cc, ts, Some(value))
+    }
+
+    /// Attempt `ts` writes `value` to key 0 (`None`: deletes it) and commits at once.
+    fn write_row(store: &PartitionStore, cc: &Mvcc, ts: u64, value: Option<i64>) -> Gate {
         let (table, txn) = (store.table(0), TxnId(ts));
-        let rid = table.lookup(0).unwrap();
+        let rid = table.slot(0).unwrap();
         let mut copy = RowCopy::new(table, rid);
         let mut held = Held::default();
         let access = RowAccess {
@@ -256,8 +269,14 @@ mod tests {
         if gate != Gate::Go {
             return gate;
         }
-        let bytes = value.to_le_bytes();
-        let mut row = RowInstall::new(table, rid, &bytes, txn);
+        let write = BufferedWrite {
+            table: 0,
+            key: 0,
+            rid: Some(rid),
+            bytes: value.unwrap_or(0).to_le_bytes().to_vec(),
+            present: value.is_some(),
+        };
+        let mut row = RowInstall::new(table, rid, &write, txn);
         let mut woken = Vec::new();
         cc.install(&access, &mut held, &mut row, &mut woken);
         cc.release(txn, &mut held, &mut woken);
@@ -282,6 +301,24 @@ mod tests {
             write(&store, &cc, 250, 1),
             Gate::Abort(CcAbortCause::TimestampOrder)
         );
+    }
+
+    #[test]
+    fn a_delete_leaves_the_row_to_reads_of_the_past_and_a_tombstone_to_later_ones() {
+        let (store, cc) = fixture(4);
+        assert_eq!(write_row(&store, &cc, 100, None), Gate::Go);
+        assert_eq!(store.table(0).lookup(0), None, "deleted for lookups");
+        assert_eq!(read_row(&store, &cc, 50), Ok(Some(5)), "before the delete");
+        assert_eq!(read_row(&store, &cc, 150), Ok(None), "after it");
+        // The read at 150 saw the key absent: an insert at 120 would change that past.
+        assert_eq!(
+            write_row(&store, &cc, 120, Some(1)),
+            Gate::Abort(CcAbortCause::TimestampOrder)
+        );
+        assert_eq!(write_row(&store, &cc, 200, Some(8)), Gate::Go);
+        assert_eq!(store.table(0).len(), 8, "inserted again");
+        assert_eq!(read_row(&store, &cc, 170), Ok(None), "absent in between");
+        assert_eq!(read_row(&store, &cc, 250), Ok(Some(8)));
     }
 
     #[test]
