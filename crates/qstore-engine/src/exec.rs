@@ -152,6 +152,7 @@ impl UndoLog {
                 } => {
                     let t = store(part).table(table);
                     let size = t.row_size();
+                    t.unbury(key, version);
                     // Re-inserting into the slot the delete freed cannot fail for lack of room.
                     if let Ok(Some(rid)) = t.insert(key, version) {
                         // SAFETY: `insert` just created the row, and the caller holds the key
@@ -224,6 +225,9 @@ pub unsafe fn run_access(
         return a.settle(unsafe { run_insert(store, steps, txn, a, outputs, undo, trace) });
     }
     let Some(rid) = table.lookup(a.key) else {
+        if let Some(t) = trace {
+            t.read(a.table, a.key, table.absent_version(a.key));
+        }
         return a.settle(Err(KEY_NOT_FOUND));
     };
     let version = table.version(rid);
@@ -270,9 +274,11 @@ pub unsafe fn run_access(
             if let Some(u) = undo {
                 before_image(u, row, true);
             }
-            table.remove(a.key);
             if let Some(t) = trace {
+                table.remove_recorded(a.key, version, version.next_for(txn));
                 t.write(a.table, a.key);
+            } else {
+                table.remove(a.key);
             }
             Ok(out)
         }

@@ -4,6 +4,7 @@ use crate::index::{storable, Index};
 use parking_lot::Mutex;
 use qstore_core::txn::TableSchema;
 use qstore_core::{PartitionId, QError, TableId, TxnId};
+use std::collections::HashMap;
 use std::ptr::NonNull;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 
@@ -111,6 +112,9 @@ pub struct Table {
     allocated: AtomicUsize,
     free: Mutex<Vec<RowId>>,
     live: AtomicUsize,
+    /// Keys removed while histories are recorded, with the versions their deletes removed
+    /// and wrote: what a later read of the absent key observes ([`Table::absent_version`]).
+    graves: Mutex<HashMap<u64, Vec<(RowVersion, RowVersion)>>>,
 }
 
 // SAFETY: `NonNull` alone is what keeps `Table` from being `Send`. `data` is a heap buffer
@@ -181,6 +185,7 @@ impl Table {
             allocated: AtomicUsize::new(0),
             free: Mutex::new(Vec::new()),
             live: AtomicUsize::new(0),
+            graves: Mutex::new(HashMap::new()),
         }
     }
 
@@ -380,6 +385,46 @@ impl Table {
         self.live.fetch_sub(1, Ordering::Relaxed);
         self.free.lock().push(rid);
         Some(rid)
+    }
+
+    /// [`Table::remove`] by a delete of the row at version `before` that wrote `grave`,
+    /// remembered for histories: a later read of the absent key reads `grave` (see
+    /// [`Table::absent_version`]) until the delete is undone ([`Table::unbury`]).
+    pub fn remove_recorded(
+        &self,
+        key: u64,
+        before: RowVersion,
+        grave: RowVersion,
+    ) -> Option<RowId> {
+        let rid = self.remove(key)?;
+        self.graves
+            .lock()
+            .entry(key)
+            .or_default()
+            .push((before, grave));
+        Some(rid)
+    }
+
+    /// Forgets the recorded delete of `key` at version `before`: it was rolled back, so the
+    /// key's absence (should its insert be rolled back too) goes back to the delete before.
+    pub fn unbury(&self, key: u64, before: RowVersion) {
+        let mut graves = self.graves.lock();
+        if let Some(g) = graves.get_mut(&key) {
+            if let Some(i) = g.iter().rposition(|&(b, _)| b == before) {
+                g.remove(i);
+            }
+        }
+    }
+
+    /// The version a read of absent `key` observes, for histories: the latest delete that
+    /// removed it ([`Table::remove_recorded`]), or the initial version (the key was never
+    /// there, as far as the history goes).
+    pub fn absent_version(&self, key: u64) -> RowVersion {
+        self.graves
+            .lock()
+            .get(&key)
+            .and_then(|g| g.last())
+            .map_or(RowVersion::INITIAL, |&(_, grave)| grave)
     }
 
     /// Loads rows `keys` in bulk, filling each with `fill(key, row)`. Used before the run

@@ -9,6 +9,8 @@ pub mod occ;
 pub mod qstore;
 pub mod serial;
 mod shell;
+#[cfg(test)]
+pub(crate) mod testing;
 pub mod timestamp;
 pub mod twopl;
 

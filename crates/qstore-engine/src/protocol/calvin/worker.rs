@@ -171,9 +171,11 @@ impl<'a> Executor<'a> {
                     continue;
                 }
                 let t = store.table(a.table);
-                if let Some(rid) = t.lookup(a.key) {
-                    self.scratch.trace.read(a.table, a.key, t.version(rid));
-                }
+                let version = match t.lookup(a.key) {
+                    Some(rid) => t.version(rid),
+                    None => t.absent_version(a.key),
+                };
+                self.scratch.trace.read(a.table, a.key, version);
             }
         }
         Reads {

@@ -1,7 +1,7 @@
 //! The participant side: running groups of accesses under the node's concurrency control,
 //! parking and resuming those that wait, and the participant's half of (two-phase) commit.
 
-use super::inserts::NotHeld;
+use super::absent::Refused;
 use super::msg::{Attempt, Body, GroupEnd, Vote};
 use super::{Cc, Execution, Gate, Node, RowAccess};
 use crate::exec::{
@@ -83,10 +83,11 @@ pub(super) struct PartTxn<H> {
     at: Attempt,
     held: H,
     undo: UndoLog,
-    /// Buffered execution: the rows written, installed at commit, and the keys it inserts
-    /// (held in the node's `PendingInserts` meanwhile).
+    /// Buffered execution: the rows written, installed at commit, the keys it inserts and
+    /// those it read absent (guarded in the node's `AbsentKeys` meanwhile).
     writes: WriteBuffer,
     inserting: Vec<(TableId, Key)>,
+    read_absent: Vec<(TableId, Key)>,
     trace: TxnTrace,
     wrote: bool,
     waiting: Option<Waiting>,
@@ -101,6 +102,7 @@ impl<H: Default> PartTxn<H> {
             undo: UndoLog::default(),
             writes: WriteBuffer::default(),
             inserting: Vec::new(),
+            read_absent: Vec::new(),
             trace: TxnTrace::default(),
             wrote: false,
             waiting: None,
@@ -329,7 +331,10 @@ impl<C: Cc> Node<C> {
                     // Inserted by another transaction since: go through its row.
                     None => continue,
                 },
-                (None, _) => return Step::Ran(a.settle(Err(KEY_NOT_FOUND))),
+                (None, _) => match self.read_absent(txn, t, a) {
+                    Some(step) => return step,
+                    None => continue,
+                },
             }
         };
         let write = a.kind.is_write();
@@ -348,7 +353,8 @@ impl<C: Cc> Node<C> {
         let (mut bytes, version) = copy.take().expect("a read that may go was copied");
         let tracing = self.ctx.history.is_some();
         // A tombstone read is a read of the key's absence, at the deleter's version.
-        if tracing && !matches!(a.kind, AccessKind::Write | AccessKind::Insert) {
+        if tracing && (a.kind != AccessKind::Write || version.dead) && a.kind != AccessKind::Insert
+        {
             t.trace.read(a.table, a.key, version);
         }
         let mut present = !version.dead;
@@ -369,8 +375,26 @@ impl<C: Cc> Node<C> {
         Step::Ran(out)
     }
 
+    /// A buffered read of a key found absent: guarded until the transaction ends (see
+    /// `AbsentKeys`), it fails as a missing key does. `None` if the key was inserted
+    /// meanwhile.
+    fn read_absent(&self, txn: TxnId, t: &mut PartTxn<C::Held>, a: AccessRef<'_>) -> Option<Step> {
+        let table = self.store().table(a.table);
+        if self.cc.guards_absent_reads() {
+            match self.absent.read(txn, a.table, table, a.key) {
+                Ok(()) => t.read_absent.push((a.table, a.key)),
+                Err(Refused::Exists) => return None,
+                Err(_) => return Some(Step::Refused(CcAbortCause::Conflict)),
+            }
+        }
+        if self.ctx.history.is_some() {
+            t.trace.read(a.table, a.key, table.absent_version(a.key));
+        }
+        Some(Step::Ran(a.settle(Err(KEY_NOT_FOUND))))
+    }
+
     /// A buffered insert of a key found absent: the key is held until the transaction ends
-    /// (see `PendingInserts`), and the step fills a zeroed private row, inserted at commit.
+    /// (see `AbsentKeys`), and the step fills a zeroed private row, inserted at commit.
     /// `None` if the key was inserted meanwhile.
     fn buffer_insert(
         &self,
@@ -380,11 +404,16 @@ impl<C: Cc> Node<C> {
         outs: &[Value],
     ) -> Option<Step> {
         let table = self.store().table(a.table);
-        match self.inserts.hold(txn, a.table, table, a.key) {
-            Ok(()) => t.inserting.push((a.table, a.key)),
-            Err(NotHeld::Taken) => return Some(Step::Refused(CcAbortCause::Conflict)),
-            Err(NotHeld::Full) => return Some(Step::Ran(a.settle(Err(TABLE_FULL)))),
-            Err(NotHeld::Exists) => return None,
+        match self.absent.hold(txn, a.table, table, a.key) {
+            Ok(mark) => {
+                t.inserting.push((a.table, a.key));
+                if let Err(cause) = self.cc.insert_after(txn, &t.at, &mut t.held, mark) {
+                    return Some(Step::Refused(cause));
+                }
+            }
+            Err(Refused::Taken) => return Some(Step::Refused(CcAbortCause::Conflict)),
+            Err(Refused::Full) => return Some(Step::Ran(a.settle(Err(TABLE_FULL)))),
+            Err(Refused::Exists) => return None,
         }
         let mut bytes = vec![0; table.row_size()];
         let mut present = false;
@@ -460,7 +489,9 @@ impl<C: Cc> Node<C> {
             let mut row = RowInstall::new(table, rid, &w, txn);
             self.cc.install(&access, &mut t.held, &mut row, &mut woken);
         }
-        self.inserts.release(txn, &mut t.inserting);
+        let mark = self.cc.absent_mark(&t.at);
+        self.absent
+            .end(txn, &mut t.inserting, &mut t.read_absent, Some(mark));
         if let Some(h) = &self.ctx.history {
             h.add_part(txn, &t.trace);
         }
@@ -477,7 +508,8 @@ impl<C: Cc> Node<C> {
         // released only below, after the rollback; none of its accesses is running (its
         // state was just taken out of the table), so nothing references those rows' bytes.
         unsafe { t.undo.rollback(|_| store) };
-        self.inserts.release(txn, &mut t.inserting);
+        self.absent
+            .end(txn, &mut t.inserting, &mut t.read_absent, None);
         let mut woken = Vec::new();
         self.cc.release(txn, &mut t.held, &mut woken);
         self.wake_all(woken);
@@ -494,7 +526,7 @@ impl<C: Cc> Node<C> {
             s.txns.clear();
             s.woken_early.clear();
         }
-        self.inserts.clear();
+        self.absent.clear();
     }
 }
 

@@ -197,6 +197,16 @@ struct Maat {
     ordering: bool,
 }
 
+impl Maat {
+    /// Gives `txn` its entry in the time table, at its first access here.
+    fn register(&self, txn: TxnId, held: &mut Held) {
+        if !held.registered {
+            self.times.lock().register(txn);
+            held.registered = true;
+        }
+    }
+}
+
 /// Adds to `to` every transaction of `from` but `txn`, once.
 fn add_others(to: &mut Vec<TxnId>, from: &[TxnId], txn: TxnId) {
     for &o in from {
@@ -240,10 +250,7 @@ impl Cc for Maat {
             write,
             ..
         } = *a;
-        if !held.registered {
-            self.times.lock().register(txn);
-            held.registered = true;
-        }
+        self.register(txn, held);
         let mut row = self.rows.get(table, rid).lock();
         // SAFETY: under the row's latch, which every install takes.
         unsafe { copy.current() };
@@ -304,6 +311,23 @@ impl Cc for Maat {
         row.wts = row.wts.max(at.ts);
     }
 
+    fn absent_mark(&self, at: &Attempt) -> u64 {
+        at.ts // the commit timestamp, by the time the reader ends
+    }
+
+    fn insert_after(
+        &self,
+        txn: TxnId,
+        _at: &Attempt,
+        held: &mut Held,
+        mark: u64,
+    ) -> Result<(), CcAbortCause> {
+        // After the committed readers of the key, as a write is after a row's `rts`.
+        self.register(txn, held);
+        held.min_lower = held.min_lower.max(mark + 1);
+        Ok(())
+    }
+
     fn created(&self, a: &RowAccess) {
         let mut row = self.rows.get(a.table, a.rid).lock();
         *row = RowMaat::default();
@@ -353,7 +377,7 @@ fn start_ordering(ctx: Arc<EngineCtx>, ordering: bool) -> Result<Box<dyn Engine>
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::protocol::interactive::testing::assert_checks_bite;
+    use crate::protocol::testing::assert_checks_bite;
 
     #[test]
     fn the_history_checker_catches_what_the_ranges_prevent() {

@@ -20,8 +20,8 @@
 
 use crate::cluster::EngineCtx;
 use crate::exec::{RowCopy, RowInstall};
-use crate::protocol::interactive::prewrites::{Held, PrewriteRow, Prewrites};
-use crate::protocol::interactive::{self, Cc, Execution, Gate, RowAccess};
+use crate::protocol::interactive::prewrites::{insert_in_ts_order, Held, PrewriteRow, Prewrites};
+use crate::protocol::interactive::{self, Attempt, Cc, Execution, Gate, RowAccess};
 use crate::protocol::Engine;
 use parking_lot::Mutex;
 use qstore_core::txn::CcAbortCause;
@@ -157,6 +157,20 @@ impl Cc for Mvcc {
         row.prewrites.resolve(txn, woken);
     }
 
+    fn absent_mark(&self, at: &Attempt) -> u64 {
+        at.ts
+    }
+
+    fn insert_after(
+        &self,
+        _txn: TxnId,
+        at: &Attempt,
+        _held: &mut Held,
+        mark: u64,
+    ) -> Result<(), CcAbortCause> {
+        insert_in_ts_order(at, mark)
+    }
+
     fn created(&self, a: &RowAccess) {
         // No older version: an older attempt that reads the row is refused
         // (`version_reclaimed`), as it would be past a reclaimed version, where it should
@@ -189,8 +203,8 @@ fn start_checking(ctx: Arc<EngineCtx>, order_checks: bool) -> Result<Box<dyn Eng
 mod tests {
     use super::*;
     use crate::exec::BufferedWrite;
-    use crate::protocol::interactive::testing::assert_checks_bite;
     use crate::protocol::interactive::Attempt;
+    use crate::protocol::testing::assert_checks_bite;
 
     #[test]
     fn the_history_checker_catches_what_version_order_prevents() {

@@ -50,6 +50,10 @@ struct Occ {
     /// Check at prepare that every read is still current; off only in the test that shows
     /// the history checker catches what validation prevents.
     validate: bool,
+    /// Guard reads of absent keys until the transaction ends (see the skeleton's
+    /// `absent`); off only in the test that shows the history checker catches the phantoms
+    /// this prevents.
+    guard_absent: bool,
 }
 
 impl Occ {
@@ -110,6 +114,10 @@ impl Cc for Occ {
         Gate::Go
     }
 
+    fn guards_absent_reads(&self) -> bool {
+        self.guard_absent
+    }
+
     fn prepare(
         &self,
         txn: TxnId,
@@ -156,13 +164,18 @@ impl Cc for Occ {
 }
 
 pub fn start(ctx: Arc<EngineCtx>) -> Result<Box<dyn Engine>, QError> {
-    start_validating(ctx, true)
+    start_validating(ctx, true, true)
 }
 
-fn start_validating(ctx: Arc<EngineCtx>, validate: bool) -> Result<Box<dyn Engine>, QError> {
+fn start_validating(
+    ctx: Arc<EngineCtx>,
+    validate: bool,
+    guard_absent: bool,
+) -> Result<Box<dyn Engine>, QError> {
     let make = |store: &PartitionStore| Occ {
         rows: MetaColumn::for_partition(store),
         validate,
+        guard_absent,
     };
     interactive::start(ctx, make, "occ")
 }
@@ -170,12 +183,21 @@ fn start_validating(ctx: Arc<EngineCtx>, validate: bool) -> Result<Box<dyn Engin
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::protocol::interactive::testing::assert_checks_bite;
+    use crate::protocol::testing::{assert_absent_checks_bite, assert_checks_bite};
     use qstore_check::AnomalyClass;
 
     #[test]
     fn the_history_checker_catches_what_validation_prevents() {
-        let unchecked = assert_checks_bite(&|ctx| start_validating(ctx, false), &start);
+        let unchecked = assert_checks_bite(&|ctx| start_validating(ctx, false, true), &start);
         assert!(unchecked.count(AnomalyClass::G2) > 0, "{unchecked}");
+    }
+
+    /// The planted phantom: OCC without its guard on reads of absent keys lets two
+    /// transactions each read absent the key the other inserts, and both commit.
+    #[test]
+    fn the_history_checker_catches_the_phantoms_absent_key_guards_prevent() {
+        let unguarded = |ctx| start_validating(ctx, true, false);
+        let report = assert_absent_checks_bite(&unguarded, &start);
+        assert!(report.count(AnomalyClass::G2) > 0, "{report}");
     }
 }

@@ -975,7 +975,12 @@ impl QNode {
                     }
                     ctx.catalog.steps.run(a, RowRef::Read(bytes), &s.outputs)
                 }
-                None => Err(KEY_NOT_FOUND),
+                None => {
+                    if ctx.history.is_some() {
+                        s.trace.read(a.table, a.key, t.absent_version(a.key));
+                    }
+                    Err(KEY_NOT_FOUND)
+                }
             };
             // Read-only queues hold no access that may abort (see `BatchPlan::place`), so a
             // failure is a Null output, as on every protocol; it is published like any

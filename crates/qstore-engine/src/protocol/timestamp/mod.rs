@@ -17,8 +17,8 @@
 
 use crate::cluster::EngineCtx;
 use crate::exec::{RowCopy, RowInstall};
-use crate::protocol::interactive::prewrites::{Held, PrewriteRow, Prewrites};
-use crate::protocol::interactive::{self, Cc, Execution, Gate, RowAccess};
+use crate::protocol::interactive::prewrites::{insert_in_ts_order, Held, PrewriteRow, Prewrites};
+use crate::protocol::interactive::{self, Attempt, Cc, Execution, Gate, RowAccess};
 use crate::protocol::Engine;
 use parking_lot::Mutex;
 use qstore_core::txn::CcAbortCause;
@@ -106,6 +106,20 @@ impl Cc for Timestamp {
         row.prewrites.resolve(txn, woken);
     }
 
+    fn absent_mark(&self, at: &Attempt) -> u64 {
+        at.ts
+    }
+
+    fn insert_after(
+        &self,
+        _txn: TxnId,
+        at: &Attempt,
+        _held: &mut Held,
+        mark: u64,
+    ) -> Result<(), CcAbortCause> {
+        insert_in_ts_order(at, mark)
+    }
+
     fn created(&self, a: &RowAccess) {
         // Older attempts must not read the row: they ran before it existed.
         let mut row = self.rows.get(a.table, a.rid).lock();
@@ -133,7 +147,7 @@ fn start_checking(ctx: Arc<EngineCtx>, order_checks: bool) -> Result<Box<dyn Eng
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::protocol::interactive::testing::assert_checks_bite;
+    use crate::protocol::testing::assert_checks_bite;
 
     #[test]
     fn the_history_checker_catches_what_timestamp_order_prevents() {

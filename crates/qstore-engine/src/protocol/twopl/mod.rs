@@ -91,7 +91,7 @@ pub fn start_dl_detect(ctx: Arc<EngineCtx>) -> Result<Box<dyn Engine>, QError> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::protocol::interactive::testing::contended_ycsb_within;
+    use crate::protocol::testing::contended_ycsb_within;
     use std::time::Duration;
 
     #[test]
