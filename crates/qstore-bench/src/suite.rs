@@ -37,9 +37,9 @@ pub const SUITES: &[(&str, &str)] = &[
     ),
     (
         "tpcc",
-        "TPC-C New-Order and Payment 50/50 on 2 nodes at 1 and 4 warehouses per node, 0%, 15% \
-         and 50% of transactions reaching another node's warehouse, and the standard mix at \
-         15%: every protocol of `qstore protocols` (ratios are to qstore in the same setting), \
+        "TPC-C New-Order and Payment 50/50, and the standard mix, on 2 nodes at 1 and 4 \
+         warehouses per node, 0%, 15% and 50% of transactions reaching another node's \
+         warehouse: every protocol of `qstore protocols` (ratios are to qstore in the same setting), \
          then aborts by cause (OLLP restarts apart)",
     ),
 ];
@@ -164,14 +164,12 @@ fn sundial_suite(base: &RunConfig) -> Vec<Scenario> {
 fn tpcc_suite(base: &RunConfig) -> Vec<Scenario> {
     let mut s = Vec::new();
     use qstore_core::config::TpccMix;
-    let settings = [
-        (TpccMix::NeworderPayment, 0.0),
-        (TpccMix::NeworderPayment, 0.15),
-        (TpccMix::NeworderPayment, 0.5),
-        (TpccMix::Standard, 0.15),
-    ];
+    let mixes = [TpccMix::NeworderPayment, TpccMix::Standard];
+    let settings = mixes
+        .into_iter()
+        .flat_map(|mix| [0.0, 0.15, 0.5].map(|mp| (mix, mp)));
     for warehouses in [1, 4] {
-        for (mix, mp) in settings {
+        for (mix, mp) in settings.clone() {
             let std = if mix == TpccMix::Standard { " std" } else { "" };
             let setting = format!("{warehouses}wh{std} mp{}", (mp * 100.0) as u32);
             for protocol in baseline_protocols() {
@@ -532,7 +530,7 @@ mod tests {
     #[test]
     fn tpcc_suite_runs_every_protocol_at_each_warehouse_count_and_remote_share() {
         let s = scenarios("tpcc", &RunConfig::default()).unwrap();
-        assert_eq!(s.len(), 8 * qstore_engine::PROTOCOLS.len());
+        assert_eq!(s.len(), 12 * qstore_engine::PROTOCOLS.len());
         for sc in &s {
             sc.cfg.validate().unwrap();
             if sc.baseline.is_none() {
