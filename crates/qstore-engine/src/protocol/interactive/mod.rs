@@ -161,21 +161,31 @@ pub(crate) trait Cc: Send + Sync + 'static {
     fn created(&self, _a: &RowAccess) {}
 
     /// Buffered: what a committed read of a key found absent leaves for later inserts of the
-    /// key to follow (see `absent`): its place in the protocol's order, or 0 when the
-    /// protocol needs none (its readers are protected while they run, OCC).
-    fn absent_mark(&self, _at: &Attempt) -> u64 {
-        0
+    /// key to follow (see `absent`): its place in the protocol's order (by default its
+    /// timestamp, for protocols that order attempts by timestamp), or 0 when the protocol
+    /// needs none (its readers are protected while they run, OCC).
+    fn absent_mark(&self, at: &Attempt) -> u64 {
+        if Self::USES_TIMESTAMPS {
+            at.ts
+        } else {
+            0
+        }
     }
 
     /// Buffered: the attempt inserts a key that committed transactions read absent, the
     /// latest at `mark`: the protocol orders the attempt after them, or refuses the insert.
+    /// By default, protocols that order attempts by timestamp refuse an insert older than
+    /// the read (`timestamp_order`), as they refuse a write older than a row's reads.
     fn insert_after(
         &self,
         _txn: TxnId,
-        _at: &Attempt,
+        at: &Attempt,
         _held: &mut Self::Held,
-        _mark: u64,
+        mark: u64,
     ) -> Result<(), CcAbortCause> {
+        if Self::USES_TIMESTAMPS && at.ts < mark {
+            return Err(CcAbortCause::TimestampOrder);
+        }
         Ok(())
     }
 

@@ -4,7 +4,6 @@
 
 use super::Gate;
 use parking_lot::Mutex;
-use qstore_core::txn::CcAbortCause;
 use qstore_core::{TableId, TxnId};
 use qstore_storage::{MetaColumn, RowId};
 
@@ -118,17 +117,6 @@ impl Held {
             rows.get(table, rid).lock().prewrites().resolve(txn, woken);
         }
     }
-}
-
-/// The timestamp protocols' order for keys without a row (see `absent`): a committed read of
-/// an absent key leaves its timestamp, and an insert of the key older than that would change
-/// what the read saw, so it is refused (`timestamp_order`), as a write older than a row's
-/// `rts` is.
-pub(crate) fn insert_in_ts_order(at: &super::Attempt, mark: u64) -> Result<(), CcAbortCause> {
-    if at.ts < mark {
-        return Err(CcAbortCause::TimestampOrder);
-    }
-    Ok(())
 }
 
 /// A row's metadata that holds its pending writes.

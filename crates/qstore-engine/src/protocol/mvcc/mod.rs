@@ -20,8 +20,8 @@
 
 use crate::cluster::EngineCtx;
 use crate::exec::{RowCopy, RowInstall};
-use crate::protocol::interactive::prewrites::{insert_in_ts_order, Held, PrewriteRow, Prewrites};
-use crate::protocol::interactive::{self, Attempt, Cc, Execution, Gate, RowAccess};
+use crate::protocol::interactive::prewrites::{Held, PrewriteRow, Prewrites};
+use crate::protocol::interactive::{self, Cc, Execution, Gate, RowAccess};
 use crate::protocol::Engine;
 use parking_lot::Mutex;
 use qstore_core::txn::CcAbortCause;
@@ -155,20 +155,6 @@ impl Cc for Mvcc {
         row.wts = row.wts.max(at.ts);
         row.rts = row.rts.max(at.ts);
         row.prewrites.resolve(txn, woken);
-    }
-
-    fn absent_mark(&self, at: &Attempt) -> u64 {
-        at.ts
-    }
-
-    fn insert_after(
-        &self,
-        _txn: TxnId,
-        at: &Attempt,
-        _held: &mut Held,
-        mark: u64,
-    ) -> Result<(), CcAbortCause> {
-        insert_in_ts_order(at, mark)
     }
 
     fn created(&self, a: &RowAccess) {
