@@ -224,13 +224,12 @@ pub unsafe fn run_access(
         // SAFETY: `run_insert` has the contract of this function, which the caller upholds.
         return a.settle(unsafe { run_insert(store, steps, txn, a, outputs, undo, trace) });
     }
-    let Some(rid) = table.lookup(a.key) else {
+    let Some((rid, version)) = table.lookup_versioned(a.key) else {
         if let Some(t) = trace {
             t.read(a.table, a.key, table.absent_version(a.key));
         }
         return a.settle(Err(KEY_NOT_FOUND));
     };
-    let version = table.version(rid);
     if let Some(t) = trace.as_deref_mut() {
         if a.kind != AccessKind::Write {
             t.read(a.table, a.key, version);

@@ -224,7 +224,16 @@ impl Table {
     /// The row holding `key`, if any (a tombstone holds no key).
     #[inline]
     pub fn lookup(&self, key: u64) -> Option<RowId> {
-        self.index.get(key).filter(|&rid| !self.version(rid).dead)
+        self.lookup_versioned(key).map(|(rid, _)| rid)
+    }
+
+    /// [`Table::lookup`] with the row's version: one load of the version word, for callers
+    /// that need both.
+    #[inline]
+    pub fn lookup_versioned(&self, key: u64) -> Option<(RowId, RowVersion)> {
+        let rid = self.index.get(key)?;
+        let version = self.version(rid);
+        (!version.dead).then_some((rid, version))
     }
 
     /// The slot of `key`, tombstone or not: what a buffered protocol copies under the row's

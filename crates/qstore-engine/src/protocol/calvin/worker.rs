@@ -171,8 +171,8 @@ impl<'a> Executor<'a> {
                     continue;
                 }
                 let t = store.table(a.table);
-                let version = match t.lookup(a.key) {
-                    Some(rid) => t.version(rid),
+                let version = match t.lookup_versioned(a.key) {
+                    Some((_, version)) => version,
                     None => t.absent_version(a.key),
                 };
                 self.scratch.trace.read(a.table, a.key, version);

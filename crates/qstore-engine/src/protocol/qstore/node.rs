@@ -965,8 +965,8 @@ impl QNode {
                 // node lock (held here) before it writes: with no such copy, no such writer
                 // has started on the record, and none can start while the lock is held.
                 None => t
-                    .lookup(a.key)
-                    .map(|rid| (t.version(rid), unsafe { t.row(rid) })),
+                    .lookup_versioned(a.key)
+                    .map(|(rid, v)| (v, unsafe { t.row(rid) })),
             };
             let result = match found {
                 Some((version, bytes)) => {
