@@ -185,14 +185,23 @@ fn verify_recorded(
         let catalog = workload.catalog();
         let pmap = workload.partition_map();
         let replay = oracle::replay(&catalog, pmap, &|p, l| workload.load(p, l), &order)?;
-        let hashes_match = replay.hashes == run_hashes;
-        let detail = if hashes_match {
+        // With replication the run has a copy of every partition per cluster instance,
+        // instance after instance: each must equal the replay.
+        let copies = run_hashes.len() / replay.hashes.len().max(1);
+        let expected = replay.hashes.repeat(copies);
+        let hashes_match = expected == run_hashes;
+        let detail = if hashes_match && copies > 1 {
+            format!(
+                "{} partitions x {copies} copies: every hash equal",
+                replay.hashes.len()
+            )
+        } else if hashes_match {
             format!("{} partition hashes equal", run_hashes.len())
         } else {
             format!(
                 "run hashes {} vs replay {}",
                 hex(run_hashes),
-                hex(&replay.hashes)
+                hex(&expected)
             )
         };
         Some(OracleVerdict {
@@ -225,20 +234,36 @@ fn hex(hashes: &[u64]) -> String {
         .join(",")
 }
 
-/// Runs the workload's final-state check over every partition.
+/// Runs the workload's final-state check over every partition: over each cluster instance
+/// (a copy of the whole database) with replication.
 pub fn check_final(
     workload: &dyn Workload,
     cluster: &StoppedCluster,
 ) -> Option<Result<String, String>> {
     let ctx = cluster.ctx();
-    let mut tally: Option<Tally> = None;
-    for store in ctx.hosted() {
+    let placement = &ctx.placement;
+    let mut tallies: Vec<Option<Tally>> = vec![None; placement.replicas() as usize];
+    for (n, store) in ctx.partitions.iter().enumerate() {
+        let Some(store) = store else { continue };
+        let instance = placement.instance_of(qstore_core::NodeId(n as u32)) as usize;
         // The cluster is stopped: nothing writes rows any more.
         if let Some(t) = tally_partition(workload, store) {
-            tally.get_or_insert_with(Tally::default).merge(&t);
+            tallies[instance]
+                .get_or_insert_with(Tally::default)
+                .merge(&t);
         }
     }
-    tally.map(|t| workload.check_tally(&t))
+    let mut verdicts = tallies
+        .into_iter()
+        .enumerate()
+        .filter_map(|(i, t)| Some((i, workload.check_tally(&t?))));
+    let (_, first) = verdicts.next()?;
+    for (i, v) in verdicts {
+        if let Err(e) = v {
+            return Some(Err(format!("copy {i} of the database: {e}")));
+        }
+    }
+    Some(first)
 }
 
 /// What the workload's final-state check finds in one partition.

@@ -161,3 +161,61 @@ fn conservative_mode_answers_every_transaction_when_aborts_decide_early() {
         assert!(report.logic_aborts > 0, "seed {seed}: lists should fill");
     }
 }
+
+/// QR-Store: every copy of every partition ends equal to the serial replay, on every
+/// workload, with either replication mode and either execution paradigm (speculative
+/// cascades would let timing decide fates differently per instance: replicated nodes run
+/// abortable transactions conservatively).
+#[test]
+fn replicated_instances_reach_the_oracle_state_on_every_workload() {
+    use qstore_core::config::ReplicationMode;
+    let cases = [
+        (
+            "ycsb",
+            2,
+            ReplicationMode::Speculative,
+            QStoreMode::Speculative,
+        ),
+        (
+            "bank",
+            3,
+            ReplicationMode::Speculative,
+            QStoreMode::Speculative,
+        ),
+        (
+            "append",
+            3,
+            ReplicationMode::Synchronous,
+            QStoreMode::Speculative,
+        ),
+        (
+            "bank",
+            2,
+            ReplicationMode::Synchronous,
+            QStoreMode::Conservative,
+        ),
+        (
+            "ycsb",
+            3,
+            ReplicationMode::Synchronous,
+            QStoreMode::Conservative,
+        ),
+    ];
+    for (workload, factor, replication, mode) in cases {
+        let mut cfg = config(workload, mode, 64);
+        cfg.replication.factor = factor;
+        cfg.replication.mode = replication;
+        let (v, _) = verified(&cfg);
+        let case = format!("{workload} rf {factor} {replication:?} {mode:?}");
+        assert!(v.passed(), "{case}:\n{v}");
+        let oracle = v.oracle.as_ref().unwrap();
+        assert!(
+            oracle.detail.contains(&format!("x {factor} copies")),
+            "{case}: {}",
+            oracle.detail
+        );
+        if workload != "ycsb" {
+            assert!(matches!(v.invariants, Some(Ok(_))), "{case}");
+        }
+    }
+}

@@ -19,6 +19,7 @@ pub struct RunConfig {
     pub client: ClientConfig,
     pub net: NetConfig,
     pub server: ServerConfig,
+    pub replication: ReplicationConfig,
 }
 
 impl Default for RunConfig {
@@ -31,6 +32,7 @@ impl Default for RunConfig {
             client: ClientConfig::default(),
             net: NetConfig::default(),
             server: ServerConfig::default(),
+            replication: ReplicationConfig::default(),
         }
     }
 }
@@ -766,6 +768,94 @@ impl ClientConfig {
     }
 }
 
+/// When a replicated Q-Store leader may start executing a batch it planned.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ReplicationMode {
+    /// At once, while the batch is being replicated; its transactions are answered when it
+    /// has both run and been committed in the group's log (QR-Store's speculative
+    /// replication).
+    Speculative,
+    /// Only once the batch is committed in the group's log.
+    Synchronous,
+}
+
+/// Replication of partitions (QR-Store): copies per partition, and the consensus timing of
+/// each replica group.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct ReplicationConfig {
+    /// Copies of every partition, each on its own server: `cluster.nodes` × `factor`
+    /// servers in all. 1 = no replication.
+    pub factor: u32,
+    pub mode: ReplicationMode,
+    /// Milliseconds per consensus tick (the unit of the two settings below).
+    pub tick_ms: u32,
+    /// Ticks between a leader's heartbeats.
+    pub heartbeat_ticks: u32,
+    /// Ticks without a heartbeat before a follower calls an election (randomised between
+    /// this and twice this).
+    pub election_ticks: u32,
+}
+
+impl Default for ReplicationConfig {
+    fn default() -> Self {
+        ReplicationConfig {
+            factor: 1,
+            mode: ReplicationMode::Speculative,
+            tick_ms: 10,
+            heartbeat_ticks: 3,
+            election_ticks: 30,
+        }
+    }
+}
+
+impl ReplicationConfig {
+    pub fn validate(&self, protocol: &str, distributed: bool) -> Result<(), ConfigError> {
+        check(
+            (1..=7).contains(&self.factor),
+            "replication.factor",
+            self.factor,
+            "must be between 1 and 7",
+        )?;
+        if self.factor == 1 {
+            return Ok(());
+        }
+        check(
+            protocol == "qstore",
+            "replication.factor",
+            self.factor,
+            "replication is implemented for the qstore protocol only so far: \
+             use --protocol qstore, or a factor of 1",
+        )?;
+        check(
+            !distributed,
+            "replication.factor",
+            self.factor,
+            "replication runs in the embedded cluster only so far (`qstore run`): \
+             use a factor of 1 in a cluster file",
+        )?;
+        check(
+            (1..=10_000).contains(&self.tick_ms),
+            "replication.tick_ms",
+            self.tick_ms,
+            "must be between 1 and 10000",
+        )?;
+        check(
+            self.heartbeat_ticks >= 1,
+            "replication.heartbeat_ticks",
+            self.heartbeat_ticks,
+            "must be at least 1",
+        )?;
+        check(
+            self.election_ticks > self.heartbeat_ticks,
+            "replication.election_ticks",
+            self.election_ticks,
+            "must be more than replication.heartbeat_ticks",
+        )
+    }
+}
+
 /// Injected network delay (every message between nodes) and loss (in-process only).
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
@@ -852,6 +942,8 @@ impl RunConfig {
         self.validate_client()?;
         self.validate_net()?;
         self.server.validate()?;
+        self.replication
+            .validate(&self.protocol.name, c.is_distributed())?;
         match self.workload.name.as_str() {
             "ycsb" => self.workload.ycsb.validate(c.nodes),
             "bank" => self.workload.bank.validate(c.nodes),
@@ -1400,6 +1492,25 @@ mod tests {
             c.client.txns = 0;
         });
         assert_eq!(e.setting, "client.duration_s");
+    }
+
+    #[test]
+    fn replication_is_refused_where_it_is_not_built_yet() {
+        let e = invalid(|c| c.replication.factor = 0);
+        assert_eq!(e.setting, "replication.factor");
+        let e = invalid(|c| {
+            c.replication.factor = 2;
+            c.protocol.name = "calvin".into();
+        });
+        assert!(e.to_string().contains("qstore protocol only"), "{e}");
+        let e = invalid(|c| {
+            c.replication.factor = 3;
+            c.replication.election_ticks = c.replication.heartbeat_ticks;
+        });
+        assert_eq!(e.setting, "replication.election_ticks");
+        let mut ok = RunConfig::default();
+        ok.replication.factor = 3;
+        ok.validate().unwrap();
     }
 
     #[test]

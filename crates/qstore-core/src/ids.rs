@@ -13,8 +13,8 @@ pub const MAX_KEY: Key = u64::MAX - 2;
 /// A table of the catalog, numbered from 0 in registration order.
 pub type TableId = u16;
 
-/// A node of the cluster. In qstore a node hosts exactly one partition replica, so node `n`
-/// hosts partition `n` unless replication says otherwise.
+/// A node (server) of the cluster. A node hosts exactly one partition replica; which one is
+/// the placement map's to say ([`crate::placement::Placement`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 pub struct NodeId(pub u32);
 

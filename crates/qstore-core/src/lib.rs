@@ -7,6 +7,7 @@ pub mod config;
 pub mod error;
 pub mod ids;
 pub mod partition;
+pub mod placement;
 pub mod rng;
 pub mod txn;
 

@@ -5,6 +5,7 @@ use crate::protocol::{self, Engine, TxnRequest};
 use crossbeam_channel::Sender;
 use parking_lot::Mutex;
 use qstore_core::partition::PartitionMap;
+use qstore_core::placement::Placement;
 use qstore_core::txn::{Catalog, RowLoader};
 use qstore_core::{NodeId, PartitionId, QError, RunConfig};
 use qstore_net::auth::ClusterSecret;
@@ -38,13 +39,17 @@ pub struct NodeHosting {
     pub cancel: Arc<AtomicBool>,
 }
 
-/// What every protocol gets to run on: configuration, catalog, partition map and the
-/// partitions hosted here (node `n` hosts partition `n`).
+/// What every protocol gets to run on: configuration, catalog, partition map, placement map
+/// and the partition copies hosted here.
 pub struct EngineCtx {
     pub cfg: RunConfig,
     pub catalog: Arc<Catalog>,
+    /// Which partition holds a key.
     pub pmap: PartitionMap,
-    /// By partition id; `None` for partitions other processes host.
+    /// Which servers hold each partition, and which of them leads.
+    pub placement: Arc<Placement>,
+    /// By server (node) id: the partition copy it holds; `None` for servers other processes
+    /// host.
     pub partitions: Vec<Option<Arc<PartitionStore>>>,
     pub hosting: Hosting,
     /// Set when the run records its history (for `--verify` and `--history`).
@@ -52,30 +57,50 @@ pub struct EngineCtx {
 }
 
 impl EngineCtx {
+    /// Partitions of the database: the nodes of one cluster instance.
     pub fn nodes(&self) -> u32 {
         self.cfg.cluster.nodes
+    }
+
+    /// Servers of the cluster: every copy of every partition.
+    pub fn servers(&self) -> u32 {
+        self.placement.servers()
     }
 
     /// The nodes this process hosts.
     pub fn local_nodes(&self) -> Vec<NodeId> {
         match &self.hosting {
-            Hosting::Embedded => (0..self.nodes()).map(NodeId).collect(),
+            Hosting::Embedded => (0..self.servers()).map(NodeId).collect(),
             Hosting::Node(n) => vec![n.me],
         }
+    }
+
+    /// The node holding partition `p`, for protocols that do not replicate (one copy of each
+    /// partition: node `p` holds partition `p`).
+    #[inline]
+    pub fn node_of(&self, p: PartitionId) -> NodeId {
+        debug_assert_eq!(self.placement.replicas(), 1);
+        self.placement.server(0, p)
     }
 
     pub fn is_distributed(&self) -> bool {
         matches!(self.hosting, Hosting::Node(_))
     }
 
-    /// A partition hosted here. Protocols reach other partitions by message only, so asking
-    /// for one hosted elsewhere is a bug.
+    /// The partition copy node `n` holds, hosted here. Protocols reach other nodes by message
+    /// only, so asking for one hosted elsewhere is a bug.
+    #[inline]
+    pub fn server_store(&self, n: NodeId) -> &PartitionStore {
+        match &self.partitions[n.index()] {
+            Some(store) => store,
+            None => panic!("node {n} is not hosted in this process"),
+        }
+    }
+
+    /// Partition `p`, hosted here, for protocols that do not replicate (see `node_of`).
     #[inline]
     pub fn store(&self, p: PartitionId) -> &PartitionStore {
-        match &self.partitions[p.index()] {
-            Some(store) => store,
-            None => panic!("partition {p} is not hosted in this process"),
-        }
+        self.server_store(self.node_of(p))
     }
 
     /// The partitions hosted here.
@@ -138,13 +163,14 @@ impl Cluster {
     ) -> Result<Cluster, QError> {
         cfg.validate()?;
         let started = Instant::now();
-        let local: Vec<u32> = match &hosting {
-            Hosting::Embedded => (0..cfg.cluster.nodes).collect(),
-            Hosting::Node(n) => vec![n.me.0],
+        let placement = Arc::new(Placement::new(cfg.cluster.nodes, cfg.replication.factor));
+        let local: Vec<NodeId> = match &hosting {
+            Hosting::Embedded => (0..placement.servers()).map(NodeId).collect(),
+            Hosting::Node(n) => vec![n.me],
         };
         let mut cfg = cfg;
         cfg.cluster.resolve_workers(local.len() as u32);
-        let partitions = load_partitions(cfg.cluster.nodes, &local, &catalog, load)?;
+        let partitions = load_partitions(&placement, &local, &catalog, load)?;
         let load_time = started.elapsed();
         let history = record_history.then(|| {
             Arc::new(match hosting {
@@ -155,6 +181,7 @@ impl Cluster {
         let ctx = Arc::new(EngineCtx {
             history,
             pmap,
+            placement,
             catalog,
             partitions,
             hosting,
@@ -211,7 +238,8 @@ pub struct StoppedCluster {
 }
 
 impl StoppedCluster {
-    /// Content hash of each partition hosted here, in partition order.
+    /// Content hash of each partition copy hosted here, in node order (instance by instance
+    /// with replication).
     pub fn partition_hashes(&self) -> Vec<u64> {
         self.ctx.hosted().map(|p| p.content_hash()).collect()
     }
@@ -221,17 +249,20 @@ impl StoppedCluster {
     }
 }
 
-/// Creates and loads the partitions in `local` (of `nodes`), several at a time (one thread
-/// per core).
+/// Creates and loads the partition copies of the nodes in `local`, several at a time (one
+/// thread per core). By node id.
 pub(crate) fn load_partitions(
-    nodes: u32,
-    local: &[u32],
+    placement: &Placement,
+    local: &[NodeId],
     catalog: &Catalog,
     load: &LoadFn<'_>,
 ) -> Result<Vec<Option<Arc<PartitionStore>>>, QError> {
-    let stores: Vec<Arc<PartitionStore>> = local
+    let stores: Vec<(NodeId, Arc<PartitionStore>)> = local
         .iter()
-        .map(|&p| Arc::new(PartitionStore::new(PartitionId(p), &catalog.tables)))
+        .map(|&n| {
+            let p = placement.partition_of(n);
+            (n, Arc::new(PartitionStore::new(p, &catalog.tables)))
+        })
         .collect();
     let threads = std::thread::available_parallelism().map_or(2, |n| n.get());
     let next = std::sync::atomic::AtomicUsize::new(0);
@@ -241,7 +272,7 @@ pub(crate) fn load_partitions(
                 s.spawn(|| -> Result<(), QError> {
                     loop {
                         let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                        let Some(store) = stores.get(i) else {
+                        let Some((_, store)) = stores.get(i) else {
                             return Ok(());
                         };
                         let mut loader: &PartitionStore = store;
@@ -254,10 +285,10 @@ pub(crate) fn load_partitions(
             .into_iter()
             .try_for_each(|h| h.join().expect("loader thread panicked"))
     })?;
-    let mut by_id: Vec<Option<Arc<PartitionStore>>> = (0..nodes).map(|_| None).collect();
-    for s in stores {
-        let i = s.id.index();
-        by_id[i] = Some(s);
+    let mut by_node: Vec<Option<Arc<PartitionStore>>> =
+        (0..placement.servers()).map(|_| None).collect();
+    for (n, s) in stores {
+        by_node[n.index()] = Some(s);
     }
-    Ok(by_id)
+    Ok(by_node)
 }

@@ -8,6 +8,7 @@ pub mod history;
 pub mod net;
 pub mod oracle;
 pub mod protocol;
+pub mod replication;
 pub mod runtime;
 pub mod server;
 pub mod stages;

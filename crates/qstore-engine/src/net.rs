@@ -29,7 +29,7 @@ where
 {
     match &ctx.hosting {
         Hosting::Embedded => {
-            let nodes = ctx.nodes() as usize;
+            let nodes = ctx.servers() as usize;
             let (net, inboxes) = InProcNetwork::<M>::new(nodes, &ctx.cfg.net, ctx.cfg.seed);
             Ok(NodeNet {
                 transport: Arc::new(net),

@@ -7,8 +7,9 @@ use crate::cluster::{load_partitions, LoadFn};
 use crate::exec::{run_program_alone, AloneOptions, TxnScratch};
 use crate::history::Serialized;
 use qstore_core::partition::PartitionMap;
+use qstore_core::placement::Placement;
 use qstore_core::txn::Catalog;
-use qstore_core::{PartitionId, QError, TxnId};
+use qstore_core::{NodeId, PartitionId, QError, TxnId};
 
 /// What the replay found.
 #[derive(Debug)]
@@ -26,8 +27,9 @@ pub fn replay(
     load: &LoadFn<'_>,
     order: &[Serialized],
 ) -> Result<OracleResult, QError> {
-    let all: Vec<u32> = (0..pmap.partitions()).collect();
-    let stores = load_partitions(pmap.partitions(), &all, catalog, load)?;
+    let placement = Placement::new(pmap.partitions(), 1);
+    let all: Vec<NodeId> = (0..pmap.partitions()).map(NodeId).collect();
+    let stores = load_partitions(&placement, &all, catalog, load)?;
     let store = |p: PartitionId| stores[p.index()].as_deref().expect("all loaded");
     let mut scratch = TxnScratch::default();
     let mut divergent = Vec::new();

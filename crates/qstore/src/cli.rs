@@ -3,7 +3,9 @@
 use crate::sizing;
 use clap::{Args, Parser, Subcommand};
 use qstore_bench::{Progress, RunOptions};
-use qstore_core::config::{CalvinLocks, Isolation, Partitioning, QStoreMode, TpccMix};
+use qstore_core::config::{
+    CalvinLocks, Isolation, Partitioning, QStoreMode, ReplicationMode, TpccMix,
+};
 use qstore_core::{QError, RunConfig};
 use std::io::{IsTerminal, Write};
 use std::path::PathBuf;
@@ -237,6 +239,16 @@ struct RunArgs {
     /// Q-Store: planners get threads of their own that do not execute (split roles).
     #[arg(long, help_heading = "Q-Store")]
     dedicated_planners: bool,
+    /// Replication (QR-Store): copies of every partition, each on its own node: --nodes x this
+    /// nodes in all, one cluster instance per copy (1 = no replication; qstore only, and
+    /// the embedded cluster only so far).
+    #[arg(long, help_heading = "Replication")]
+    replication_factor: Option<u32>,
+    /// Replication: speculative (default; a leader executes a batch while the group's log
+    /// replicates it, and answers once both are done) or synchronous (execution waits for
+    /// the log).
+    #[arg(long, value_parser = parse_replication_mode, help_heading = "Replication")]
+    replication_mode: Option<ReplicationMode>,
     /// Calvin: lock manager of the schedulers: lock-table (default) or vll.
     #[arg(long, value_parser = parse_calvin_locks, help_heading = "Calvin")]
     calvin_locks: Option<CalvinLocks>,
@@ -467,6 +479,16 @@ fn parse_tpcc_mix(s: &str) -> Result<TpccMix, String> {
     }
 }
 
+fn parse_replication_mode(s: &str) -> Result<ReplicationMode, String> {
+    match s {
+        "speculative" => Ok(ReplicationMode::Speculative),
+        "synchronous" => Ok(ReplicationMode::Synchronous),
+        _ => Err(format!(
+            "{s:?} is not a replication mode; use speculative or synchronous"
+        )),
+    }
+}
+
 fn parse_partitioning(s: &str) -> Result<Partitioning, String> {
     match s {
         "range" => Ok(Partitioning::Range),
@@ -515,6 +537,8 @@ impl RunArgs {
             &mut c.protocol.dl_detect.interval_us,
             self.dl_detect_interval_us,
         );
+        set(&mut c.replication.factor, self.replication_factor);
+        set(&mut c.replication.mode, self.replication_mode);
         set(&mut c.net.delay_us, self.delay_us);
         set(&mut c.net.jitter_us, self.jitter_us);
         set(&mut c.net.drop_fraction, self.drop_fraction);
@@ -537,7 +561,7 @@ impl RunArgs {
         validate_names(&c)?;
         c.validate().map_err(|e| e.to_string())?;
         // Every node of `run` and of `cluster` shares this machine.
-        let nodes = c.cluster.nodes;
+        let nodes = c.cluster.nodes * c.replication.factor;
         c.cluster.resolve_workers(nodes);
         Ok(c)
     }

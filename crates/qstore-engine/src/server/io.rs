@@ -707,7 +707,7 @@ impl IoThread {
     /// not consume the history: every client may verify the run so far.
     fn collect(&self) -> Collected {
         let ctx = self.shared.cluster.ctx();
-        let store = ctx.store(qstore_core::PartitionId(self.shared.me.0));
+        let store = ctx.server_store(self.shared.me);
         Collected {
             node: self.shared.me,
             partition_hash: store.content_hash(),

@@ -11,7 +11,7 @@ use crate::protocol::{admit, reply, settle, AdmissionQueue, Admitted, Ending, Tx
 use crossbeam_channel::{Receiver, RecvTimeoutError, Sender};
 use parking_lot::{Mutex, RwLock};
 use qstore_core::txn::{TxnOutcome, Value};
-use qstore_core::{NodeId, PartitionId};
+use qstore_core::NodeId;
 use qstore_net::{Envelope, Transport};
 use qstore_storage::PartitionStore;
 use rustc_hash::FxHashMap;
@@ -78,7 +78,7 @@ pub(super) struct CalvinNode {
 
 impl CalvinNode {
     pub fn store(&self) -> &PartitionStore {
-        self.ctx.store(PartitionId(self.id.0))
+        self.ctx.server_store(self.id)
     }
 
     pub fn submit(&self, req: TxnRequest) {

@@ -51,7 +51,7 @@ use crate::stages::{StageClock, StageSnapshot};
 use crossbeam_channel::{bounded, unbounded, Receiver, Select, Sender};
 use parking_lot::{Mutex, RwLock};
 use qstore_core::txn::{Access, CcAbortCause};
-use qstore_core::{Key, NodeId, PartitionId, QError, TableId, TxnId};
+use qstore_core::{Key, NodeId, QError, TableId, TxnId};
 use qstore_net::{encoded_len, Envelope, NetCounters, Transport};
 use qstore_storage::{PartitionStore, RowId};
 use rustc_hash::FxHashMap;
@@ -263,7 +263,7 @@ pub(crate) fn start<C: Cc>(
     let mut threads = Vec::new();
     let workers = ctx.cfg.cluster.workers as usize;
     for (local, (id, inbox)) in inboxes.into_iter().enumerate() {
-        let cc = make_cc(ctx.store(PartitionId(id.0)));
+        let cc = make_cc(ctx.server_store(id));
         let (admission, requests) = bounded(ctx.cfg.protocol.admission_queue as usize);
         let (wake_tx, wakeups) = unbounded();
         // Node 0 runs the deadlock detector of protocols that need one.
@@ -508,12 +508,12 @@ impl<C: Cc> Node<C> {
     }
 
     fn store(&self) -> &PartitionStore {
-        self.ctx.store(PartitionId(self.id.0))
+        self.ctx.server_store(self.id)
     }
 
-    /// The node that holds record (`table`, `key`): node `p` hosts partition `p`.
+    /// The node that holds record (`table`, `key`).
     fn node_of(&self, table: TableId, key: Key) -> NodeId {
-        NodeId(self.ctx.pmap.partition_of(table, key).0)
+        self.ctx.node_of(self.ctx.pmap.partition_of(table, key))
     }
 }
 

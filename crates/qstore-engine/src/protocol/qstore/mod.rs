@@ -28,6 +28,7 @@ mod batch;
 mod msg;
 mod node;
 mod plan;
+mod replica;
 mod spec;
 
 pub use node::start;

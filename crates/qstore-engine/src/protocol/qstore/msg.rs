@@ -282,7 +282,14 @@ pub type Outputs = Vec<Vec<Output>>;
 pub enum QMsg {
     /// Planner `rank`'s execution queues for the receiving node in `batch`; an empty list
     /// tells the receiver that this planner has nothing for it in that batch.
-    Plan { batch: u64, rank: u32, eqs: Vec<Eq> },
+    /// `replayed`: the sender delivers it from its group's log rather than as its leader
+    /// (replication): the leader's instance records the history, other instances do not.
+    Plan {
+        batch: u64,
+        rank: u32,
+        eqs: Vec<Eq>,
+        replayed: bool,
+    },
     /// Every fragment planner `rank` sent the sender in `batch` has run; here are their
     /// outputs.
     /// (Speculative mode with abortable transactions: `notes` report fates.)
@@ -308,6 +315,8 @@ pub enum QMsg {
         abortables: u16,
         abort: Option<String>,
     },
+    /// Replication: a raft message between members of a replica group.
+    Raft(crate::replication::ReplMsg),
 }
 
 /// Speculative mode: what a node that ran some of a planner's batch reports about one of its

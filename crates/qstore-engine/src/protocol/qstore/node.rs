@@ -4,6 +4,7 @@
 use super::batch::{Batches, Claim};
 use super::msg::{Eq, FateInfo, FateNote, FragRef, Op, Output, Outputs, QMsg, TxnPos};
 use super::plan::{BatchPlan, QueueShape};
+use super::replica::{LoggedBatch, TxnContext};
 use super::spec::{PlannerBatch, RecordKey, Speculation};
 use crate::cluster::EngineCtx;
 use crate::exec::{run_access, Lookahead, TxnScratch, UndoLog};
@@ -13,22 +14,24 @@ use crate::protocol::shell::{shut_down, NodeShell};
 use crate::protocol::{
     admit, home_node, reply, settle, AdmissionQueue, Admitted, Ending, Engine, TxnRequest,
 };
+use crate::replication::{Applier, GroupMember, MemLog};
 use crate::runtime::spawn_worker;
 use crate::stages::{StageClock, StageSnapshot};
 use crossbeam_channel::{bounded, Receiver, RecvTimeoutError};
 use crossbeam_utils::CachePadded;
 use parking_lot::{Condvar, Mutex, MutexGuard, RwLock};
-use qstore_core::config::{Isolation, QStoreMode};
+use qstore_core::config::{Isolation, QStoreMode, ReplicationMode};
+use qstore_core::placement::Placement;
 use qstore_core::txn::{
     AccessRef, CcAbortCause, Program, RowRef, TxnOutcome, Value, EMPTY_PROGRAM, KEY_NOT_FOUND,
 };
-use qstore_core::{NodeId, PartitionId, QError, TableId};
+use qstore_core::{NodeId, PartitionId, QError, TableId, TxnId};
 use qstore_net::{Envelope, NetCounters, Transport};
 use qstore_storage::RowVersion;
-use rustc_hash::FxHashMap;
+use rustc_hash::{FxHashMap, FxHashSet};
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
@@ -79,7 +82,7 @@ thread_local! {
 
 pub fn start(ctx: Arc<EngineCtx>) -> Result<Box<dyn Engine>, QError> {
     let NodeNet { transport, inboxes } = crate::net::open::<QMsg>(&ctx)?;
-    let mut nodes: Vec<Option<Arc<QNode>>> = (0..ctx.nodes()).map(|_| None).collect();
+    let mut nodes: Vec<Option<Arc<QNode>>> = (0..ctx.servers()).map(|_| None).collect();
     let mut threads = Vec::new();
     let pin = ctx.cfg.cluster.pin_threads;
     for (local, (id, inbox)) in inboxes.into_iter().enumerate() {
@@ -114,11 +117,16 @@ pub fn start(ctx: Arc<EngineCtx>) -> Result<Box<dyn Engine>, QError> {
             }));
         }
     }
-    Ok(Box::new(QStore {
+    let qstore = QStore {
         nodes,
         net: transport,
         threads: Mutex::new(threads),
-    }))
+        placement: ctx.placement.clone(),
+    };
+    if ctx.placement.replicas() > 1 {
+        qstore.join_groups(&ctx)?;
+    }
+    Ok(Box::new(qstore))
 }
 
 struct QStore {
@@ -126,17 +134,84 @@ struct QStore {
     nodes: Vec<Option<Arc<QNode>>>,
     net: Arc<dyn Transport<QMsg>>,
     threads: Mutex<Vec<JoinHandle<()>>>,
+    placement: Arc<Placement>,
 }
+
+/// How long a replicated cluster waits at start for every group to elect its leader.
+const ELECTION_WAIT: Duration = Duration::from_secs(30);
 
 impl QStore {
     fn local(&self) -> impl Iterator<Item = &Arc<QNode>> {
         self.nodes.iter().flatten()
     }
+
+    /// Replication: starts every local node's member of its replica group, and waits until
+    /// every group has a leader. Instance 0's members call the first elections.
+    fn join_groups(&self, ctx: &EngineCtx) -> Result<(), QError> {
+        for node in self.local() {
+            let (me, net) = (node.id, self.net.clone());
+            let outbox = Arc::new(move |to, msg| net.send(me, to, QMsg::Raft(msg)));
+            let voters = ctx.placement.group(node.part_id()).map(|n| n.0 as u64 + 1);
+            let member = GroupMember::start(
+                me,
+                ctx.placement.clone(),
+                &ctx.cfg.replication,
+                MemLog::new(voters.collect()),
+                outbox,
+                node.clone(),
+                ctx.placement.instance_of(me) == 0,
+            )?;
+            let _ = node.member.set(member);
+        }
+        let deadline = Instant::now() + ELECTION_WAIT;
+        let partitions = (0..ctx.nodes()).map(PartitionId);
+        let leaderless = || {
+            partitions
+                .clone()
+                .find(|&p| ctx.placement.leader(p).is_none())
+        };
+        while let Some(p) = leaderless() {
+            if Instant::now() > deadline {
+                self.stop_groups();
+                return Err(QError::Other(format!(
+                    "replica group of partition {p} elected no leader in {ELECTION_WAIT:?}"
+                )));
+            }
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        Ok(())
+    }
+
+    fn stop_groups(&self) {
+        for node in self.local() {
+            if let Some(m) = node.member.get() {
+                m.stop();
+            }
+        }
+    }
 }
 
 impl Engine for QStore {
+    /// `home` names a partition: its group's leader takes the transaction.
     fn submit(&self, home: NodeId, req: TxnRequest) {
-        if let Some(node) = home_node(&self.nodes, home, &req) {
+        let leader = if self.placement.replicas() == 1 {
+            home
+        } else {
+            let p = PartitionId(home.0);
+            if p.0 >= self.placement.partitions() {
+                reply(&req, TxnOutcome::Rejected(format!("no partition {p}")));
+                return;
+            }
+            match self.placement.leader(p) {
+                Some(leader) => leader,
+                None => {
+                    let why = format!("partition {p} has no leader: an election is under way");
+                    reply(&req, TxnOutcome::Rejected(why));
+                    return;
+                }
+            }
+        };
+        if let Some(node) = home_node(&self.nodes, leader, &req) {
             node.submit(req);
         }
     }
@@ -157,6 +232,7 @@ impl Engine for QStore {
     fn shutdown(&self) {
         let nodes: Vec<&QNode> = self.local().map(|n| &**n).collect();
         shut_down(&nodes, &self.threads, QUIESCE_TIMEOUT);
+        self.stop_groups();
     }
 }
 
@@ -165,6 +241,10 @@ impl Engine for QStore {
 struct Planner {
     queue: Receiver<Admitted>,
     next_batch: AtomicU64,
+    /// Batches below this one have their plans installed here (behind `next_batch` while a
+    /// synchronously replicated plan waits for its log, and on followers, which deliver what
+    /// their group's log commits).
+    delivered: AtomicU64,
     /// When the batch being filled was opened.
     opened: Mutex<Instant>,
     /// Its execution queues and planning scratch, reused from batch to batch.
@@ -173,7 +253,10 @@ struct Planner {
 
 /// A transaction this node planned, waiting for its outputs.
 struct HomeTxn {
-    req: TxnRequest,
+    id: TxnId,
+    /// The client's request, at the member that planned it (other members commit the
+    /// transaction in their instance and answer no one).
+    req: Option<TxnRequest>,
     /// Accesses in its program: the length of its answer's outputs.
     n_accesses: u16,
     may_abort: bool,
@@ -261,6 +344,14 @@ struct NodeState {
     /// Batches decided but not answered yet: `settle` answers them after releasing the lock,
     /// so that sending a batch's answers does not hold up the other workers.
     decided: Vec<DecidedBatch>,
+    /// Replication: planner batches of `home` committed in the group's log; and batches
+    /// decided here whose log entry has not committed yet (speculative replication answers
+    /// them when it does).
+    logged: FxHashSet<PlannerBatch>,
+    unlogged: BTreeMap<PlannerBatch, DecidedBatch>,
+    /// Replication: planner batches delivered from a log rather than by the group's leader:
+    /// another instance records their history.
+    replayed: FxHashSet<PlannerBatch>,
 }
 
 /// A planner's batch whose transactions' fates are known, in planning order.
@@ -290,7 +381,16 @@ struct Admission {
 
 struct QNode {
     id: NodeId,
+    /// The node's place in its cluster instance (its partition): plans name the nodes of an
+    /// instance this way, so every instance can run the same plans.
+    part: NodeId,
     ctx: Arc<EngineCtx>,
+    /// Replication: this node's member of its partition's replica group.
+    member: OnceLock<GroupMember>,
+    /// Replication is synchronous: a leader's plans wait for the log.
+    synchronous: bool,
+    /// Replication: the first leader of the group this node learnt of.
+    first_leader: OnceLock<NodeId>,
     net: Arc<dyn Transport<QMsg>>,
     /// What different threads write all the time lives on cache lines of its own, so that
     /// one thread's writes do not evict another's: each planner's (its worker), the admission
@@ -345,6 +445,7 @@ impl QNode {
                 let planner = Planner {
                     queue: rx,
                     next_batch: AtomicU64::new(0),
+                    delivered: AtomicU64::new(0),
                     opened: Mutex::new(Instant::now()),
                     plan: Mutex::new(BatchPlan::new(ctx.nodes() as usize, queues)),
                 };
@@ -352,8 +453,18 @@ impl QNode {
             })
             .unzip();
         let ranks = planners_per_node * ctx.nodes();
+        // Which transactions a speculative abort cascades to depends on timing (whether a
+        // reader ran before or after the abort rolled back what it read), so two instances
+        // would decide differently: replicated, transactions that may abort run
+        // conservatively, whose fates depend on the data alone.
+        let speculative = q.mode == QStoreMode::Speculative && ctx.placement.replicas() == 1;
         QNode {
             id,
+            part: NodeId(ctx.placement.partition_of(id).0),
+            member: OnceLock::new(),
+            first_leader: OnceLock::new(),
+            synchronous: ctx.placement.replicas() > 1
+                && ctx.cfg.replication.mode == ReplicationMode::Synchronous,
             net,
             planners,
             admission: CachePadded::new(Admission {
@@ -375,6 +486,9 @@ impl QNode {
                 images: FxHashMap::default(),
                 spec: Speculation::default(),
                 decided: Vec::new(),
+                logged: FxHashSet::default(),
+                unlogged: BTreeMap::new(),
+                replayed: FxHashSet::default(),
             })),
             wake: Condvar::new(),
             stop: AtomicBool::new(false),
@@ -388,8 +502,8 @@ impl QNode {
             close_when_idle: q.close_when_idle,
             depth: q.pipeline_depth as u64,
             read_committed,
-            speculate: q.mode == QStoreMode::Speculative && ctx.catalog.may_abort(),
-            holds_writes: q.mode == QStoreMode::Conservative && ctx.catalog.may_abort(),
+            speculate: speculative && ctx.catalog.may_abort(),
+            holds_writes: !speculative && ctx.catalog.may_abort(),
             sub_locks: (0..subs).map(|_| Mutex::new(())).collect(),
             ctx,
         }
@@ -460,16 +574,33 @@ impl QNode {
         ran && !unplanned
     }
 
+    /// Planner ranks are the same in every instance: group, then planner.
     fn rank(&self, planner: usize) -> u32 {
-        self.id.0 * self.planners_per_node + planner as u32
+        self.part.0 * self.planners_per_node + planner as u32
     }
 
+    /// The node (of an instance, see `part`) whose planner has `rank`.
     fn node_of_rank(&self, rank: u32) -> NodeId {
         NodeId(rank / self.planners_per_node)
     }
 
+    /// The server that is node `n` of this node's instance.
+    #[inline]
+    fn peer(&self, n: NodeId) -> NodeId {
+        self.ctx.placement.peer_of(self.id, PartitionId(n.0))
+    }
+
+    fn part_id(&self) -> PartitionId {
+        PartitionId(self.part.0)
+    }
+
+    /// Whether this node plans: it leads its group (always, without replication).
+    fn leads(&self) -> bool {
+        self.member.get().is_none() || self.ctx.placement.is_leader(self.id)
+    }
+
     fn store(&self) -> &qstore_storage::PartitionStore {
-        self.ctx.store(PartitionId(self.id.0))
+        self.ctx.server_store(self.id)
     }
 
     /// A thread of the node: plans batches that are due, executes queues otherwise (if
@@ -528,14 +659,17 @@ impl QNode {
                         }
                     }
                 }
-                claim
+                claim.map(|c| {
+                    let replayed = state.replayed.contains(&(c.batch, c.rank));
+                    (c, self.ctx.history.is_some() && !replayed)
+                })
             } else {
                 None
             };
             (claim, state.batches.events())
         };
         match claim {
-            Some(c) => self.execute(c, scratch),
+            Some((c, records)) => self.execute(c, records, scratch),
             None if early && planners.iter().any(|&p| self.plan_if_due(p, true)) => {}
             None => return Some(seen),
         }
@@ -590,6 +724,10 @@ impl QNode {
     /// another thread is planning for `p` right now.
     fn plan_if_due(&self, p: usize, early: bool) -> bool {
         let planner = &*self.planners[p];
+        if !self.leads() {
+            // A follower's plans come from its group's log.
+            return false;
+        }
         let queued = planner.queue.len();
         // Read the clock only when the answer depends on it: a step asks every planner. An
         // empty batch need not time out when idle workers close batches (they close the ones
@@ -618,9 +756,12 @@ impl QNode {
             }
         }
         *planner.opened.lock() = Instant::now();
-        self.plan(batch, self.rank(p), planner, &mut plan);
+        let delivered = self.plan(batch, self.rank(p), planner, &mut plan);
         // Published after the plan is installed here, so `retire` never counts this batch as
         // done before its slot exists.
+        if delivered {
+            planner.delivered.store(batch + 1, Ordering::Release);
+        }
         planner.next_batch.store(batch + 1, Ordering::Release);
         drop(plan);
         // The batch's queues may all have run before that store, and the `retire` their end
@@ -630,8 +771,10 @@ impl QNode {
         true
     }
 
-    /// Takes up to a batch of transactions and sends every node its execution queues.
-    fn plan(&self, batch: u64, rank: u32, planner: &Planner, plan: &mut BatchPlan) {
+    /// Takes up to a batch of transactions and sends every node its execution queues (with
+    /// replication, proposes them to the group's log too). Returns whether it delivered them
+    /// (not when synchronous replication waits for the log).
+    fn plan(&self, batch: u64, rank: u32, planner: &Planner, plan: &mut BatchPlan) -> bool {
         let timed = batch.is_multiple_of(STAGE_SAMPLE);
         let mut planning = timed.then(Instant::now);
         let ctx = &*self.ctx;
@@ -663,14 +806,15 @@ impl QNode {
                 continue;
             }
             let seq = txns.len() as u32;
-            let placed = plan.place(seq, req.id, self.id, &program, &ctx.pmap, shape);
+            let placed = plan.place(seq, req.id, self.part, &program, &ctx.pmap, shape);
             for &n in placed.nodes {
                 involved[n.index()] = true;
             }
             txns.push(HomeTxn {
+                id: req.id,
                 may_abort: placed.may_abort,
                 n_accesses: program.accesses.len() as u16,
-                req,
+                req: Some(req),
             });
         }
         if !admissions.is_empty() {
@@ -682,6 +826,14 @@ impl QNode {
             .collect();
         // Every transaction planned has an access, so some node acknowledges the batch.
         debug_assert!(txns.is_empty() || !involved.is_empty());
+        let mut eqs: Vec<Vec<Eq>> = (0..nodes as u32)
+            .map(|d| plan.take_eqs(NodeId(d)))
+            .collect();
+        let contexts: Vec<TxnContext> = match self.member.get() {
+            Some(_) => txns.iter().map(HomeTxn::context).collect(),
+            None => Vec::new(),
+        };
+        // Waiting for its answers before it is proposed: the log may commit it at once.
         if !txns.is_empty() {
             let home = HomeBatch {
                 txns,
@@ -693,32 +845,62 @@ impl QNode {
                     last_finish: None,
                 }),
                 acks_pending: involved.len() as u32,
-                involved,
+                involved: involved.clone(),
                 notes: Vec::new(),
                 outputs: Vec::new(),
             };
             self.state.lock().home.insert((batch, rank), home);
         }
-        for d in 0..nodes as u32 {
-            let eqs = plan.take_eqs(NodeId(d));
-            if d != self.id.0 {
-                self.net
-                    .send(self.id, NodeId(d), QMsg::Plan { batch, rank, eqs });
+        if let Some(member) = self.member.get() {
+            let logged = LoggedBatch {
+                batch,
+                rank,
+                eqs,
+                txns: contexts,
+                involved,
+            };
+            member.propose(logged.encode());
+            eqs = logged.eqs;
+        }
+        if self.synchronous {
+            return false;
+        }
+        self.deliver(batch, rank, eqs, false);
+        true
+    }
+
+    /// Sends every node of the instance its queues of planner batch (`batch`, `rank`), and
+    /// installs this node's own. `replayed`: they come from the group's log.
+    fn deliver(&self, batch: u64, rank: u32, eqs: Vec<Vec<Eq>>, replayed: bool) {
+        for (d, eqs) in eqs.into_iter().enumerate() {
+            let d = NodeId(d as u32);
+            if d != self.part {
+                let msg = QMsg::Plan {
+                    batch,
+                    rank,
+                    eqs,
+                    replayed,
+                };
+                self.net.send(self.id, self.peer(d), msg);
             } else {
-                self.install(batch, rank, eqs);
+                self.install(batch, rank, eqs, replayed);
             }
         }
     }
 
-    fn install(&self, batch: u64, rank: u32, eqs: Vec<Eq>) {
+    fn install(&self, batch: u64, rank: u32, eqs: Vec<Eq>, replayed: bool) {
         let mut state = self.state.lock();
+        if replayed {
+            state.replayed.insert((batch, rank));
+        }
         state.batches.install(batch, rank, eqs);
         state.batches.event();
         self.settle(state);
     }
 
     /// Runs a claimed queue from its cursor until it ends or stalls.
-    fn execute(&self, mut c: Claim, scratch: &mut TxnScratch) {
+    /// `records`: the fragments' reads and writes go into the history (see `replayed`).
+    fn execute(&self, mut c: Claim, records: bool, scratch: &mut TxnScratch) {
         let _owner =
             (self.speculate && c.sub < self.subs).then(|| self.sub_locks[c.sub as usize].lock());
         // One output per access still to run (fewer if some are skipped).
@@ -736,9 +918,9 @@ impl QNode {
             };
             // Queues numbered from `subs` are read-only queues (read-committed isolation).
             let ran = if c.sub >= self.subs {
-                self.read_committed_fragment(pos, frag, &ahead, scratch, &mut outputs)
+                self.read_committed_fragment(pos, frag, &ahead, records, scratch, &mut outputs)
             } else {
-                self.run_fragment(pos, frag, &ahead, scratch, &mut outputs)
+                self.run_fragment(pos, frag, &ahead, records, scratch, &mut outputs)
             };
             if let Some(seen) = ran {
                 // Waiting for a value or a verdict: set the queue aside until something happens.
@@ -769,6 +951,7 @@ impl QNode {
         pos: TxnPos,
         frag: FragRef<'_>,
         ahead: &dyn Fn(usize),
+        trace: bool,
         s: &mut TxnScratch,
         outputs: &mut Vec<Output>,
     ) -> Option<u64> {
@@ -791,7 +974,6 @@ impl QNode {
             self.state.lock().spec.touch(pos, keys);
         }
         let ctx = &*self.ctx;
-        let trace = ctx.history.is_some();
         let mut votes: Vec<Option<String>> = Vec::new();
         for (at, op) in (frag.start as usize..).zip(frag.accesses) {
             ahead(at);
@@ -834,7 +1016,7 @@ impl QNode {
             let values = needs_values.then_some(&mut s.outputs[..]);
             self.publish(pos, frag, op.idx, value, values, outputs);
         }
-        if let Some(h) = &ctx.history {
+        if let Some(h) = ctx.history.as_ref().filter(|_| trace) {
             h.add_part(frag.id, &s.trace);
         }
         if self.speculate {
@@ -928,6 +1110,7 @@ impl QNode {
         pos: TxnPos,
         frag: FragRef<'_>,
         ahead: &dyn Fn(usize),
+        trace: bool,
         s: &mut TxnScratch,
         outputs: &mut Vec<Output>,
     ) -> Option<u64> {
@@ -970,13 +1153,13 @@ impl QNode {
             };
             let result = match found {
                 Some((version, bytes)) => {
-                    if ctx.history.is_some() {
+                    if trace {
                         s.trace.read(a.table, a.key, version);
                     }
                     ctx.catalog.steps.run(a, RowRef::Read(bytes), &s.outputs)
                 }
                 None => {
-                    if ctx.history.is_some() {
+                    if trace {
                         s.trace.read(a.table, a.key, t.absent_version(a.key));
                     }
                     Err(KEY_NOT_FOUND)
@@ -994,7 +1177,7 @@ impl QNode {
         for (idx, value) in produced {
             self.publish(pos, frag, idx, value, None, outputs);
         }
-        if let Some(h) = &ctx.history {
+        if let Some(h) = ctx.history.as_ref().filter(|_| trace) {
             h.add_part(frag.id, &s.trace);
         }
         None
@@ -1036,7 +1219,7 @@ impl QNode {
     /// Sends an abortable access's verdict to every node that must know the fate.
     fn vote(&self, pos: TxnPos, fate: &FateInfo, abort: Option<String>) {
         for &n in &fate.notify {
-            if n == self.id {
+            if n == self.part {
                 self.on_vote(pos, fate.abortables, abort.clone());
             } else {
                 let msg = QMsg::Vote {
@@ -1044,7 +1227,7 @@ impl QNode {
                     abortables: fate.abortables,
                     abort: abort.clone(),
                 };
-                self.net.send(self.id, n, msg);
+                self.net.send(self.id, self.peer(n), msg);
             }
         }
     }
@@ -1137,7 +1320,7 @@ impl QNode {
                     idx,
                     value: value.clone(),
                 };
-                self.net.send(self.id, n, msg);
+                self.net.send(self.id, self.peer(n), msg);
             }
         }
     }
@@ -1165,14 +1348,20 @@ impl QNode {
         if hb.acks_pending == 0 {
             let hb = state.home.remove(&(batch, rank)).expect("present");
             let fates = self.commit(state, batch, rank, hb.involved, hb.notes, &hb.txns);
-            state.decided.push(DecidedBatch {
+            let decided = DecidedBatch {
                 batch,
                 rank,
                 clock: hb.clock.map(|c| (c, Instant::now())),
                 txns: hb.txns,
                 fates,
                 outputs: hb.outputs,
-            });
+            };
+            // With replication, answered once committed in the log too.
+            if self.member.get().is_none() || state.logged.remove(&(batch, rank)) {
+                state.decided.push(decided);
+            } else {
+                state.unlogged.insert((batch, rank), decided);
+            }
         }
     }
 
@@ -1200,7 +1389,7 @@ impl QNode {
                 // running on the records, which this thread may be one of.
                 self.net.send(
                     self.id,
-                    n,
+                    self.peer(n),
                     QMsg::Final {
                         batch,
                         rank,
@@ -1227,6 +1416,8 @@ impl QNode {
         let n = txns.len() as u64;
         let mut outputs = Gather::new(outputs);
         for ((seq, t), fate) in txns.into_iter().enumerate().zip(fates) {
+            // Another member of the group answers it.
+            let Some(req) = t.req else { continue };
             let order = TxnPos {
                 batch,
                 rank,
@@ -1242,8 +1433,8 @@ impl QNode {
                 },
             };
             let (h, trace) = (self.ctx.history.as_deref(), TxnTrace::default());
-            let outcome = settle(h, self.id, t.req.id, &t.req.call, &trace, ending);
-            t.req.answer(outcome);
+            let outcome = settle(h, self.id, req.id, &req.call, &trace, ending);
+            req.answer(outcome);
         }
         if let Some((clock, decided)) = clock {
             self.stages
@@ -1295,7 +1486,7 @@ impl QNode {
             Vec::new()
         };
         let home = self.node_of_rank(rank);
-        if home == self.id {
+        if home == self.part {
             self.on_ack(state, batch, rank, outputs, notes);
         } else {
             let msg = QMsg::Ack {
@@ -1304,7 +1495,7 @@ impl QNode {
                 outputs,
                 notes,
             };
-            self.net.send(self.id, home, msg);
+            self.net.send(self.id, self.peer(home), msg);
         }
     }
 
@@ -1354,11 +1545,12 @@ impl QNode {
         let planned = self
             .planners
             .iter()
-            .map(|p| p.next_batch.load(Ordering::Acquire))
+            .map(|p| p.delivered.load(Ordering::Acquire))
             .min();
         let upto = state.retired.max(planned.unwrap_or(0));
         let executing = state.batches.retire_done(upto);
-        let answering = state.home.keys().next().map_or(upto, |&(b, _)| b);
+        let unanswered = state.home.keys().chain(state.unlogged.keys()).min();
+        let answering = unanswered.map_or(upto, |&(b, _)| b);
         // A transaction still undecided here holds records and before-images: keep its batch.
         let deciding = state.oldest_undecided().map_or(u64::MAX, |(b, _)| b);
         let retired = executing.min(answering).min(deciding);
@@ -1366,12 +1558,13 @@ impl QNode {
             state.retired = retired;
             state.values.retain(|pos, _| pos.batch >= retired);
             state.fates.retain(|pos, _| pos.batch >= retired);
+            state.replayed.retain(|&(b, _)| b >= retired);
             state.images.retain(|_, v| {
                 v.retain(|((b, _), _, _)| *b >= retired);
                 !v.is_empty()
             });
         }
-        let quiet = state.home.is_empty() && state.batches.is_empty();
+        let quiet = state.home.is_empty() && state.unlogged.is_empty() && state.batches.is_empty();
         // Written only when it changes: every thread reads it on every submission.
         if self.quiet.load(Ordering::Relaxed) != quiet {
             self.quiet.store(quiet, Ordering::Release);
@@ -1406,10 +1599,15 @@ impl QNode {
                 Err(RecvTimeoutError::Disconnected) => return,
             };
             match env.msg {
-                QMsg::Plan { batch, rank, eqs } => {
+                QMsg::Plan {
+                    batch,
+                    rank,
+                    eqs,
+                    replayed,
+                } => {
                     let check = self.state.lock().batches.check_plan(rank, &eqs);
                     match check {
-                        Ok(()) => self.install(batch, rank, eqs),
+                        Ok(()) => self.install(batch, rank, eqs, replayed),
                         Err(why) => tracing::error!(
                             "node {}: refused a plan from node {}: {why}",
                             self.id,
@@ -1441,7 +1639,123 @@ impl QNode {
                     rank,
                     aborted,
                 } => self.on_final(batch, rank, aborted),
+                QMsg::Raft(msg) => match self.member.get() {
+                    Some(member) => member.receive(env.from, msg),
+                    None => tracing::warn!(
+                        "node {}: a replication message from node {}, but partitions are not \
+                         replicated",
+                        self.id,
+                        env.from
+                    ),
+                },
             }
+        }
+    }
+}
+
+/// Replication: what a node does with its group's log.
+impl Applier for QNode {
+    fn committed(&self, proposer: NodeId, data: &[u8]) {
+        let logged = match LoggedBatch::decode(data, self.ctx.nodes() as usize) {
+            Ok(b) => b,
+            Err(why) => {
+                tracing::error!("node {}: a log entry is not a batch: {why}", self.id);
+                return;
+            }
+        };
+        let key = (logged.batch, logged.rank);
+        let Some(planner) = self.planner_of(logged.rank) else {
+            tracing::error!(
+                "node {}: the log holds batch {} of planner rank {}, not of this group",
+                self.id,
+                logged.batch,
+                logged.rank
+            );
+            return;
+        };
+        let mut state = self.state.lock();
+        if proposer == self.id {
+            // This member planned it: its transactions wait for this to be answered.
+            match state.unlogged.remove(&key) {
+                Some(decided) => state.decided.push(decided),
+                None if state.home.contains_key(&key) => {
+                    state.logged.insert(key);
+                }
+                None => {}
+            }
+            self.settle(state);
+            if self.synchronous {
+                self.deliver(logged.batch, logged.rank, logged.eqs, false);
+                planner.delivered.store(logged.batch + 1, Ordering::Release);
+                self.settle(self.state.lock());
+            }
+            return;
+        }
+        // Another member planned it: this instance commits it too, answering no one.
+        if !logged.txns.is_empty() {
+            state.logged.insert(key);
+            let home = HomeBatch {
+                txns: logged.txns.iter().map(HomeTxn::replica).collect(),
+                clock: None,
+                acks_pending: logged.involved.len() as u32,
+                involved: logged.involved,
+                notes: Vec::new(),
+                outputs: Vec::new(),
+            };
+            state.home.insert(key, home);
+        }
+        drop(state);
+        planner
+            .next_batch
+            .fetch_max(logged.batch + 1, Ordering::AcqRel);
+        self.deliver(logged.batch, logged.rank, logged.eqs, true);
+        planner
+            .delivered
+            .fetch_max(logged.batch + 1, Ordering::AcqRel);
+        self.settle(self.state.lock());
+    }
+
+    fn leader_changed(&self, leader: Option<NodeId>) {
+        let Some(leader) = leader else { return };
+        let first = *self.first_leader.get_or_init(|| leader);
+        if leader != first {
+            // Fail-over is not built yet: a new leader would plan from batch 0 again, and a
+            // deposed one's proposals in flight are lost.
+            tracing::error!(
+                "node {}: its group's leader changed from node {first} to node {leader} \
+                 during the run; fail-over is not supported yet, so the run cannot go on \
+                 correctly",
+                self.id
+            );
+        }
+        self.notify();
+    }
+}
+
+impl QNode {
+    /// The planner of this node's group that has `rank`, if one does.
+    fn planner_of(&self, rank: u32) -> Option<&Planner> {
+        let p = rank.checked_sub(self.rank(0))?;
+        self.planners.get(p as usize).map(|p| &**p)
+    }
+}
+
+impl HomeTxn {
+    fn context(&self) -> TxnContext {
+        TxnContext {
+            id: self.id,
+            n_accesses: self.n_accesses,
+            may_abort: self.may_abort,
+        }
+    }
+
+    /// A transaction another member of the group planned.
+    fn replica(c: &TxnContext) -> Self {
+        HomeTxn {
+            id: c.id,
+            req: None,
+            n_accesses: c.n_accesses,
+            may_abort: c.may_abort,
         }
     }
 }
@@ -1460,7 +1774,11 @@ impl NodeShell for QNode {
     /// no transaction undecided here.
     fn quiescent(&self) -> bool {
         let state = self.state.lock();
-        state.home.is_empty() && state.spec.is_idle() && state.fates.values().all(|f| f.decided)
+        state.home.is_empty()
+            && state.unlogged.is_empty()
+            && state.spec.is_idle()
+            && state.fates.values().all(|f| f.decided)
+            && self.member.get().is_none_or(GroupMember::settled)
     }
 
     /// Answers requests still queued at shutdown.
@@ -1502,12 +1820,16 @@ impl NodeShell for QNode {
             }
         }
         let mut state = self.state.lock();
-        for (_, hb) in std::mem::take(&mut state.home) {
-            for t in hb.txns {
-                reply(
-                    &t.req,
-                    TxnOutcome::Rejected("cluster is shutting down".into()),
-                );
+        let unlogged = std::mem::take(&mut state.unlogged)
+            .into_values()
+            .map(|d| d.txns);
+        let home = std::mem::take(&mut state.home)
+            .into_values()
+            .map(|hb| hb.txns);
+        for t in home.chain(unlogged).flatten() {
+            if let Some(req) = &t.req {
+                let why = "cluster is shutting down".into();
+                reply(req, TxnOutcome::Rejected(why));
             }
         }
     }

@@ -1,0 +1,88 @@
+//! Where a replica group's log lives: behind [`LogStore`], so that the consensus code does not
+//! care whether entries are kept in memory (today) or in segment files on disk (with
+//! durability). Raft reads the log through its own [`raft::Storage`] trait; the writes it
+//! asks for in each `Ready` go through the methods here.
+
+use raft::eraftpb::{ConfState, Entry, HardState, Snapshot};
+use raft::storage::MemStorage;
+use raft::{RaftState, Storage};
+
+/// A replica group's log: what raft reads ([`Storage`]) and the writes a `Ready` asks for.
+///
+/// Every write must be durable (as durable as the implementation promises) before the call
+/// returns: raft sends the messages that depend on it right after.
+pub trait LogStore: Storage + Send + 'static {
+    /// Appends entries, replacing any conflicting suffix (a new leader's entries overwrite
+    /// what an old leader's left uncommitted).
+    fn append(&mut self, entries: &[Entry]) -> raft::Result<()>;
+    /// Records the vote, term and commit index.
+    fn set_hard_state(&mut self, hs: HardState);
+    /// Records a new commit index alone (raft's light ready).
+    fn set_commit(&mut self, commit: u64);
+    /// Replaces the log with a snapshot sent by the leader.
+    fn apply_snapshot(&mut self, snapshot: Snapshot) -> raft::Result<()>;
+}
+
+/// Entries in memory, lost with the process (the durability issue brings the disk log).
+pub struct MemLog {
+    inner: MemStorage,
+}
+
+impl MemLog {
+    /// An empty log of a group whose members are `voters` (raft ids).
+    pub fn new(voters: Vec<u64>) -> Self {
+        MemLog {
+            inner: MemStorage::new_with_conf_state(ConfState::from((voters, vec![]))),
+        }
+    }
+}
+
+impl Storage for MemLog {
+    fn initial_state(&self) -> raft::Result<RaftState> {
+        self.inner.initial_state()
+    }
+
+    fn entries(
+        &self,
+        low: u64,
+        high: u64,
+        max_size: impl Into<Option<u64>>,
+        context: raft::GetEntriesContext,
+    ) -> raft::Result<Vec<Entry>> {
+        self.inner.entries(low, high, max_size, context)
+    }
+
+    fn term(&self, idx: u64) -> raft::Result<u64> {
+        self.inner.term(idx)
+    }
+
+    fn first_index(&self) -> raft::Result<u64> {
+        self.inner.first_index()
+    }
+
+    fn last_index(&self) -> raft::Result<u64> {
+        self.inner.last_index()
+    }
+
+    fn snapshot(&self, request_index: u64, to: u64) -> raft::Result<Snapshot> {
+        self.inner.snapshot(request_index, to)
+    }
+}
+
+impl LogStore for MemLog {
+    fn append(&mut self, entries: &[Entry]) -> raft::Result<()> {
+        self.inner.wl().append(entries)
+    }
+
+    fn set_hard_state(&mut self, hs: HardState) {
+        self.inner.wl().set_hardstate(hs)
+    }
+
+    fn set_commit(&mut self, commit: u64) {
+        self.inner.wl().mut_hard_state().commit = commit;
+    }
+
+    fn apply_snapshot(&mut self, snapshot: Snapshot) -> raft::Result<()> {
+        self.inner.wl().apply_snapshot(snapshot)
+    }
+}

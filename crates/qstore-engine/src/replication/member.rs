@@ -1,0 +1,478 @@
+//! One server's seat in its replica group: a thread driving raft (TiKV's raft-rs) for leader
+//! election and log replication. raft-rs is a state machine: this thread ticks it, steps it
+//! with the messages other members sent, proposes what the protocol replicates, and carries
+//! out each `Ready` (append to the [`LogStore`], send messages over the protocol's transport,
+//! hand committed entries to the protocol's [`Applier`]).
+
+use super::log::LogStore;
+use super::{ReplMsg, MAX_RAFT_MESSAGE};
+use crossbeam_channel::{unbounded, Receiver, RecvTimeoutError, Sender};
+use parking_lot::Mutex;
+use protobuf::Message as _;
+use qstore_core::config::ReplicationConfig;
+use qstore_core::placement::Placement;
+use qstore_core::{NodeId, QError};
+use raft::eraftpb::{Entry, EntryType, Message};
+use raft::{RawNode, StateRole};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+/// What the protocol does with its group's log.
+pub trait Applier: Send + Sync + 'static {
+    /// An entry committed in the log, in log order, on every member. `proposer` is the member
+    /// that proposed it (a leader may act on its proposals before they commit).
+    fn committed(&self, proposer: NodeId, data: &[u8]);
+    /// The member learnt who leads the group now (`None`: an election is under way).
+    fn leader_changed(&self, leader: Option<NodeId>);
+}
+
+/// How members send each other raft messages: over the protocol's transport.
+pub type Outbox = Arc<dyn Fn(NodeId, ReplMsg) + Send + Sync>;
+
+enum Input {
+    Propose(Vec<u8>),
+    Step(NodeId, ReplMsg),
+}
+
+/// A server's member of its replica group.
+pub struct GroupMember {
+    me: NodeId,
+    inputs: Mutex<Option<Sender<Input>>>,
+    /// Whether every entry this member knows of is committed and applied everywhere it
+    /// can tell (see `Driver::settled`).
+    settled: Arc<AtomicBool>,
+    thread: Mutex<Option<JoinHandle<()>>>,
+}
+
+/// raft numbers members from 1.
+fn raft_id(n: NodeId) -> u64 {
+    n.0 as u64 + 1
+}
+
+fn node_of(raft_id: u64) -> Option<NodeId> {
+    (raft_id > 0).then(|| NodeId((raft_id - 1) as u32))
+}
+
+impl GroupMember {
+    /// Starts `me`'s member of its partition's group. With `campaign`, it calls an election
+    /// at once (instance 0's members do, so a cluster has leaders without waiting for an
+    /// election timeout).
+    pub fn start(
+        me: NodeId,
+        placement: Arc<Placement>,
+        cfg: &ReplicationConfig,
+        log: impl LogStore,
+        outbox: Outbox,
+        applier: Arc<dyn Applier>,
+        campaign: bool,
+    ) -> Result<GroupMember, QError> {
+        let partition = placement.partition_of(me);
+        let members: Vec<NodeId> = placement.group(partition).collect();
+        let config = raft::Config {
+            id: raft_id(me),
+            heartbeat_tick: cfg.heartbeat_ticks as usize,
+            election_tick: cfg.election_ticks as usize,
+            max_size_per_msg: MAX_RAFT_MESSAGE as u64 / 2,
+            max_inflight_msgs: 256,
+            // A member that hears no heartbeat first asks whether it could win: a member cut
+            // off for a while does not depose a working leader when it comes back.
+            pre_vote: true,
+            check_quorum: true,
+            ..Default::default()
+        };
+        config
+            .validate()
+            .map_err(|e| QError::Other(format!("replication settings: {e}")))?;
+        let logger = slog::Logger::root(TracingDrain, slog::o!("node" => me.0));
+        let mut raw = RawNode::new(&config, log, &logger)
+            .map_err(|e| QError::Other(format!("node {me}: cannot start its raft member: {e}")))?;
+        if campaign {
+            raw.campaign()
+                .map_err(|e| QError::Other(format!("node {me}: cannot campaign: {e}")))?;
+        }
+        let (tx, rx) = unbounded();
+        let settled = Arc::new(AtomicBool::new(false));
+        let driver = Driver {
+            me,
+            members,
+            raw,
+            outbox,
+            applier,
+            placement,
+            settled: settled.clone(),
+            tick: Duration::from_millis(cfg.tick_ms as u64),
+            leader: None,
+        };
+        let thread = std::thread::Builder::new()
+            .name(format!("r{}", me.0))
+            .spawn(move || driver.run(rx))
+            .map_err(|e| QError::Other(format!("cannot start a replication thread: {e}")))?;
+        Ok(GroupMember {
+            me,
+            inputs: Mutex::new(Some(tx)),
+            settled,
+            thread: Mutex::new(Some(thread)),
+        })
+    }
+
+    /// Proposes an entry to the group's log (this member should lead it).
+    pub fn propose(&self, data: Vec<u8>) {
+        if let Some(tx) = &*self.inputs.lock() {
+            let _ = tx.send(Input::Propose(data));
+        }
+    }
+
+    /// A raft message from member `from`, as the network delivered it.
+    pub fn receive(&self, from: NodeId, msg: ReplMsg) {
+        if let Some(tx) = &*self.inputs.lock() {
+            let _ = tx.send(Input::Step(from, msg));
+        }
+    }
+
+    /// Whether nothing is left to replicate or apply that this member can see: as leader,
+    /// every entry is committed, on every member, and every member knows it; as follower,
+    /// every entry it knows committed is applied.
+    pub fn settled(&self) -> bool {
+        self.settled.load(Ordering::Acquire)
+    }
+
+    /// Stops the member's thread.
+    pub fn stop(&self) {
+        self.inputs.lock().take();
+        if let Some(t) = self.thread.lock().take() {
+            if t.join().is_err() {
+                tracing::error!("node {}: its replication thread panicked", self.me);
+            }
+        }
+    }
+}
+
+struct Driver<L: LogStore> {
+    me: NodeId,
+    members: Vec<NodeId>,
+    raw: RawNode<L>,
+    outbox: Outbox,
+    applier: Arc<dyn Applier>,
+    placement: Arc<Placement>,
+    settled: Arc<AtomicBool>,
+    tick: Duration,
+    leader: Option<NodeId>,
+}
+
+impl<L: LogStore> Driver<L> {
+    fn run(mut self, inputs: Receiver<Input>) {
+        let mut next_tick = Instant::now() + self.tick;
+        loop {
+            let wait = next_tick.saturating_duration_since(Instant::now());
+            match inputs.recv_timeout(wait) {
+                Ok(input) => self.take(input),
+                Err(RecvTimeoutError::Timeout) => {}
+                Err(RecvTimeoutError::Disconnected) => return,
+            }
+            // Whatever else arrived meanwhile goes into the same ready.
+            for input in inputs.try_iter() {
+                self.take(input);
+            }
+            let now = Instant::now();
+            if now >= next_tick {
+                self.raw.tick();
+                next_tick = now + self.tick;
+            }
+            if self.raw.has_ready() {
+                self.on_ready();
+            }
+            self.settled.store(self.is_settled(), Ordering::Release);
+        }
+    }
+
+    fn take(&mut self, input: Input) {
+        match input {
+            Input::Propose(data) => {
+                let context = self.me.0.to_le_bytes().to_vec();
+                if let Err(e) = self.raw.propose(context, data) {
+                    // Fail-over is not handled yet: a proposal of a member that lost its
+                    // leadership is lost, and so are the transactions it carried.
+                    tracing::error!("node {}: a proposal was dropped: {e}", self.me);
+                }
+            }
+            Input::Step(from, msg) => match self.check(from, &msg) {
+                Ok(m) => {
+                    if let Err(e) = self.raw.step(m) {
+                        tracing::debug!("node {}: raft refused a message: {e}", self.me);
+                    }
+                }
+                Err(why) => {
+                    tracing::warn!(
+                        "node {}: refused a raft message from node {from}: {why}",
+                        self.me
+                    )
+                }
+            },
+        }
+    }
+
+    /// Decodes a message and checks that it comes from a member of this group, to this one,
+    /// and names its real sender (a node cannot speak for another).
+    fn check(&self, from: NodeId, msg: &ReplMsg) -> Result<Message, String> {
+        if msg.0.len() > MAX_RAFT_MESSAGE {
+            return Err(format!("{} bytes is too long", msg.0.len()));
+        }
+        let m = Message::parse_from_bytes(&msg.0).map_err(|e| format!("undecodable: {e}"))?;
+        if !self.members.contains(&from) || from == self.me {
+            return Err("the sender is not another member of this group".into());
+        }
+        if m.from != raft_id(from) || m.to != raft_id(self.me) {
+            return Err(format!(
+                "it claims to be from member {} to member {}",
+                m.from, m.to
+            ));
+        }
+        if raft::raw_node::is_local_msg(m.get_msg_type()) {
+            return Err("a local message cannot come from the network".into());
+        }
+        Ok(m)
+    }
+
+    /// Carries out a ready: raft-rs's order (send what need not wait, persist, apply,
+    /// advance, then what needed the log persisted).
+    fn on_ready(&mut self) {
+        let mut ready = self.raw.ready();
+        if let Some(ss) = ready.ss() {
+            self.observe_leader(ss.leader_id, ss.raft_state);
+        }
+        self.send(ready.take_messages());
+        if !ready.snapshot().is_empty() {
+            let snapshot = ready.snapshot().clone();
+            if let Err(e) = self.raw.mut_store().apply_snapshot(snapshot) {
+                tracing::error!("node {}: cannot apply a snapshot: {e}", self.me);
+            }
+        }
+        self.apply(ready.take_committed_entries());
+        if !ready.entries().is_empty() {
+            if let Err(e) = self.raw.mut_store().append(ready.entries()) {
+                tracing::error!("node {}: cannot append to the log: {e}", self.me);
+            }
+        }
+        if let Some(hs) = ready.hs() {
+            self.raw.mut_store().set_hard_state(hs.clone());
+        }
+        self.send(ready.take_persisted_messages());
+        let mut light = self.raw.advance(ready);
+        if let Some(commit) = light.commit_index() {
+            self.raw.mut_store().set_commit(commit);
+        }
+        self.send(light.take_messages());
+        self.apply(light.take_committed_entries());
+        self.raw.advance_apply();
+    }
+
+    fn observe_leader(&mut self, leader_id: u64, role: StateRole) {
+        let leader = match role {
+            StateRole::Leader | StateRole::Follower => node_of(leader_id),
+            StateRole::Candidate | StateRole::PreCandidate => None,
+        };
+        if leader != self.leader {
+            self.leader = leader;
+            let partition = self.placement.partition_of(self.me);
+            // Every member reports what it learns; the map keeps the latest word. A member
+            // that saw no leader does not erase one another member reported.
+            if leader.is_some() {
+                self.placement.set_leader(partition, leader);
+            }
+            tracing::debug!("node {}: group leader is now {leader:?}", self.me);
+            self.applier.leader_changed(leader);
+        }
+    }
+
+    fn send(&self, msgs: Vec<Message>) {
+        for m in msgs {
+            let Some(to) = node_of(m.to) else { continue };
+            match m.write_to_bytes() {
+                Ok(bytes) => (self.outbox)(to, ReplMsg(bytes)),
+                Err(e) => tracing::error!("node {}: cannot encode a raft message: {e}", self.me),
+            }
+        }
+    }
+
+    fn apply(&self, entries: Vec<Entry>) {
+        for e in entries {
+            // A new leader's empty entry, and membership changes (none are proposed): nothing
+            // for the protocol.
+            if e.get_entry_type() != EntryType::EntryNormal || e.data.is_empty() {
+                continue;
+            }
+            let Some(proposer) = <[u8; 4]>::try_from(&e.context[..])
+                .ok()
+                .map(|b| NodeId(u32::from_le_bytes(b)))
+            else {
+                tracing::error!("node {}: a log entry without its proposer", self.me);
+                continue;
+            };
+            self.applier.committed(proposer, &e.data);
+        }
+    }
+
+    fn is_settled(&self) -> bool {
+        let raft = &self.raw.raft;
+        let log = &raft.raft_log;
+        let applied = log.applied == log.committed;
+        if raft.state != StateRole::Leader {
+            return applied;
+        }
+        let last = log.last_index();
+        applied
+            && log.committed == last
+            && raft
+                .prs()
+                .iter()
+                .all(|(_, pr)| pr.matched == last && pr.committed_index >= last)
+    }
+}
+
+/// Hands raft-rs's log records to `tracing`: elections and warnings at debug and warn level.
+struct TracingDrain;
+
+impl slog::Drain for TracingDrain {
+    type Ok = ();
+    type Err = slog::Never;
+
+    fn log(&self, record: &slog::Record<'_>, _: &slog::OwnedKVList) -> Result<(), slog::Never> {
+        match record.level() {
+            slog::Level::Critical | slog::Level::Error => {
+                tracing::error!(target: "raft", "{}", record.msg())
+            }
+            slog::Level::Warning => tracing::warn!(target: "raft", "{}", record.msg()),
+            slog::Level::Info => tracing::debug!(target: "raft", "{}", record.msg()),
+            slog::Level::Debug | slog::Level::Trace => {
+                tracing::trace!(target: "raft", "{}", record.msg())
+            }
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::replication::MemLog;
+    use std::sync::OnceLock;
+
+    /// Records what a member applied.
+    #[derive(Default)]
+    struct Log {
+        entries: Mutex<Vec<(NodeId, Vec<u8>)>>,
+    }
+
+    impl Applier for Log {
+        fn committed(&self, proposer: NodeId, data: &[u8]) {
+            self.entries.lock().push((proposer, data.to_vec()));
+        }
+        fn leader_changed(&self, _: Option<NodeId>) {}
+    }
+
+    /// A group of three members (partition 0 of a 1-partition cluster with 3 copies), whose
+    /// messages go straight to each other's `receive`.
+    fn group() -> (Arc<Placement>, Vec<Arc<GroupMember>>, Vec<Arc<Log>>) {
+        let placement = Arc::new(Placement::new(1, 3));
+        let members: Arc<Vec<OnceLock<Arc<GroupMember>>>> =
+            Arc::new((0..3).map(|_| OnceLock::new()).collect());
+        let logs: Vec<Arc<Log>> = (0..3).map(|_| Arc::default()).collect();
+        let cfg = ReplicationConfig {
+            factor: 3,
+            tick_ms: 2,
+            ..Default::default()
+        };
+        for n in 0..3u32 {
+            let (me, to_members) = (NodeId(n), members.clone());
+            let outbox: Outbox = Arc::new(move |to: NodeId, msg| {
+                if let Some(m) = to_members[to.index()].get() {
+                    m.receive(me, msg);
+                }
+            });
+            let voters = placement.group(qstore_core::PartitionId(0));
+            let log = MemLog::new(voters.map(raft_id).collect());
+            let m = GroupMember::start(
+                me,
+                placement.clone(),
+                &cfg,
+                log,
+                outbox,
+                logs[n as usize].clone(),
+                n == 0,
+            )
+            .unwrap();
+            let _ = members[n as usize].set(Arc::new(m));
+        }
+        let members = members.iter().map(|m| m.get().unwrap().clone()).collect();
+        (placement, members, logs)
+    }
+
+    fn wait_for(what: &str, mut done: impl FnMut() -> bool) {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while !done() {
+            assert!(Instant::now() < deadline, "timed out waiting for {what}");
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    }
+
+    #[test]
+    fn a_group_elects_a_leader_and_every_member_applies_its_proposals_in_order() {
+        let (placement, members, logs) = group();
+        let p0 = qstore_core::PartitionId(0);
+        wait_for("a leader", || placement.leader(p0).is_some());
+        let leader = placement.leader(p0).unwrap();
+        for i in 0..50u8 {
+            members[leader.index()].propose(vec![i; 1 + i as usize]);
+        }
+        wait_for("every entry applied everywhere", || {
+            logs.iter().all(|l| l.entries.lock().len() == 50)
+        });
+        wait_for("the group to settle", || {
+            members.iter().all(|m| m.settled())
+        });
+        for l in &logs {
+            let entries = l.entries.lock();
+            for (i, (proposer, data)) in entries.iter().enumerate() {
+                assert_eq!(*proposer, leader);
+                assert_eq!(data, &vec![i as u8; 1 + i]);
+            }
+        }
+        for m in &members {
+            m.stop();
+        }
+    }
+
+    #[test]
+    fn forged_and_garbled_messages_are_refused_and_the_group_goes_on() {
+        let (placement, members, logs) = group();
+        let p0 = qstore_core::PartitionId(0);
+        wait_for("a leader", || placement.leader(p0).is_some());
+        let leader = placement.leader(p0).unwrap();
+        let follower = NodeId((leader.0 + 1) % 3);
+        // Garbage, an oversized message, and a message in which node 2 speaks for node 1
+        // (a vote for itself in a term far ahead, which would depose the leader if taken).
+        members[follower.index()].receive(NodeId(2), ReplMsg(vec![0xff; 64]));
+        members[follower.index()].receive(NodeId(2), ReplMsg(vec![0; MAX_RAFT_MESSAGE + 1]));
+        let mut forged = Message::default();
+        forged.set_msg_type(raft::eraftpb::MessageType::MsgRequestVote);
+        forged.from = raft_id(NodeId(1));
+        forged.to = raft_id(follower);
+        forged.term = 1_000;
+        let forged = ReplMsg(forged.write_to_bytes().unwrap());
+        for m in &members {
+            m.receive(NodeId(2), forged.clone());
+            // From outside the group.
+            m.receive(NodeId(7), forged.clone());
+        }
+        members[leader.index()].propose(b"after".to_vec());
+        wait_for("the entry applied everywhere", || {
+            logs.iter().all(|l| l.entries.lock().len() == 1)
+        });
+        assert_eq!(placement.leader(p0), Some(leader));
+        for m in &members {
+            m.stop();
+        }
+    }
+}
