@@ -32,6 +32,10 @@ pub struct RunReport {
     pub workload: String,
     pub nodes: u32,
     pub workers: u32,
+    /// Copies of every partition (replication factor), and how they replicate.
+    pub replicas: u32,
+    /// Empty without replication.
+    pub replication_mode: String,
     pub clients: u32,
     /// Load-generator threads that drove them.
     pub client_threads: u32,
@@ -143,6 +147,11 @@ impl RunReport {
             workload: cfg.workload.name.clone(),
             nodes: cfg.cluster.nodes,
             workers: cfg.cluster.workers,
+            replicas: cfg.replication.factor,
+            replication_mode: match cfg.replication.factor {
+                1 => String::new(),
+                _ => format!("{:?}", cfg.replication.mode).to_lowercase(),
+            },
             clients,
             client_threads: cfg.client.effective_threads(clients),
             inflight: cfg.client.inflight,
@@ -233,6 +242,19 @@ impl RunReport {
                 "nodes x workers",
                 format!("{} x {}", self.nodes, self.workers),
             ),
+        ];
+        if self.replicas > 1 {
+            rows.push((
+                "replication",
+                format!(
+                    "{} copies of each partition ({} nodes), {}",
+                    self.replicas,
+                    self.nodes * self.replicas,
+                    self.replication_mode
+                ),
+            ));
+        }
+        rows.extend([
             (
                 "clients x inflight",
                 if self.rate > 0.0 {
@@ -283,7 +305,7 @@ impl RunReport {
                 ),
             ),
             ("load time (s)", format!("{:.2}", self.load_s)),
-        ];
+        ]);
         if self.rejected > 0 {
             let why = self.first_rejection.clone().unwrap_or_default();
             rows.push(("rejected", format!("{} ({why})", self.rejected)));
@@ -309,7 +331,8 @@ impl RunReport {
                     format!("{} per txn", s.stage),
                     format!("{:.1} us, {:.2} msgs, {:.0} bytes", c.us, c.msgs, c.bytes),
                 ));
-            } else {
+            } else if s.txns > 0 {
+                // (A stage the run's configuration does not have measures nothing.)
                 let p50 = s.p50_us.map_or("-".into(), |p| format!("{p:.1}"));
                 rows.push((
                     format!("stage {} p50/mean (us)", s.stage),
@@ -360,6 +383,8 @@ impl RunReport {
             ("workload", self.workload.clone()),
             ("nodes", self.nodes.to_string()),
             ("workers", self.workers.to_string()),
+            ("replicas", self.replicas.to_string()),
+            ("replication_mode", self.replication_mode.clone()),
             ("clients", self.clients.to_string()),
             ("client_threads", self.client_threads.to_string()),
             ("inflight", self.inflight.to_string()),

@@ -30,6 +30,13 @@ pub const SUITES: &[(&str, &str)] = &[
          `qstore protocols` (ratios are to qstore in the same setting)",
     ),
     (
+        "qrstore",
+        "QR-Store's replication overhead: YCSB (16 ops, 50% writes) on 2 partitions x 1 worker \
+         at theta 0 and 0.9, 0% and 50% multi-partition transactions: qstore with 1, 2 and 3 \
+         copies of each partition (speculative replication), and 3 copies synchronous (ratios \
+         are to 1 copy in the same setting; every copy runs on this machine's cores)",
+    ),
+    (
         "sundial",
         "the Sundial paper's setting: YCSB (16 ops, 90% reads, 10% of accesses remote) on 4 \
          nodes x 1 and x 2 workers at theta 0.6 and 0.9: the interactive protocols and qstore \
@@ -88,6 +95,7 @@ pub fn scenarios(name: &str, base: &RunConfig) -> Result<Vec<Scenario>, String> 
     match name {
         "qstore" => Ok(qstore_suite(base)),
         "baselines" => Ok(baselines_suite(base)),
+        "qrstore" => Ok(qrstore_suite(base)),
         "sundial" => Ok(sundial_suite(base)),
         "tpcc" => Ok(tpcc_suite(base)),
         _ => Err(format!(
@@ -132,6 +140,34 @@ fn baselines_suite(base: &RunConfig) -> Vec<Scenario> {
                         baseline: (protocol != "qstore").then(|| format!("qstore {setting}")),
                     });
                 }
+            }
+        }
+    }
+    s
+}
+
+fn qrstore_suite(base: &RunConfig) -> Vec<Scenario> {
+    use qstore_core::config::ReplicationMode::{Speculative, Synchronous};
+    let mut s = Vec::new();
+    for theta in [0.0, 0.9] {
+        for mp in [0.0, 0.5] {
+            let setting = format!("θ{theta} mp{}", (mp * 100.0) as u32);
+            for (factor, mode) in [
+                (1, Speculative),
+                (2, Speculative),
+                (3, Speculative),
+                (3, Synchronous),
+            ] {
+                let mut cfg = ycsb(base, "qstore", 2, 1, mp);
+                cfg.workload.ycsb.theta = theta;
+                cfg.replication.factor = factor;
+                cfg.replication.mode = mode;
+                let sync = if mode == Synchronous { " sync" } else { "" };
+                s.push(Scenario {
+                    name: format!("rf{factor}{sync} {setting}"),
+                    cfg,
+                    baseline: (factor > 1).then(|| format!("rf1 {setting}")),
+                });
             }
         }
     }

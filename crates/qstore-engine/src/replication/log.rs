@@ -21,6 +21,8 @@ pub trait LogStore: Storage + Send + 'static {
     fn set_commit(&mut self, commit: u64);
     /// Replaces the log with a snapshot sent by the leader.
     fn apply_snapshot(&mut self, snapshot: Snapshot) -> raft::Result<()>;
+    /// Forgets the entries before index `upto` (applied here, and not needed by any member).
+    fn compact(&mut self, upto: u64) -> raft::Result<()>;
 }
 
 /// Entries in memory, lost with the process (the durability issue brings the disk log).
@@ -84,5 +86,9 @@ impl LogStore for MemLog {
 
     fn apply_snapshot(&mut self, snapshot: Snapshot) -> raft::Result<()> {
         self.inner.wl().apply_snapshot(snapshot)
+    }
+
+    fn compact(&mut self, upto: u64) -> raft::Result<()> {
+        self.inner.wl().compact(upto)
     }
 }

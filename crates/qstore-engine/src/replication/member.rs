@@ -14,10 +14,13 @@ use qstore_core::placement::Placement;
 use qstore_core::{NodeId, QError};
 use raft::eraftpb::{Entry, EntryType, Message};
 use raft::{RawNode, StateRole};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
+
+/// Applied entries a member lets pile up before it forgets them.
+const COMPACT_EVERY: u64 = 256;
 
 /// What the protocol does with its group's log.
 pub trait Applier: Send + Sync + 'static {
@@ -43,6 +46,8 @@ pub struct GroupMember {
     /// Whether every entry this member knows of is committed and applied everywhere it
     /// can tell (see `Driver::settled`).
     settled: Arc<AtomicBool>,
+    /// Entries the member's log holds.
+    retained: Arc<AtomicU64>,
     thread: Mutex<Option<JoinHandle<()>>>,
 }
 
@@ -94,7 +99,9 @@ impl GroupMember {
         }
         let (tx, rx) = unbounded();
         let settled = Arc::new(AtomicBool::new(false));
+        let retained = Arc::new(AtomicU64::new(0));
         let driver = Driver {
+            retained: retained.clone(),
             me,
             members,
             raw,
@@ -113,6 +120,7 @@ impl GroupMember {
             me,
             inputs: Mutex::new(Some(tx)),
             settled,
+            retained,
             thread: Mutex::new(Some(thread)),
         })
     }
@@ -138,6 +146,11 @@ impl GroupMember {
         self.settled.load(Ordering::Acquire)
     }
 
+    /// Entries the member's log holds (applied ones are forgotten, see `Driver::compact`).
+    pub fn retained(&self) -> u64 {
+        self.retained.load(Ordering::Relaxed)
+    }
+
     /// Stops the member's thread.
     pub fn stop(&self) {
         self.inputs.lock().take();
@@ -157,6 +170,7 @@ struct Driver<L: LogStore> {
     applier: Arc<dyn Applier>,
     placement: Arc<Placement>,
     settled: Arc<AtomicBool>,
+    retained: Arc<AtomicU64>,
     tick: Duration,
     leader: Option<NodeId>,
 }
@@ -182,8 +196,14 @@ impl<L: LogStore> Driver<L> {
             }
             if self.raw.has_ready() {
                 self.on_ready();
+                self.compact();
             }
             self.settled.store(self.is_settled(), Ordering::Release);
+            let store = self.raw.store();
+            if let (Ok(first), Ok(last)) = (store.first_index(), store.last_index()) {
+                let retained = (last + 1).saturating_sub(first);
+                self.retained.store(retained, Ordering::Relaxed);
+            }
         }
     }
 
@@ -314,6 +334,25 @@ impl<L: LogStore> Driver<L> {
         }
     }
 
+    /// Forgets applied entries no member needs any more, once there are `COMPACT_EVERY` of
+    /// them: a log that keeps every batch grows by the whole workload. (A follower whose
+    /// next entry was forgotten would need a snapshot of the partition, which is not built
+    /// yet: the leader keeps what its slowest member lacks.)
+    fn compact(&mut self) {
+        let raft = &self.raw.raft;
+        let mut upto = raft.raft_log.applied;
+        if raft.state == StateRole::Leader {
+            let slowest = raft.prs().iter().map(|(_, pr)| pr.matched).min();
+            upto = upto.min(slowest.unwrap_or(0));
+        }
+        let first = self.raw.store().first_index().unwrap_or(upto);
+        if upto >= first + COMPACT_EVERY {
+            if let Err(e) = self.raw.mut_store().compact(upto) {
+                tracing::error!("node {}: cannot compact the log: {e}", self.me);
+            }
+        }
+    }
+
     fn is_settled(&self) -> bool {
         let raft = &self.raw.raft;
         let log = &raft.raft_log;
@@ -432,9 +471,23 @@ mod tests {
         wait_for("the group to settle", || {
             members.iter().all(|m| m.settled())
         });
+        // Applied entries are forgotten once enough pile up.
+        for i in 0..2 * COMPACT_EVERY {
+            members[leader.index()].propose(i.to_le_bytes().to_vec());
+        }
+        let all = 50 + 2 * COMPACT_EVERY as usize;
+        wait_for("every entry applied everywhere", || {
+            logs.iter().all(|l| l.entries.lock().len() == all)
+        });
+        wait_for("the group to settle", || {
+            members.iter().all(|m| m.settled())
+        });
+        for m in &members {
+            assert!(m.retained() <= COMPACT_EVERY + 1, "{}", m.retained());
+        }
         for l in &logs {
             let entries = l.entries.lock();
-            for (i, (proposer, data)) in entries.iter().enumerate() {
+            for (i, (proposer, data)) in entries.iter().take(50).enumerate() {
                 assert_eq!(*proposer, leader);
                 assert_eq!(data, &vec![i as u8; 1 + i]);
             }

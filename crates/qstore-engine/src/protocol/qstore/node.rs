@@ -47,6 +47,8 @@ const STAGES: &[&str] = &[
     "execution",
     // From then (or from the plan, with no queue at home) until every node acknowledged.
     "acknowledgement",
+    // Replication: from then until its batch was committed in the group's log too.
+    "replication",
     // From then until its answer was sent.
     "answer",
 ];
@@ -58,7 +60,8 @@ const PLANNING: usize = 1;
 const QUEUE_WAIT: usize = 2;
 const EXECUTION: usize = 3;
 const ACKNOWLEDGEMENT: usize = 4;
-const ANSWER: usize = 5;
+const REPLICATION: usize = 5;
+const ANSWER: usize = 6;
 
 /// How long shutdown waits for batches in flight to be decided everywhere.
 const QUIESCE_TIMEOUT: Duration = Duration::from_secs(2);
@@ -296,8 +299,14 @@ struct BatchClock {
 }
 
 impl BatchClock {
-    /// The stage times of a batch decided at `decided` and answered by `answered`.
-    fn stages(&self, decided: Instant, answered: Instant) -> [(usize, Duration); 5] {
+    /// The stage times of a batch decided at `decided`, committed in its log (or not
+    /// replicated) by `logged`, and answered by `answered`.
+    fn stages(
+        &self,
+        decided: Instant,
+        logged: Instant,
+        answered: Instant,
+    ) -> [(usize, Duration); 6] {
         let executed = self.last_finish.unwrap_or(self.planned);
         let started = self.first_claim.unwrap_or(executed);
         [
@@ -305,7 +314,8 @@ impl BatchClock {
             (QUEUE_WAIT, started.saturating_duration_since(self.planned)),
             (EXECUTION, executed.saturating_duration_since(started)),
             (ACKNOWLEDGEMENT, decided.saturating_duration_since(executed)),
-            (ANSWER, answered.saturating_duration_since(decided)),
+            (REPLICATION, logged.saturating_duration_since(decided)),
+            (ANSWER, answered.saturating_duration_since(logged)),
         ]
     }
 }
@@ -359,7 +369,8 @@ struct DecidedBatch {
     batch: u64,
     rank: u32,
     /// When it reached each stage, and when it was decided, if it is in the sample.
-    clock: Option<(BatchClock, Instant)>,
+    /// (when it reached each stage, when it was decided, when its log committed it).
+    clock: Option<(BatchClock, Instant, Instant)>,
     txns: Vec<HomeTxn>,
     fates: Vec<Option<Fate>>,
     outputs: Outputs,
@@ -1351,7 +1362,10 @@ impl QNode {
             let decided = DecidedBatch {
                 batch,
                 rank,
-                clock: hb.clock.map(|c| (c, Instant::now())),
+                clock: hb.clock.map(|c| {
+                    let now = Instant::now();
+                    (c, now, now)
+                }),
                 txns: hb.txns,
                 fates,
                 outputs: hb.outputs,
@@ -1436,9 +1450,15 @@ impl QNode {
             let outcome = settle(h, self.id, req.id, &req.call, &trace, ending);
             req.answer(outcome);
         }
-        if let Some((clock, decided)) = clock {
-            self.stages
-                .record(&clock.stages(decided, Instant::now()), n);
+        if let Some((clock, decided, logged)) = clock {
+            let stages = clock.stages(decided, logged, Instant::now());
+            // Without replication the stage does not exist.
+            let replicated = self.member.get().is_some();
+            let stages: Vec<_> = stages
+                .into_iter()
+                .filter(|&(s, _)| replicated || s != REPLICATION)
+                .collect();
+            self.stages.record(&stages, n);
         }
     }
 
@@ -1677,7 +1697,12 @@ impl Applier for QNode {
         if proposer == self.id {
             // This member planned it: its transactions wait for this to be answered.
             match state.unlogged.remove(&key) {
-                Some(decided) => state.decided.push(decided),
+                Some(mut decided) => {
+                    if let Some((_, _, logged)) = &mut decided.clock {
+                        *logged = Instant::now();
+                    }
+                    state.decided.push(decided);
+                }
                 None if state.home.contains_key(&key) => {
                     state.logged.insert(key);
                 }
