@@ -98,6 +98,29 @@ pub struct Access {
     pub key_dep: Option<KeyDep>,
 }
 
+impl Access {
+    /// An access to (`table`, `key`) that cannot abort and has a fixed key: the common kind.
+    pub fn plain(
+        table: TableId,
+        key: Key,
+        kind: AccessKind,
+        step: StepId,
+        arg: Value,
+        deps: Vec<u16>,
+    ) -> Access {
+        Access {
+            table,
+            key,
+            kind,
+            step,
+            arg,
+            deps,
+            may_abort: false,
+            key_dep: None,
+        }
+    }
+}
+
 /// How a derived access's key follows from an earlier access's output `v` (an integer, or
 /// bytes starting with one, 8 bytes little-endian): `key + scale * (v - back)`, for
 /// `back <= v < limit` (`back` reaches records before the one `v` names: TPC-C's

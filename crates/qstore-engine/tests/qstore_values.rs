@@ -42,16 +42,17 @@ impl Procedure for Sum {
     }
     fn program(&self, args: &[Value]) -> Result<Program, String> {
         let access = |i: usize, key: &Value| {
-            Ok(Access {
-                table: 0,
-                key: key.as_int().ok_or("keys are integers")? as u64,
-                kind: AccessKind::Read,
-                step: if i == 0 { self.read } else { self.plus },
-                arg: Value::Null,
-                deps: if i == 0 { vec![] } else { vec![i as u16 - 1] },
-                may_abort: false,
-                key_dep: None,
-            })
+            let key = key.as_int().ok_or("keys are integers")? as u64;
+            let step = if i == 0 { self.read } else { self.plus };
+            let deps = if i == 0 { vec![] } else { vec![i as u16 - 1] };
+            Ok(Access::plain(
+                0,
+                key,
+                AccessKind::Read,
+                step,
+                Value::Null,
+                deps,
+            ))
         };
         let accesses: Result<Vec<Access>, String> =
             args.iter().enumerate().map(|(i, k)| access(i, k)).collect();

@@ -293,16 +293,7 @@ impl Procedure for YcsbTxn {
                 OP_RMW => (AccessKind::ReadModifyWrite, self.steps.rmw, Value::Int(1)),
                 other => return Err(format!("op must be 0 (read) or 1 (rmw), got {other}")),
             };
-            accesses.push(Access {
-                table: USERTABLE,
-                key,
-                kind,
-                step,
-                arg,
-                deps: Vec::new(),
-                may_abort: false,
-                key_dep: None,
-            });
+            accesses.push(Access::plain(USERTABLE, key, kind, step, arg, Vec::new()));
         }
         Ok(())
     }

@@ -214,16 +214,7 @@ struct Free {
 }
 
 fn slot(kind: AccessKind, key: i64, step: StepId, arg: Value, deps: Vec<u16>) -> Access {
-    Access {
-        table: 0,
-        key: key as u64,
-        kind,
-        step,
-        arg,
-        deps,
-        may_abort: false,
-        key_dep: None,
-    }
+    Access::plain(0, key as u64, kind, step, arg, deps)
 }
 
 fn int(args: &[Value], i: usize) -> Result<i64, String> {

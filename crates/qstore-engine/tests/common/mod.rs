@@ -77,16 +77,7 @@ pub fn int(args: &[Value], i: usize) -> Result<i64, String> {
 /// An access to key `key` of the counter table that cannot abort.
 #[allow(dead_code)]
 pub fn access(key: i64, kind: AccessKind, step: StepId, arg: Value, deps: Vec<u16>) -> Access {
-    Access {
-        table: 0,
-        key: key as u64,
-        kind,
-        step,
-        arg,
-        deps,
-        may_abort: false,
-        key_dep: None,
-    }
+    Access::plain(0, key as u64, kind, step, arg, deps)
 }
 
 /// `pay(src, dst, amount)`: credits dst, then debits src if it has enough.

@@ -285,16 +285,7 @@ fn write(row: RowRef<'_>) -> Result<&mut [u8], LogicAbort> {
 }
 
 fn access(table: TableId, key: Key, kind: AccessKind, step: StepId, arg: Value) -> Access {
-    Access {
-        table,
-        key,
-        kind,
-        step,
-        arg,
-        deps: Vec::new(),
-        may_abort: false,
-        key_dep: None,
-    }
+    Access::plain(table, key, kind, step, arg, Vec::new())
 }
 
 /// `a`, declared able to abort the transaction (its failure is a logic abort).

@@ -670,9 +670,11 @@ impl QNode {
                         }
                     }
                 }
+                // (The set is looked up only when histories are recorded.)
                 claim.map(|c| {
-                    let replayed = state.replayed.contains(&(c.batch, c.rank));
-                    (c, self.ctx.history.is_some() && !replayed)
+                    let key = (c.batch, c.rank);
+                    let replayed = || state.replayed.contains(&key);
+                    (c, self.ctx.history.is_some() && !replayed())
                 })
             } else {
                 None
