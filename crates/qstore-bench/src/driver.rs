@@ -12,7 +12,9 @@ use crate::Target;
 use crossbeam_channel::{unbounded, Receiver, RecvTimeoutError, Sender};
 use parking_lot::Mutex;
 use qstore_core::config::ClientConfig;
-use qstore_core::txn::{CcAbortCause, ProcCall, TxnOutcome, TxnResponse, Value, OLLP_RESTART};
+use qstore_core::txn::{
+    CcAbortCause, ProcCall, TxnKey, TxnOutcome, TxnResponse, Value, OLLP_RESTART,
+};
 use qstore_core::RunConfig;
 use qstore_core::{NodeId, TxnId};
 use qstore_engine::{wall_clock_us, TxnRequest};
@@ -91,6 +93,9 @@ struct Pending {
     /// OLLP: the reconnaissance `call` was built from, while `call` runs on its guess (see
     /// `Workload::is_reconnaissance`).
     recon: Option<Arc<ProcCall>>,
+    /// The attempt's name, kept when it is resubmitted after a `NotLeader` answer and
+    /// cleared for a new attempt (see `TxnKey`).
+    key: TxnKey,
 }
 
 /// A retry waiting for its back-off to pass.
@@ -119,6 +124,8 @@ impl Ord for Retry {
 /// One load-generator thread.
 pub struct Driver<'a> {
     index: u32,
+    /// This driver's session in the transactions' keys (see `TxnKey`).
+    session: u64,
     cluster: &'a dyn Target,
     workload: &'a dyn Workload,
     elle: Option<&'a ElleLog>,
@@ -188,6 +195,7 @@ impl<'a> Driver<'a> {
         let (reply_tx, reply_rx) = unbounded();
         Driver {
             index,
+            session: TxnKey::new_session(),
             cluster,
             workload,
             elle,
@@ -323,6 +331,7 @@ impl<'a> Driver<'a> {
             retries: 0,
             elle,
             recon: None,
+            key: TxnKey::default(),
         };
         self.submit(pending);
         true
@@ -350,8 +359,14 @@ impl<'a> Driver<'a> {
         }
     }
 
-    fn submit(&mut self, pending: Pending) {
+    fn submit(&mut self, mut pending: Pending) {
         let id = self.fresh_id();
+        if pending.key.is_none() {
+            pending.key = TxnKey {
+                session: self.session,
+                seq: id.0,
+            };
+        }
         let req = TxnRequest {
             id,
             call: pending.call.clone(),
@@ -361,6 +376,7 @@ impl<'a> Driver<'a> {
             // node may run the transaction here; with many, it has answers to handle and
             // requests to send, and the node's threads batch them better.
             inline: self.pending.len() < INLINE_BELOW,
+            key: pending.key,
         };
         let home = self.clients[pending.client].home;
         self.pending.insert(id, pending);
@@ -411,6 +427,7 @@ impl<'a> Driver<'a> {
                 match self.workload.after_reconnaissance(&p.call, &outputs) {
                     Ok(main) => {
                         p.recon = Some(std::mem::replace(&mut p.call, Arc::new(main)));
+                        p.key = TxnKey::default();
                         self.submit(p);
                     }
                     Err(why) => self.logic_abort(p, &why, now),
@@ -425,6 +442,7 @@ impl<'a> Driver<'a> {
                 // guess means another transaction changed those rows just now, and the
                 // transactions that saw the same rows restart together).
                 p.call = p.recon.take().expect("checked above");
+                p.key = TxnKey::default();
                 self.retry(p, now);
             }
             TxnOutcome::Committed(outputs) => {
@@ -445,6 +463,13 @@ impl<'a> Driver<'a> {
                     self.stats.record_cc_abort(cause);
                     self.control.cc_aborts.fetch_add(1, Ordering::Relaxed);
                 }
+                p.key = TxnKey::default();
+                self.retry(p, now);
+            }
+            TxnOutcome::NotLeader { .. } => {
+                // Not run: the same attempt goes again (the cluster routes it to the group's
+                // leader, which answers a transaction it already ran with its outcome).
+                self.stats.redirected += 1;
                 self.retry(p, now);
             }
             TxnOutcome::LogicAbort(why) => self.logic_abort(p, &why, now),

@@ -260,6 +260,7 @@ impl Conn {
             id: req.id.0,
             call,
             birth_us: req.birth_us,
+            key: req.key,
         });
     }
 

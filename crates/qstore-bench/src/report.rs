@@ -65,6 +65,9 @@ pub struct RunReport {
     pub first_rejection: Option<String>,
     /// Transactions still unanswered when the run stopped waiting.
     pub unfinished: u64,
+    /// Resubmissions to another server after a `NotLeader` answer (replication fail-over).
+    #[serde(default)]
+    pub redirected: u64,
     pub missed_arrivals: u64,
     /// Committed answers that broke a workload invariant (e.g. a bank audit's sum).
     pub invariant_violations: u64,
@@ -186,6 +189,7 @@ impl RunReport {
             rejected: stats.rejected,
             first_rejection: stats.first_rejection.clone(),
             unfinished: stats.unfinished,
+            redirected: stats.redirected,
             missed_arrivals: stats.missed_arrivals,
             invariant_violations: stats.invariant_violations,
             first_violation: stats.first_violation.clone(),
@@ -312,6 +316,9 @@ impl RunReport {
         }
         if self.unfinished > 0 {
             rows.push(("unfinished", group(self.unfinished)));
+        }
+        if self.redirected > 0 {
+            rows.push(("redirected to the leader", group(self.redirected)));
         }
         if self.invariant_violations > 0 {
             let why = self.first_violation.clone().unwrap_or_default();

@@ -34,6 +34,9 @@ pub struct ClientStats {
     pub first_rejection: Option<String>,
     /// Transactions still unanswered when the run gave up waiting.
     pub unfinished: u64,
+    /// Resubmissions after a replicated server answered that it does not lead the
+    /// transaction's partition (a fail-over, or a client that learnt the leader late).
+    pub redirected: u64,
     /// Open-loop arrivals skipped because too many transactions were outstanding.
     pub missed_arrivals: u64,
     /// Committed answers that broke a workload invariant, and the first explanation.
@@ -54,6 +57,7 @@ impl Default for ClientStats {
                 .expect("valid histogram bounds"),
             first_rejection: None,
             unfinished: 0,
+            redirected: 0,
             missed_arrivals: 0,
             invariant_violations: 0,
             first_violation: None,
@@ -107,6 +111,7 @@ impl ClientStats {
             self.first_rejection = other.first_rejection.clone();
         }
         self.unfinished += other.unfinished;
+        self.redirected += other.redirected;
         self.missed_arrivals += other.missed_arrivals;
         self.invariant_violations += other.invariant_violations;
         if self.first_violation.is_none() {

@@ -20,7 +20,7 @@
 //!   ([`Access::may_abort`]); otherwise it has no effect and outputs [`Value::Null`]
 //!   ([`AccessRef::settle`]).
 
-use crate::ids::{Key, TableId, TxnId};
+use crate::ids::{Key, NodeId, TableId, TxnId};
 use crate::QError;
 use rustc_hash::FxHashMap;
 use serde::{Deserialize, Serialize};
@@ -644,6 +644,37 @@ pub enum TxnOutcome {
     CcAbort(CcAbortCause),
     /// The request was refused (unknown procedure, bad arguments, shutting down).
     Rejected(String),
+    /// The server does not lead the replica group of the transaction's home partition (it
+    /// lost the leadership, or never had it), and did not run the transaction. The client
+    /// resubmits it, with the same [`TxnKey`], to `leader` (when the server knows it) or
+    /// after a short wait: a replicated cluster answers a transaction it already ran with
+    /// the original outcome instead of running it twice.
+    NotLeader { leader: Option<NodeId> },
+}
+
+/// The client's name for one attempt at a transaction: the same on every resubmission after
+/// a [`TxnOutcome::NotLeader`] answer or a lost connection, and new for each attempt after an
+/// abort. `session` tells clients apart (a random number per client process), `seq` the
+/// attempts of one client. A key of zeros names nothing (no deduplication).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct TxnKey {
+    pub session: u64,
+    pub seq: u64,
+}
+
+impl TxnKey {
+    pub fn is_none(&self) -> bool {
+        self.session == 0 && self.seq == 0
+    }
+
+    /// A session number no other client process is likely to draw (from the operating
+    /// system's randomness, through std's hasher keys); never 0.
+    pub fn new_session() -> u64 {
+        use std::hash::{BuildHasher, Hasher};
+        let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+        h.write_u32(std::process::id());
+        h.finish() | 1
+    }
 }
 
 /// A response to a client.

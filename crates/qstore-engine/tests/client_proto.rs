@@ -29,15 +29,19 @@ fn request() -> impl Strategy<Value = ClientRequest> {
             any::<u16>(),
             prop::collection::vec(value(), 0..8),
             any::<u64>(),
+            any::<(u64, u64)>(),
         )
-            .prop_map(|(id, proc, args, birth_us)| ClientRequest::Submit {
-                id,
-                call: ProcCall {
-                    proc: ProcId(proc),
-                    args,
-                },
-                birth_us,
-            }),
+            .prop_map(
+                |(id, proc, args, birth_us, (session, seq))| ClientRequest::Submit {
+                    id,
+                    call: ProcCall {
+                        proc: ProcId(proc),
+                        args,
+                    },
+                    birth_us,
+                    key: qstore_core::txn::TxnKey { session, seq },
+                }
+            ),
         Just(ClientRequest::Stats),
         Just(ClientRequest::Collect),
     ]

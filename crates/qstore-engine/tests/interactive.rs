@@ -178,6 +178,7 @@ fn contended_transfers_keep_the_total_and_never_overdraw() {
                     live.insert(id, (call, home, birth));
                 }
                 TxnOutcome::Rejected(why) => panic!("{protocol}: rejected: {why}"),
+                TxnOutcome::NotLeader { .. } => panic!("{protocol}: unreplicated, yet not leader"),
             }
         }
         let stopped = c.cluster.stop();

@@ -261,6 +261,7 @@ fn garbage_on_the_client_port_does_not_stop_the_server() {
             id: 1,
             call: ycsb_call(ycsb, 0, 1),
             birth_us: 0,
+            key: Default::default(),
         };
         s.write_all(&frame_of(&[submit])).unwrap();
         match read_msgs::<ClientResponse>(&mut s, &at("submit before hello")).as_slice() {
@@ -420,6 +421,7 @@ fn refused_and_finished_client_connections_are_released() {
         id: 1,
         call: ycsb_call(ycsb_proc(&cluster), 0, 0),
         birth_us: 0,
+        key: Default::default(),
     };
     s.write_all(&frame_of(&[submit])).unwrap();
     let refused = read_msgs::<ClientResponse>(&mut s, "submit before hello");

@@ -129,6 +129,7 @@ fn a_client_without_the_secret_is_refused() {
         id: 1,
         call: ycsb_call(ycsb, 5, 1),
         birth_us: 0,
+        key: Default::default(),
     };
     s.write_all(&frame_of(&[hello(cluster.cluster_id), submit]))
         .unwrap();
@@ -364,6 +365,10 @@ fn random_request(rng: &mut XorShift, cluster_id: u64, ycsb: ProcId) -> ClientRe
                     .collect(),
             },
             birth_us: rng.next(),
+            key: qstore_core::txn::TxnKey {
+                session: rng.next(),
+                seq: rng.next(),
+            },
         },
         _ => {
             let n = rng.below(5) as usize;
@@ -374,6 +379,7 @@ fn random_request(rng: &mut XorShift, cluster_id: u64, ycsb: ProcId) -> ClientRe
                 id: rng.next(),
                 call: ycsb_calls(ycsb, &accesses),
                 birth_us: 0,
+                key: Default::default(),
             }
         }
     }

@@ -17,7 +17,7 @@ pub mod twopl;
 use crate::cluster::EngineCtx;
 use crate::history::{HistoryRecorder, TxnTrace};
 use crossbeam_channel::{SendError, Sender, TrySendError};
-use qstore_core::txn::{CcAbortCause, ProcCall, TxnOutcome, TxnResponse, Value};
+use qstore_core::txn::{CcAbortCause, ProcCall, TxnKey, TxnOutcome, TxnResponse, Value};
 use qstore_core::{ConfigError, NodeId, QError, TxnId};
 use qstore_net::NetCounters;
 use std::sync::Arc;
@@ -88,6 +88,9 @@ pub struct TxnRequest {
     /// more work waiting (more requests to send, answers to handle) leaves it false, so the
     /// node's threads take the transaction and it goes on.
     pub inline: bool,
+    /// The client's name for this attempt (see [`TxnKey`]): a replicated cluster runs an
+    /// attempt once however often it is resubmitted. Zeros: no name.
+    pub key: TxnKey,
 }
 
 impl TxnRequest {
@@ -109,6 +112,7 @@ impl TxnRequest {
             reply: reply.into(),
             birth_us: wall_clock_us(),
             inline: false,
+            key: TxnKey::default(),
         }
     }
 }

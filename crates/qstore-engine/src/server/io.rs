@@ -14,7 +14,7 @@ use crate::protocol::{ReplyTo, TxnRequest, Wake};
 use crossbeam_channel::{unbounded, Receiver};
 use mio::net::{TcpListener, TcpStream};
 use mio::{Events, Interest, Poll, Token, Waker};
-use qstore_core::txn::{ProcCall, TxnOutcome, TxnResponse};
+use qstore_core::txn::{ProcCall, TxnKey, TxnOutcome, TxnResponse};
 use qstore_core::TxnId;
 use qstore_net::frame::{parse_frame, FrameEncoder, DEFAULT_FLUSH_BYTES, DEFAULT_MAX_FRAME};
 use rustc_hash::FxHashMap;
@@ -397,8 +397,13 @@ impl IoThread {
                 slot,
                 "answer the challenge (Prove) before any request".into(),
             ),
-            ClientRequest::Submit { id, call, birth_us } => {
-                self.submit(slot, id, call, birth_us);
+            ClientRequest::Submit {
+                id,
+                call,
+                birth_us,
+                key,
+            } => {
+                self.submit(slot, id, call, birth_us, key);
                 true
             }
             ClientRequest::Stats => {
@@ -493,7 +498,7 @@ impl IoThread {
         }
     }
 
-    fn submit(&mut self, slot: usize, client_id: u64, call: ProcCall, birth_us: u64) {
+    fn submit(&mut self, slot: usize, client_id: u64, call: ProcCall, birth_us: u64, key: TxnKey) {
         if let Some(why) = self.shared.health.refusal() {
             let outcome = TxnOutcome::Rejected(why);
             return self.respond(
@@ -526,6 +531,7 @@ impl IoThread {
             birth_us,
             // This thread serves other connections meanwhile.
             inline: false,
+            key,
         };
         self.shared.cluster.submit(self.shared.me, req);
     }

@@ -15,9 +15,11 @@
 //! also knows it reached a server of its cluster. The whole handshake must finish within the
 //! server's `server.handshake_timeout_s`. Then the client may send, pipelined, any number of
 //! requests:
-//! - `Submit { id, call, birth_us }`: run a stored-procedure call with this node as its home; the answer
-//!   is `Answer { id, outcome }` (commit with the access outputs, logic abort, retryable
-//!   concurrency-control abort, or rejection with the reason, e.g. an unknown procedure).
+//! - `Submit { id, call, birth_us, key }`: run a stored-procedure call with this node as its
+//!   home; the answer is `Answer { id, outcome }` (commit with the access outputs, logic
+//!   abort, retryable concurrency-control abort, rejection with the reason, e.g. an unknown
+//!   procedure, or, replicated, `NotLeader` naming the server that leads this node's
+//!   partition: resubmit there with the same `key`).
 //!   Answers come in completion order, not submission order; `id` is the client's.
 //! - `Stats`: the node's message counters, answered by `Stats`.
 //! - `Collect`: after a run, the node's partition hash and (when the server records one) its
@@ -26,7 +28,7 @@
 //! A malformed frame closes the connection; a request that is well-formed but wrong gets an
 //! `Error` or a `Rejected` answer and the connection stays.
 
-use qstore_core::txn::{ProcCall, TxnOutcome};
+use qstore_core::txn::{ProcCall, TxnKey, TxnOutcome};
 use qstore_core::NodeId;
 use qstore_net::auth::{ClusterSecret, Nonce, Proof};
 use qstore_net::frame::{FrameDecoder, FrameEncoder};
@@ -38,7 +40,7 @@ use std::time::Duration;
 const MAX_HANDSHAKE_FRAME: usize = 4096;
 
 /// Version of the client protocol; a client with another version is refused.
-pub const CLIENT_FORMAT_VERSION: u32 = 4;
+pub const CLIENT_FORMAT_VERSION: u32 = 5;
 
 /// Role labels of the client handshake's proofs.
 pub const SERVER_ROLE: &str = "qstore client-port server";
@@ -76,6 +78,10 @@ pub enum ClientRequest {
         /// When the client first submitted this transaction (µs since the UNIX epoch); the
         /// same on every retry, so age-ordered protocols keep a retried transaction's age.
         birth_us: u64,
+        /// The client's name for this attempt, the same when it resubmits the attempt to
+        /// another server after a `NotLeader` answer or a lost connection: a replicated
+        /// cluster answers an attempt it already ran with the original outcome.
+        key: TxnKey,
     },
     Stats,
     Collect,

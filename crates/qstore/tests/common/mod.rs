@@ -588,6 +588,7 @@ impl RawClient {
             id: self.next_id,
             call,
             birth_us: 0,
+            key: Default::default(),
         };
         self.stream.write_all(&frame_of(&[request])).unwrap();
         self.next_id
@@ -617,6 +618,7 @@ impl RawClient {
             id,
             call,
             birth_us: 0,
+            key: Default::default(),
         };
         self.stream.write_all(&frame_of(&[request])).unwrap();
         let what = format!("submit {id}");
