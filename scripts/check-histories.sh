@@ -104,6 +104,17 @@ for seed in $(seq 1 "$SEEDS"); do
     -a G-single-item-realtime "$h"
 done
 
+echo "== QR-Store fail-over: a group leader cut off mid-run (embedded, 3 copies)"
+# Its group elects another leader, its instance goes out of service, clients resubmit what
+# was lost: every transaction answered, the copies in service equal, and the clients'
+# history serializable with no element appended twice.
+h="$work/failover.jsonl"
+expect_exit 0 "copies in service equal" "qstore rf 3, leader cut off at 1 s --verify" -- \
+  "$QSTORE" run --protocol qstore --workload append --nodes 3 --replication-factor 3 \
+  --duration 3 --cut-off-node 1 --cut-off-after-ms 1000 --history "$h" --verify -q
+expect_exit 0 "" "adya accepts the fail-over run's client history ($(wc -l <"$h") events)" -- \
+  adya check -m list-append -c serializable "$h"
+
 echo "== distributed mode (one process per node over TCP): --verify and adya"
 for protocol in $("$QSTORE" protocols --names); do
   [ "$protocol" = serial ] && continue # in-process only, by design

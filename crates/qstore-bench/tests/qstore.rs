@@ -219,3 +219,42 @@ fn replicated_instances_reach_the_oracle_state_on_every_workload() {
         }
     }
 }
+
+/// QR-Store fail-over: the leader of one replica group is cut off mid-run. Its group elects
+/// another leader, the leaders of its instance (which can no longer run anything) hand their
+/// groups to other instances, and clients resubmit what was lost; the run goes on, every
+/// transaction is answered, the two instances in service end with equal copies, and no
+/// element is appended twice (a resubmitted transaction ran once).
+#[test]
+fn a_cut_off_leader_is_replaced_and_nothing_is_lost_or_run_twice() {
+    let mut cfg = config("append", QStoreMode::Speculative, 64);
+    cfg.replication.factor = 3;
+    cfg.replication.stall_ms = 1_000;
+    cfg.client.txns = 0;
+    cfg.client.duration_s = 3.0;
+    cfg.net.cut_off_node = Some(1);
+    cfg.net.cut_off_after_ms = 800;
+    let opts = RunOptions {
+        record_history: true,
+        ..Default::default()
+    };
+    let out = run(&cfg, opts).unwrap();
+    let r = &out.report;
+    assert_eq!((r.rejected, r.unfinished), (0, 0), "{r:?}");
+    assert!(r.committed > 0 && r.redirected > 0, "{r:?}");
+    let v = verify(&cfg, out.workload.as_ref(), &out.cluster, r).unwrap();
+    assert!(v.passed(), "{v}");
+    let fo = v.failover.as_ref().expect("a fail-over happened");
+    assert_eq!(fo.stale, vec![0], "{v}");
+    assert!(matches!(v.invariants, Some(Ok(_))), "{v}");
+    // The new leaders answer after the fail-over too: at least a second of the run's three.
+    let placement = &out.cluster.ctx().placement;
+    for p in 0..3 {
+        let leader = placement.leader(qstore_core::PartitionId(p)).unwrap();
+        assert_ne!(
+            placement.instance_of(leader),
+            0,
+            "group {p} still led from instance 0"
+        );
+    }
+}

@@ -796,6 +796,10 @@ pub struct ReplicationConfig {
     /// Ticks without a heartbeat before a follower calls an election (randomised between
     /// this and twice this).
     pub election_ticks: u32,
+    /// Milliseconds a group leader waits for its cluster instance to retire a batch, while
+    /// it has work in flight, before it takes the instance for broken (a server of it died
+    /// or was cut off), marks it stale and hands its group to a member of another instance.
+    pub stall_ms: u32,
 }
 
 impl Default for ReplicationConfig {
@@ -806,6 +810,7 @@ impl Default for ReplicationConfig {
             tick_ms: 10,
             heartbeat_ticks: 3,
             election_ticks: 30,
+            stall_ms: 2000,
         }
     }
 }
@@ -852,6 +857,13 @@ impl ReplicationConfig {
             "replication.election_ticks",
             self.election_ticks,
             "must be more than replication.heartbeat_ticks",
+        )?;
+        check(
+            self.stall_ms as u64 > 2 * self.tick_ms as u64 * self.election_ticks as u64,
+            "replication.stall_ms",
+            self.stall_ms,
+            "must be more than two election timeouts (2 x tick_ms x election_ticks): a \
+             group must have time to elect a new leader before its instance is given up",
         )
     }
 }
@@ -868,6 +880,11 @@ pub struct NetConfig {
     /// in-process transport loses (seeded). No protocol survives lost messages yet: this
     /// shows that a run whose cluster stops answering says so and fails.
     pub drop_fraction: f64,
+    /// Fault injection (in-process only): from `cut_off_after_ms` after the cluster
+    /// started, this server sends and receives nothing, as if its machine had died (with
+    /// replication, its group elects another leader and the run goes on).
+    pub cut_off_node: Option<u32>,
+    pub cut_off_after_ms: u64,
 }
 
 fn check(ok: bool, setting: &str, value: impl ToString, allowed: &str) -> Result<(), ConfigError> {
@@ -1024,7 +1041,20 @@ impl RunConfig {
             self.net.jitter_us,
             "must be at most 10000000 (10 s)",
         )?;
-        fraction("net.drop_fraction", self.net.drop_fraction)
+        fraction("net.drop_fraction", self.net.drop_fraction)?;
+        let servers = self.cluster.nodes * self.replication.factor;
+        match self.net.cut_off_node {
+            Some(n) => check(
+                n < servers,
+                "net.cut_off_node",
+                n,
+                &format!(
+                    "must name one of the cluster's {servers} servers (0 to {})",
+                    servers.saturating_sub(1)
+                ),
+            ),
+            None => Ok(()),
+        }
     }
 }
 

@@ -24,6 +24,9 @@ pub struct Placement {
     replicas: u32,
     /// By partition: the server leading its group, or `NO_LEADER`.
     leaders: Vec<AtomicU32>,
+    /// By instance: taken out of service (its copies may hold what no log committed).
+    stale: Vec<std::sync::atomic::AtomicBool>,
+    failovers: AtomicU32,
 }
 
 impl Placement {
@@ -37,7 +40,24 @@ impl Placement {
             partitions,
             replicas,
             leaders: (0..partitions).map(|p| AtomicU32::new(first(p))).collect(),
+            stale: (0..replicas).map(|_| Default::default()).collect(),
+            failovers: AtomicU32::new(0),
         }
+    }
+
+    /// Takes cluster instance `instance` out of service: its copies may hold what no log
+    /// committed (a fail-over caught it executing speculatively), or it lost a server.
+    pub fn mark_stale(&self, instance: u32) {
+        if let Some(s) = self.stale.get(instance as usize) {
+            s.store(true, Ordering::Release);
+        }
+    }
+
+    /// Whether instance `instance` is out of service (see `mark_stale`).
+    pub fn is_stale(&self, instance: u32) -> bool {
+        self.stale
+            .get(instance as usize)
+            .is_some_and(|s| s.load(Ordering::Acquire))
     }
 
     pub fn partitions(&self) -> u32 {
@@ -99,7 +119,16 @@ impl Placement {
     pub fn set_leader(&self, p: PartitionId, leader: Option<NodeId>) {
         debug_assert!(leader.is_none_or(|s| self.partition_of(s) == p));
         let v = leader.map_or(NO_LEADER, |s| s.0);
-        self.leaders[p.index()].store(v, Ordering::Release);
+        let before = self.leaders[p.index()].swap(v, Ordering::AcqRel);
+        if before != NO_LEADER && v != NO_LEADER && before != v {
+            self.failovers.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    /// Times a group's leadership moved from one server to another (fail-overs and
+    /// hand-overs) that this map learnt of.
+    pub fn failovers(&self) -> u32 {
+        self.failovers.load(Ordering::Relaxed)
     }
 
     /// Whether `s` leads its partition's group.

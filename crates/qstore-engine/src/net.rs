@@ -40,11 +40,16 @@ where
                     .collect(),
             })
         }
-        Hosting::Node(_) if ctx.cfg.net.drop_fraction > 0.0 => Err(QError::Other(
-            "net.drop_fraction is injected by the embedded cluster's in-process transport \
-             only: set it to 0 in the cluster file"
-                .into(),
-        )),
+        Hosting::Node(_)
+            if ctx.cfg.net.drop_fraction > 0.0 || ctx.cfg.net.cut_off_node.is_some() =>
+        {
+            Err(QError::Other(
+                "net.drop_fraction and net.cut_off_node are injected by the embedded \
+                 cluster's in-process transport only: leave them out of the cluster file \
+                 (kill a server process instead)"
+                    .into(),
+            ))
+        }
         Hosting::Node(node) => {
             let listener = node.listener.lock().take().ok_or_else(|| {
                 QError::Other("the node's peer listener was already taken".into())

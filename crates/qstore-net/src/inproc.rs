@@ -18,6 +18,8 @@ pub struct InProcNetwork<M> {
     inboxes: Vec<Sender<Envelope<M>>>,
     delay_line: Option<(Sender<Delayed<M>>, JoinHandle<()>)>,
     loss: Option<Loss>,
+    /// A node cut off from every other one from this moment on (fault injection).
+    cut_off: Option<(NodeId, Instant)>,
     counters: NetCounters,
 }
 
@@ -71,6 +73,10 @@ impl<M: Serialize + Send + 'static> InProcNetwork<M> {
             inboxes,
             delay_line,
             loss: Loss::new(net.drop_fraction, seed),
+            cut_off: net.cut_off_node.map(|n| {
+                let at = Instant::now() + Duration::from_millis(net.cut_off_after_ms);
+                (NodeId(n), at)
+            }),
             counters: NetCounters::new(nodes),
         };
         (network, receivers)
@@ -91,6 +97,11 @@ impl<M: Serialize + Send + 'static> Transport<M> for InProcNetwork<M> {
         self.counters.record(from.index(), encoded_len(&msg));
         if from != to && self.loss.as_ref().is_some_and(Loss::lose) {
             return;
+        }
+        if let Some((cut, at)) = self.cut_off {
+            if from != to && (from == cut || to == cut) && Instant::now() >= at {
+                return;
+            }
         }
         let env = Envelope { from, msg };
         // A send fails only when the receiving node has shut down; its messages are moot then.

@@ -274,6 +274,15 @@ struct RunArgs {
     /// Protocols do not survive lost messages: the run ends with transactions unanswered.
     #[arg(long, help_heading = "Cluster")]
     drop_fraction: Option<f64>,
+    /// Fault injection (embedded cluster only): cut this server off from every other one
+    /// (no message in or out), as if its machine died, `--cut-off-after-ms` into the run.
+    /// With `--replication-factor 3`, its replica group elects another leader and the run
+    /// goes on; try it with `--verify`.
+    #[arg(long, help_heading = "Cluster", value_name = "SERVER")]
+    cut_off_node: Option<u32>,
+    /// When `--cut-off-node` strikes, in milliseconds after the cluster started.
+    #[arg(long, help_heading = "Cluster", value_name = "MS")]
+    cut_off_after_ms: Option<u64>,
 
     // --- workload ---
     /// Workload: ycsb, bank, append or tpcc.
@@ -542,6 +551,10 @@ impl RunArgs {
         set(&mut c.net.delay_us, self.delay_us);
         set(&mut c.net.jitter_us, self.jitter_us);
         set(&mut c.net.drop_fraction, self.drop_fraction);
+        if self.cut_off_node.is_some() {
+            c.net.cut_off_node = self.cut_off_node;
+        }
+        set(&mut c.net.cut_off_after_ms, self.cut_off_after_ms);
         set(&mut c.workload.name, self.workload.clone());
         self.apply_workload_flags(&mut c)?;
         let k = &mut c.client;

@@ -257,6 +257,17 @@ pub(crate) enum Ending {
     CcAbort(CcAbortCause),
 }
 
+impl Ending {
+    /// The answer, where no history records it (a replica's copy of a transaction).
+    pub(crate) fn outcome(self) -> TxnOutcome {
+        match self {
+            Ending::Committed { outputs, .. } => TxnOutcome::Committed(outputs),
+            Ending::LogicAbort { why, .. } => TxnOutcome::LogicAbort(why),
+            Ending::CcAbort(cause) => TxnOutcome::CcAbort(cause),
+        }
+    }
+}
+
 /// The one place every protocol ends a transaction: records the end in the run's history
 /// (when one is kept) with what the transaction read and wrote at home (`trace`; what it did
 /// elsewhere was recorded there), and returns the answer its client gets.

@@ -29,6 +29,11 @@ pub trait Applier: Send + Sync + 'static {
     fn committed(&self, proposer: NodeId, data: &[u8]);
     /// The member learnt who leads the group now (`None`: an election is under way).
     fn leader_changed(&self, leader: Option<NodeId>);
+    /// Asked of a leading member at every tick: whether it should hand the leadership to
+    /// another member (its cluster instance can no longer serve, see the protocol).
+    fn should_step_aside(&self) -> bool {
+        false
+    }
 }
 
 /// How members send each other raft messages: over the protocol's transport.
@@ -39,6 +44,9 @@ enum Input {
     Step(NodeId, ReplMsg),
 }
 
+/// Ticks a leader waits for a leadership transfer before it tries another member.
+const TRANSFER_TICKS: u32 = 50;
+
 /// A server's member of its replica group.
 pub struct GroupMember {
     me: NodeId,
@@ -48,6 +56,8 @@ pub struct GroupMember {
     settled: Arc<AtomicBool>,
     /// Entries the member's log holds.
     retained: Arc<AtomicU64>,
+    /// Whether the member leads its group and may propose (see `Driver::may_propose`).
+    leading: Arc<AtomicBool>,
     thread: Mutex<Option<JoinHandle<()>>>,
 }
 
@@ -100,8 +110,12 @@ impl GroupMember {
         let (tx, rx) = unbounded();
         let settled = Arc::new(AtomicBool::new(false));
         let retained = Arc::new(AtomicU64::new(0));
+        let leading = Arc::new(AtomicBool::new(false));
         let driver = Driver {
             retained: retained.clone(),
+            leading: leading.clone(),
+            term_start: u64::MAX,
+            stepping_aside: None,
             me,
             members,
             raw,
@@ -121,6 +135,7 @@ impl GroupMember {
             inputs: Mutex::new(Some(tx)),
             settled,
             retained,
+            leading,
             thread: Mutex::new(Some(thread)),
         })
     }
@@ -144,6 +159,13 @@ impl GroupMember {
     /// every entry it knows committed is applied.
     pub fn settled(&self) -> bool {
         self.settled.load(Ordering::Acquire)
+    }
+
+    /// Whether this member leads its group and has applied every entry of the terms before
+    /// its own: what it proposes now follows everything the group's log committed (a new
+    /// leader continues after its predecessor's last committed entry).
+    pub fn leading(&self) -> bool {
+        self.leading.load(Ordering::Acquire)
     }
 
     /// Entries the member's log holds (applied ones are forgotten, see `Driver::compact`).
@@ -171,6 +193,12 @@ struct Driver<L: LogStore> {
     placement: Arc<Placement>,
     settled: Arc<AtomicBool>,
     retained: Arc<AtomicU64>,
+    leading: Arc<AtomicBool>,
+    /// Index of the first entry of this member's term as leader (raft appends an empty one
+    /// on election); `u64::MAX` while it does not lead.
+    term_start: u64,
+    /// A leadership transfer under way: to whom, and the ticks left before trying another.
+    stepping_aside: Option<(NodeId, u32)>,
     tick: Duration,
     leader: Option<NodeId>,
 }
@@ -192,6 +220,7 @@ impl<L: LogStore> Driver<L> {
             let now = Instant::now();
             if now >= next_tick {
                 self.raw.tick();
+                self.step_aside_if_asked();
                 next_tick = now + self.tick;
             }
             if self.raw.has_ready() {
@@ -199,6 +228,7 @@ impl<L: LogStore> Driver<L> {
                 self.compact();
             }
             self.settled.store(self.is_settled(), Ordering::Release);
+            self.leading.store(self.may_propose(), Ordering::Release);
             let store = self.raw.store();
             if let (Ok(first), Ok(last)) = (store.first_index(), store.last_index()) {
                 let retained = (last + 1).saturating_sub(first);
@@ -288,7 +318,60 @@ impl<L: LogStore> Driver<L> {
         self.raw.advance_apply();
     }
 
+    /// A leader whose protocol asks it to step aside transfers the leadership to another
+    /// member its log shows active, trying the next one if a transfer does not finish.
+    fn step_aside_if_asked(&mut self) {
+        if self.raw.raft.state != StateRole::Leader || !self.applier.should_step_aside() {
+            self.stepping_aside = None;
+            return;
+        }
+        if let Some((to, ticks)) = &mut self.stepping_aside {
+            if *ticks > 0 {
+                *ticks -= 1;
+                return;
+            }
+            tracing::warn!(
+                "node {}: leadership transfer to node {to} timed out",
+                self.me
+            );
+        }
+        // Members after this one first, in instance order, then around: a deterministic
+        // choice that moves past one that failed.
+        let after = self.stepping_aside.map_or(self.me, |(to, _)| to);
+        let raft = &self.raw.raft;
+        let mut candidates: Vec<NodeId> = self.members.clone();
+        candidates.sort_by_key(|n| (n.0 <= after.0, n.0));
+        let target = candidates.into_iter().find(|&n| {
+            n != self.me
+                && raft
+                    .prs()
+                    .get(raft_id(n))
+                    .is_some_and(|pr| pr.recent_active)
+        });
+        if let Some(to) = target {
+            tracing::warn!(
+                "node {}: handing the group's leadership to node {to}",
+                self.me
+            );
+            self.raw.transfer_leader(raft_id(to));
+            self.stepping_aside = Some((to, TRANSFER_TICKS));
+        }
+    }
+
+    /// Leader, not handing over, and every entry of earlier terms applied.
+    fn may_propose(&self) -> bool {
+        let raft = &self.raw.raft;
+        raft.state == StateRole::Leader
+            && raft.lead_transferee.is_none()
+            && raft.raft_log.applied >= self.term_start
+    }
+
     fn observe_leader(&mut self, leader_id: u64, role: StateRole) {
+        self.term_start = match role {
+            // raft appended its term's empty entry on election: the last one now.
+            StateRole::Leader => self.raw.raft.raft_log.last_index(),
+            _ => u64::MAX,
+        };
         let leader = match role {
             StateRole::Leader | StateRole::Follower => node_of(leader_id),
             StateRole::Candidate | StateRole::PreCandidate => None,

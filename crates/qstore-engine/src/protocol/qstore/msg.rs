@@ -317,6 +317,12 @@ pub enum QMsg {
     },
     /// Replication: a raft message between members of a replica group.
     Raft(crate::replication::ReplMsg),
+    /// Replication: planner `rank`'s batch `batch` is committed in its group's log (from the
+    /// node that delivered it in the receiver's instance).
+    Logged { batch: u64, rank: u32 },
+    /// Replication: the sender's instance (the receiver's) ran plans no log committed, or
+    /// lost a node; it takes no further part in the run.
+    Stale,
 }
 
 /// Speculative mode: what a node that ran some of a planner's batch reports about one of its

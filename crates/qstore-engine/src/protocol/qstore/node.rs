@@ -4,7 +4,7 @@
 use super::batch::{Batches, Claim};
 use super::msg::{Eq, FateInfo, FateNote, FragRef, Op, Output, Outputs, QMsg, TxnPos};
 use super::plan::{BatchPlan, QueueShape};
-use super::replica::{LoggedBatch, TxnContext};
+use super::replica::{Dedup, LogGate, LoggedBatch, TxnContext};
 use super::spec::{PlannerBatch, RecordKey, Speculation};
 use crate::cluster::EngineCtx;
 use crate::exec::{run_access, Lookahead, TxnScratch, UndoLog};
@@ -23,7 +23,8 @@ use parking_lot::{Condvar, Mutex, MutexGuard, RwLock};
 use qstore_core::config::{Isolation, QStoreMode, ReplicationMode};
 use qstore_core::placement::Placement;
 use qstore_core::txn::{
-    AccessRef, CcAbortCause, Program, RowRef, TxnOutcome, Value, EMPTY_PROGRAM, KEY_NOT_FOUND,
+    AccessRef, CcAbortCause, Program, RowRef, TxnKey, TxnOutcome, Value, EMPTY_PROGRAM,
+    KEY_NOT_FOUND,
 };
 use qstore_core::{NodeId, PartitionId, QError, TableId, TxnId};
 use qstore_net::{Envelope, NetCounters, Transport};
@@ -257,6 +258,8 @@ struct Planner {
 /// A transaction this node planned, waiting for its outputs.
 struct HomeTxn {
     id: TxnId,
+    /// The client's name for it (see `Dedup`).
+    key: TxnKey,
     /// The client's request, at the member that planned it (other members commit the
     /// transaction in their instance and answer no one).
     req: Option<TxnRequest>,
@@ -354,10 +357,9 @@ struct NodeState {
     /// Batches decided but not answered yet: `settle` answers them after releasing the lock,
     /// so that sending a batch's answers does not hold up the other workers.
     decided: Vec<DecidedBatch>,
-    /// Replication: planner batches of `home` committed in the group's log; and batches
-    /// decided here whose log entry has not committed yet (speculative replication answers
-    /// them when it does).
-    logged: FxHashSet<PlannerBatch>,
+    /// Replication: which planner batches the logs have committed; and batches decided here
+    /// that wait for it (see `LogGate`).
+    gate: LogGate,
     unlogged: BTreeMap<PlannerBatch, DecidedBatch>,
     /// Replication: planner batches delivered from a log rather than by the group's leader:
     /// another instance records their history.
@@ -400,8 +402,15 @@ struct QNode {
     member: OnceLock<GroupMember>,
     /// Replication is synchronous: a leader's plans wait for the log.
     synchronous: bool,
-    /// Replication: the first leader of the group this node learnt of.
-    first_leader: OnceLock<NodeId>,
+    /// Replication: what the group's log holds, by client key.
+    dedup: Mutex<Dedup>,
+    /// Replication: this node's instance may have run plans no log committed (see
+    /// `replica`); it takes no part in the run any more.
+    stale: AtomicBool,
+    /// Replication: when this node last saw its instance retire a batch (or have nothing to
+    /// do), and how long a leader lets it stall before it gives its group away.
+    progress: Mutex<Instant>,
+    stall: Duration,
     net: Arc<dyn Transport<QMsg>>,
     /// What different threads write all the time lives on cache lines of its own, so that
     /// one thread's writes do not evict another's: each planner's (its worker), the admission
@@ -473,7 +482,10 @@ impl QNode {
             id,
             part: NodeId(ctx.placement.partition_of(id).0),
             member: OnceLock::new(),
-            first_leader: OnceLock::new(),
+            dedup: Mutex::new(Dedup::default()),
+            stale: AtomicBool::new(false),
+            progress: Mutex::new(Instant::now()),
+            stall: Duration::from_millis(ctx.cfg.replication.stall_ms as u64),
             synchronous: ctx.placement.replicas() > 1
                 && ctx.cfg.replication.mode == ReplicationMode::Synchronous,
             net,
@@ -497,7 +509,7 @@ impl QNode {
                 images: FxHashMap::default(),
                 spec: Speculation::default(),
                 decided: Vec::new(),
-                logged: FxHashSet::default(),
+                gate: LogGate::new(ranks),
                 unlogged: BTreeMap::new(),
                 replayed: FxHashSet::default(),
             })),
@@ -605,9 +617,21 @@ impl QNode {
         PartitionId(self.part.0)
     }
 
-    /// Whether this node plans: it leads its group (always, without replication).
+    /// Whether this node plans: it leads its group (always, without replication), has
+    /// applied what earlier leaders committed, and its instance is not stale.
     fn leads(&self) -> bool {
-        self.member.get().is_none() || self.ctx.placement.is_leader(self.id)
+        match self.member.get() {
+            None => true,
+            Some(m) => m.leading() && !self.stale.load(Ordering::Acquire),
+        }
+    }
+
+    /// The answer to a request this node cannot plan: who leads its group, if it knows.
+    fn not_leader(&self) -> TxnOutcome {
+        let leader = self.ctx.placement.leader(self.part_id());
+        TxnOutcome::NotLeader {
+            leader: leader.filter(|&l| l != self.id),
+        }
     }
 
     fn store(&self) -> &qstore_storage::PartitionStore {
@@ -738,7 +762,11 @@ impl QNode {
     fn plan_if_due(&self, p: usize, early: bool) -> bool {
         let planner = &*self.planners[p];
         if !self.leads() {
-            // A follower's plans come from its group's log.
+            // A follower's plans come from its group's log; requests that reached it go to
+            // the leader.
+            for Admitted { req, .. } in planner.queue.try_iter() {
+                reply(&req, self.not_leader());
+            }
             return false;
         }
         let queued = planner.queue.len();
@@ -801,6 +829,15 @@ impl QNode {
         };
         let mut admissions = Vec::new();
         for Admitted { req, at, .. } in planner.queue.try_iter().take(self.batch_size) {
+            // Replicated: a resubmission of a transaction the group already has is answered
+            // with its outcome, not run again.
+            let req = match self.member.get() {
+                Some(_) => match self.dedup.lock().admit(req) {
+                    Some(req) => req,
+                    None => continue,
+                },
+                None => req,
+            };
             if let Some(at) = at {
                 let planning = *planning.get_or_insert_with(Instant::now);
                 admissions.push((ADMISSION, planning - at));
@@ -825,6 +862,7 @@ impl QNode {
             }
             txns.push(HomeTxn {
                 id: req.id,
+                key: req.key,
                 may_abort: placed.may_abort,
                 n_accesses: program.accesses.len() as u16,
                 req: Some(req),
@@ -902,6 +940,9 @@ impl QNode {
     }
 
     fn install(&self, batch: u64, rank: u32, eqs: Vec<Eq>, replayed: bool) {
+        if self.stale.load(Ordering::Acquire) {
+            return;
+        }
         let mut state = self.state.lock();
         if replayed {
             state.replayed.insert((batch, rank));
@@ -1372,8 +1413,8 @@ impl QNode {
                 fates,
                 outputs: hb.outputs,
             };
-            // With replication, answered once committed in the log too.
-            if self.member.get().is_none() || state.logged.remove(&(batch, rank)) {
+            // With replication, answered once every log committed what it ran after.
+            if self.member.get().is_none() || state.gate.allows(batch) {
                 state.decided.push(decided);
             } else {
                 state.unlogged.insert((batch, rank), decided);
@@ -1431,9 +1472,11 @@ impl QNode {
         } = d;
         let n = txns.len() as u64;
         let mut outputs = Gather::new(outputs);
+        let mut dedup = self.member.get().map(|_| self.dedup.lock());
         for ((seq, t), fate) in txns.into_iter().enumerate().zip(fates) {
-            // Another member of the group answers it.
-            let Some(req) = t.req else { continue };
+            if t.req.is_none() && dedup.is_none() {
+                continue;
+            }
             let order = TxnPos {
                 batch,
                 rank,
@@ -1448,10 +1491,21 @@ impl QNode {
                     outputs: outputs.take(seq as u32, t.n_accesses),
                 },
             };
+            let Some(req) = t.req else {
+                // Another member of the group answers it; this one remembers the outcome.
+                if let Some(d) = &mut dedup {
+                    d.finished(t.key, &ending.outcome());
+                }
+                continue;
+            };
             let (h, trace) = (self.ctx.history.as_deref(), TxnTrace::default());
             let outcome = settle(h, self.id, req.id, &req.call, &trace, ending);
+            if let Some(d) = &mut dedup {
+                d.finished(t.key, &outcome);
+            }
             req.answer(outcome);
         }
+        drop(dedup);
         if let Some((clock, decided, logged)) = clock {
             let stages = clock.stages(decided, logged, Instant::now());
             // Without replication the stage does not exist.
@@ -1577,6 +1631,9 @@ impl QNode {
         let deciding = state.oldest_undecided().map_or(u64::MAX, |(b, _)| b);
         let retired = executing.min(answering).min(deciding);
         if retired > state.retired {
+            if self.member.get().is_some() {
+                *self.progress.lock() = Instant::now();
+            }
             state.retired = retired;
             state.values.retain(|pos, _| pos.batch >= retired);
             state.fates.retain(|pos, _| pos.batch >= retired);
@@ -1661,6 +1718,8 @@ impl QNode {
                     rank,
                     aborted,
                 } => self.on_final(batch, rank, aborted),
+                QMsg::Logged { batch, rank } => self.on_logged(batch, rank),
+                QMsg::Stale => self.become_stale("another node of its instance is stale"),
                 QMsg::Raft(msg) => match self.member.get() {
                     Some(member) => member.receive(env.from, msg),
                     None => tracing::warn!(
@@ -1685,42 +1744,42 @@ impl Applier for QNode {
                 return;
             }
         };
-        let key = (logged.batch, logged.rank);
-        let Some(planner) = self.planner_of(logged.rank) else {
+        let (batch, rank) = (logged.batch, logged.rank);
+        let Some(planner) = self.planner_of(rank) else {
             tracing::error!(
-                "node {}: the log holds batch {} of planner rank {}, not of this group",
+                "node {}: the log holds batch {batch} of planner rank {rank}, not of this group",
                 self.id,
-                logged.batch,
-                logged.rank
             );
             return;
         };
-        let mut state = self.state.lock();
-        if proposer == self.id {
-            // This member planned it: its transactions wait for this to be answered.
-            match state.unlogged.remove(&key) {
-                Some(mut decided) => {
-                    if let Some((_, _, logged)) = &mut decided.clock {
-                        *logged = Instant::now();
-                    }
-                    state.decided.push(decided);
-                }
-                None if state.home.contains_key(&key) => {
-                    state.logged.insert(key);
-                }
-                None => {}
-            }
-            self.settle(state);
-            if self.synchronous {
-                self.deliver(logged.batch, logged.rank, logged.eqs, false);
-                planner.delivered.store(logged.batch + 1, Ordering::Release);
-                self.settle(self.state.lock());
-            }
+        if self.stale.load(Ordering::Acquire) {
+            // Still a voter of its group, but its instance runs nothing more.
             return;
         }
+        if proposer == self.id {
+            // This member planned it and its instance has it (or, synchronous, gets it now).
+            if self.synchronous {
+                self.deliver(batch, rank, logged.eqs, false);
+                planner.delivered.fetch_max(batch + 1, Ordering::AcqRel);
+            }
+            return self.tell_instance(|| QMsg::Logged { batch, rank });
+        }
+        if batch < planner.delivered.load(Ordering::Acquire) {
+            // This member led the group and delivered a plan of its own for this slot that
+            // the log lost: its instance ran something no log holds.
+            return self.become_stale(&format!(
+                "the log committed planner batch ({batch}, {rank}) of node {proposer}, but \
+                 this node had delivered its own"
+            ));
+        }
         // Another member planned it: this instance commits it too, answering no one.
+        {
+            let mut dedup = self.dedup.lock();
+            for t in &logged.txns {
+                dedup.running(t.key);
+            }
+        }
         if !logged.txns.is_empty() {
-            state.logged.insert(key);
             let home = HomeBatch {
                 txns: logged.txns.iter().map(HomeTxn::replica).collect(),
                 clock: None,
@@ -1729,37 +1788,119 @@ impl Applier for QNode {
                 notes: Vec::new(),
                 outputs: Vec::new(),
             };
-            state.home.insert(key, home);
+            self.state.lock().home.insert((batch, rank), home);
         }
-        drop(state);
-        planner
-            .next_batch
-            .fetch_max(logged.batch + 1, Ordering::AcqRel);
-        self.deliver(logged.batch, logged.rank, logged.eqs, true);
-        planner
-            .delivered
-            .fetch_max(logged.batch + 1, Ordering::AcqRel);
-        self.settle(self.state.lock());
+        planner.next_batch.fetch_max(batch + 1, Ordering::AcqRel);
+        self.deliver(batch, rank, logged.eqs, true);
+        planner.delivered.fetch_max(batch + 1, Ordering::AcqRel);
+        self.tell_instance(|| QMsg::Logged { batch, rank });
     }
 
     fn leader_changed(&self, leader: Option<NodeId>) {
-        let Some(leader) = leader else { return };
-        let first = *self.first_leader.get_or_init(|| leader);
-        if leader != first {
-            // Fail-over is not built yet: a new leader would plan from batch 0 again, and a
-            // deposed one's proposals in flight are lost.
-            tracing::error!(
-                "node {}: its group's leader changed from node {first} to node {leader} \
-                 during the run; fail-over is not supported yet, so the run cannot go on \
-                 correctly",
-                self.id
-            );
+        if leader == Some(self.id) {
+            // Its instance's stall clock starts now, not when the last leader left.
+            *self.progress.lock() = Instant::now();
+        } else {
+            self.redirect_home();
         }
         self.notify();
+    }
+
+    /// A leader gives its group away when its instance is stale, or has retired nothing for
+    /// `replication.stall_ms` while it had work (a node of the instance is gone: the
+    /// instance is stale then too).
+    fn should_step_aside(&self) -> bool {
+        if self.stale.load(Ordering::Acquire) {
+            return true;
+        }
+        let busy = {
+            let state = self.state.lock();
+            !(state.home.is_empty() && state.unlogged.is_empty() && state.batches.is_empty())
+        };
+        let mut progress = self.progress.lock();
+        if !busy {
+            *progress = Instant::now();
+            return false;
+        }
+        let stalled = progress.elapsed();
+        drop(progress);
+        if stalled < self.stall {
+            return false;
+        }
+        self.become_stale(&format!(
+            "its instance retired no batch in {} ms",
+            stalled.as_millis()
+        ));
+        true
     }
 }
 
 impl QNode {
+    /// Tells every node of this node's instance (itself included).
+    fn tell_instance(&self, msg: impl Fn() -> QMsg) {
+        for d in 0..self.ctx.nodes() {
+            self.net.send(self.id, self.peer(NodeId(d)), msg());
+        }
+    }
+
+    /// A planner batch is committed in its group's log: batches it opens are answered.
+    fn on_logged(&self, batch: u64, _rank: u32) {
+        let mut guard = self.state.lock();
+        let state = &mut *guard;
+        state.gate.committed(batch);
+        while let Some(entry) = state.unlogged.first_entry() {
+            if !state.gate.allows(entry.key().0) {
+                break;
+            }
+            let mut decided = entry.remove();
+            if let Some((_, _, logged)) = &mut decided.clock {
+                *logged = Instant::now();
+            }
+            state.decided.push(decided);
+        }
+        self.settle(guard);
+    }
+
+    /// Takes this node out of the run: its instance may have run plans no log committed (or
+    /// lost a node). It stops installing plans, tells its instance, and sends its waiting
+    /// clients to the leader; as a member of its group it goes on voting. (Rebuilding a
+    /// stale instance from another's state is not built yet.)
+    fn become_stale(&self, why: &str) {
+        if self.stale.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        let placement = &self.ctx.placement;
+        placement.mark_stale(placement.instance_of(self.id));
+        tracing::error!(
+            "node {} (instance {}): stale, out of the run until rebuilt: {why}",
+            self.id,
+            self.ctx.placement.instance_of(self.id)
+        );
+        self.tell_instance(|| QMsg::Stale);
+        self.redirect_home();
+        self.notify();
+    }
+
+    /// Answers `NotLeader` to every client waiting here: this node no longer leads its group
+    /// (or its instance is stale). A transaction whose batch the log did commit is answered
+    /// by the new leader when it is resubmitted.
+    fn redirect_home(&self) {
+        let outcome = self.not_leader();
+        let mut waiting = self.dedup.lock().take_waiting();
+        {
+            let mut state = self.state.lock();
+            let home = state.home.values_mut().flat_map(|hb| hb.txns.iter_mut());
+            waiting.extend(home.filter_map(|t| t.req.take()));
+            let unlogged = state.unlogged.values_mut().flat_map(|d| d.txns.iter_mut());
+            waiting.extend(unlogged.filter_map(|t| t.req.take()));
+        }
+        for p in &self.planners {
+            waiting.extend(p.queue.try_iter().map(|a| a.req));
+        }
+        for req in waiting {
+            req.answer(outcome.clone());
+        }
+    }
     /// The planner of this node's group that has `rank`, if one does.
     fn planner_of(&self, rank: u32) -> Option<&Planner> {
         let p = rank.checked_sub(self.rank(0))?;
@@ -1771,6 +1912,7 @@ impl HomeTxn {
     fn context(&self) -> TxnContext {
         TxnContext {
             id: self.id,
+            key: self.key,
             n_accesses: self.n_accesses,
             may_abort: self.may_abort,
         }
@@ -1780,6 +1922,7 @@ impl HomeTxn {
     fn replica(c: &TxnContext) -> Self {
         HomeTxn {
             id: c.id,
+            key: c.key,
             req: None,
             n_accesses: c.n_accesses,
             may_abort: c.may_abort,
@@ -1800,6 +1943,10 @@ impl NodeShell for QNode {
     /// Whether nothing this node knows of is in flight: no batch of its planners unanswered,
     /// no transaction undecided here.
     fn quiescent(&self) -> bool {
+        if self.stale.load(Ordering::Acquire) {
+            // Out of the run: what it holds will never finish.
+            return true;
+        }
         let state = self.state.lock();
         state.home.is_empty()
             && state.unlogged.is_empty()
@@ -1813,7 +1960,9 @@ impl NodeShell for QNode {
         {
             let state = self.state.lock();
             let queued: usize = self.planners.iter().map(|p| p.queue.len()).sum();
-            if !state.home.is_empty() || queued > 0 {
+            // A stale node's leftovers are expected (it stopped mid-run): it said why then.
+            let stale = self.stale.load(Ordering::Acquire);
+            if !stale && (!state.home.is_empty() || queued > 0) {
                 let undecided: Vec<_> = state
                     .fates
                     .iter()

@@ -11,10 +11,26 @@
 //! is being replicated; its transactions are answered only once the batch has both run and
 //! been committed in the log (the paper's verification before commitment, figure 3).
 //! Synchronous replication delivers the leader's batch only when it is committed.
+//!
+//! Fail-over. A transaction of batch `b` ran on the state every planner batch before it left;
+//! so it is answered only once every group's entries up to `b` are committed (the
+//! [`LogGate`]): then its instance ran exactly what the logs hold, and every instance would
+//! answer the same. When a leader dies, its group elects another member, whose planners go
+//! on after the last entry its log committed (raft lets a new leader propose only once it
+//! has applied every entry of earlier terms). A leader's instance that lost a node stalls;
+//! its leaders notice, mark the instance *stale* (its speculative execution may have run
+//! plans that were never committed) and hand their groups to members of other instances.
+//! Clients whose transactions were lost on the way are answered `NotLeader` and resubmit
+//! with the same key; the [`Dedup`] table, which every member fills from its log, answers a
+//! transaction that already ran with its original outcome rather than running it twice.
 
 use super::msg::Eq;
+use crate::protocol::TxnRequest;
+use qstore_core::txn::{TxnKey, TxnOutcome};
 use qstore_core::{NodeId, TxnId};
+use rustc_hash::FxHashMap;
 use serde::{Deserialize, Serialize};
+use std::collections::{BTreeMap, VecDeque};
 
 /// A planner batch as the log holds it.
 #[derive(Debug, Serialize, Deserialize)]
@@ -33,6 +49,8 @@ pub(super) struct LoggedBatch {
 #[derive(Clone, Copy, Debug, Serialize, Deserialize)]
 pub(super) struct TxnContext {
     pub id: TxnId,
+    /// The client's name for it (see `Dedup`).
+    pub key: TxnKey,
     /// Accesses in its program: the length of its outputs.
     pub n_accesses: u16,
     pub may_abort: bool,
@@ -61,6 +79,123 @@ impl LoggedBatch {
     }
 }
 
+/// Which planner batches the group logs have committed, as far as one node of an instance
+/// has heard: each planner batch's deliverer in the instance tells every node (`Logged`).
+pub(super) struct LogGate {
+    /// Planner batches (ranks) per batch.
+    ranks: u32,
+    /// Every planner batch of batches below this one is committed.
+    through: u64,
+    /// Committed planner batches of later batches, counted.
+    ahead: BTreeMap<u64, u32>,
+}
+
+impl LogGate {
+    pub fn new(ranks: u32) -> Self {
+        LogGate {
+            ranks,
+            through: 0,
+            ahead: BTreeMap::new(),
+        }
+    }
+
+    /// One more planner batch of `batch` committed.
+    pub fn committed(&mut self, batch: u64) {
+        if batch < self.through {
+            return;
+        }
+        *self.ahead.entry(batch).or_default() += 1;
+        while self.ahead.get(&self.through) == Some(&self.ranks) {
+            self.ahead.remove(&self.through);
+            self.through += 1;
+        }
+    }
+
+    /// Whether every planner batch up to and including `batch`'s is committed.
+    pub fn allows(&self, batch: u64) -> bool {
+        batch < self.through
+    }
+}
+
+/// Finished transactions remembered for resubmissions, at most.
+const DEDUP_REMEMBERED: usize = 1 << 20;
+
+/// What a member knows of the transactions its group's log holds, by client key: running
+/// (with the resubmissions waiting for the outcome), or finished with its outcome.
+#[derive(Default)]
+pub(super) struct Dedup {
+    seen: FxHashMap<TxnKey, Seen>,
+    /// Finished keys, oldest first: the first forgotten.
+    finished: VecDeque<TxnKey>,
+}
+
+enum Seen {
+    Running(Vec<TxnRequest>),
+    Finished(TxnOutcome),
+}
+
+impl Dedup {
+    /// A request this member is about to plan: handed back if the group never saw its key;
+    /// otherwise answered now (finished) or when its first run ends.
+    pub fn admit(&mut self, req: TxnRequest) -> Option<TxnRequest> {
+        if req.key.is_none() {
+            return Some(req);
+        }
+        match self.seen.get_mut(&req.key) {
+            None => {
+                self.seen.insert(req.key, Seen::Running(Vec::new()));
+                Some(req)
+            }
+            Some(Seen::Running(waiting)) => {
+                waiting.push(req);
+                None
+            }
+            Some(Seen::Finished(outcome)) => {
+                let outcome = outcome.clone();
+                req.answer(outcome);
+                None
+            }
+        }
+    }
+
+    /// A transaction another member planned, from the log.
+    pub fn running(&mut self, key: TxnKey) {
+        if !key.is_none() {
+            self.seen.entry(key).or_insert(Seen::Running(Vec::new()));
+        }
+    }
+
+    /// A transaction's outcome: resubmissions waiting for it are answered.
+    pub fn finished(&mut self, key: TxnKey, outcome: &TxnOutcome) {
+        if key.is_none() {
+            return;
+        }
+        let before = self.seen.insert(key, Seen::Finished(outcome.clone()));
+        if let Some(Seen::Running(waiting)) = before {
+            for req in waiting {
+                req.answer(outcome.clone());
+            }
+        }
+        self.finished.push_back(key);
+        while self.finished.len() > DEDUP_REMEMBERED {
+            if let Some(old) = self.finished.pop_front() {
+                self.seen.remove(&old);
+            }
+        }
+    }
+
+    /// Resubmissions waiting here, handed back (this member no longer leads).
+    pub fn take_waiting(&mut self) -> Vec<TxnRequest> {
+        let mut out = Vec::new();
+        for seen in self.seen.values_mut() {
+            if let Seen::Running(waiting) = seen {
+                out.append(waiting);
+            }
+        }
+        out
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -73,6 +208,7 @@ mod tests {
             eqs: vec![vec![Eq::default()], Vec::new()],
             txns: vec![TxnContext {
                 id: TxnId(5),
+                key: TxnKey { session: 1, seq: 2 },
                 n_accesses: 2,
                 may_abort: true,
             }],
@@ -83,5 +219,46 @@ mod tests {
         assert_eq!(back.txns[0].id, TxnId(5));
         assert!(LoggedBatch::decode(&b.encode(), 3).is_err());
         assert!(LoggedBatch::decode(&[1, 2, 3], 2).is_err());
+    }
+
+    #[test]
+    fn the_gate_opens_a_batch_once_every_planner_batch_up_to_it_committed() {
+        let mut g = LogGate::new(2);
+        g.committed(1);
+        g.committed(0);
+        assert!(!g.allows(0));
+        g.committed(1);
+        assert!(!g.allows(0), "batch 0 has one of its two");
+        g.committed(0);
+        assert!(g.allows(0) && g.allows(1) && !g.allows(2));
+    }
+
+    #[test]
+    fn a_resubmitted_transaction_gets_the_first_outcome_and_runs_once() {
+        let (tx, rx) = crossbeam_channel::unbounded();
+        let call = std::sync::Arc::new(qstore_core::txn::ProcCall {
+            proc: qstore_core::txn::ProcId(0),
+            args: Vec::new(),
+        });
+        let key = TxnKey { session: 9, seq: 1 };
+        let req = |id| {
+            let mut r = TxnRequest::new(TxnId(id), call.clone(), tx.clone());
+            r.key = key;
+            r
+        };
+        let mut d = Dedup::default();
+        // Planned from the log at another member; a resubmission here waits for its end.
+        d.running(key);
+        assert!(d.admit(req(1)).is_none());
+        assert!(rx.try_recv().is_err());
+        let done = TxnOutcome::Committed(Vec::new());
+        d.finished(key, &done);
+        assert_eq!(rx.try_recv().unwrap().outcome, done);
+        // Later resubmissions are answered at once; a new key runs.
+        assert!(d.admit(req(2)).is_none());
+        assert_eq!(rx.try_recv().unwrap().outcome, done);
+        let mut fresh = req(3);
+        fresh.key = TxnKey { session: 9, seq: 2 };
+        assert!(d.admit(fresh).is_some());
     }
 }
