@@ -1762,6 +1762,8 @@ impl Applier for QNode {
                 self.deliver(batch, rank, logged.eqs, false);
                 planner.delivered.fetch_max(batch + 1, Ordering::AcqRel);
             }
+            // The `Logged` this node sends itself also retires what `delivered` now allows
+            // (`on_logged` settles), as `plan_if_due` does after planning.
             return self.tell_instance(|| QMsg::Logged { batch, rank });
         }
         if batch < planner.delivered.load(Ordering::Acquire) {
