@@ -7,7 +7,8 @@
 #     accepts its list-append histories;
 #  3. the same over TCP, one server process per node (`qstore cluster`), for every protocol
 #     that has a distributed mode (bank's and TPC-C's final state checked from the servers'
-#     tallies of their partitions).
+#     tallies of their partitions);
+#  4. replicated Q-Store over TCP (rf 2 and 3), and a group leader killed with SIGKILL.
 # Needs `adya` on PATH (scripts/setup.sh installs it) and a release build.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -131,6 +132,29 @@ for protocol in $("$QSTORE" protocols --names); do
   expect_exit 0 "" "adya accepts $protocol append history over TCP ($(wc -l <"$h") events)" -- \
     adya check -m list-append -c serializable "$h"
 done
+
+echo "== QR-Store over TCP: one server process per copy (rf 2 and 3), and a leader killed"
+rsmall=(--nodes 3 --duration 1 --warmup 0.2 -q)
+for rf in 2 3; do
+  expect_exit 0 "^serializable: yes" "qstore rf $rf ycsb over TCP --verify" -- \
+    "$QSTORE" cluster --workload ycsb --replication-factor "$rf" --records 10000 \
+    --theta 0.9 --mp-fraction 0.5 --verify "${rsmall[@]}"
+  expect_exit 0 "invariants: ok" "qstore rf $rf bank over TCP --verify" -- \
+    "$QSTORE" cluster --workload bank --replication-factor "$rf" --verify "${rsmall[@]}"
+  h="$work/rf$rf-append-tcp.jsonl"
+  expect_exit 0 "^serializable: yes" "qstore rf $rf append over TCP --verify" -- \
+    "$QSTORE" cluster --workload append --replication-factor "$rf" --history "$h" \
+    --verify "${rsmall[@]}"
+  expect_exit 0 "" "adya accepts the rf $rf append history over TCP ($(wc -l <"$h") events)" -- \
+    adya check -m list-append -c serializable "$h"
+done
+# kill -9 of a group leader mid-run (scripts/kill-loop.sh repeats it with random timing).
+h="$work/kill.jsonl"
+expect_exit 0 "copies in service equal" "qstore rf 3 over TCP, leader killed at 1.5 s --verify" -- \
+  "$QSTORE" cluster --workload append --nodes 3 --replication-factor 3 --duration 4 \
+  --kill-leader-after-ms 1500 --history "$h" --verify -q
+expect_exit 0 "" "adya accepts the killed-leader run's client history ($(wc -l <"$h") events)" -- \
+  adya check -m list-append -c serializable "$h"
 
 echo "history checks: $passed passed, $failed failed"
 [ "$failed" = 0 ]

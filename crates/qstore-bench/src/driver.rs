@@ -50,6 +50,8 @@ pub struct Control {
     issued: AtomicU64,
     /// With a `txns` bound: when the last needed commit arrived.
     pub finished_at: Mutex<Option<Instant>>,
+    /// What every driver thread's commit times count from (the first commit measured).
+    epoch: std::sync::OnceLock<Instant>,
 }
 
 impl Control {
@@ -454,6 +456,9 @@ impl<'a> Driver<'a> {
                 if measuring {
                     let latency = now.saturating_duration_since(p.first_submit).as_micros() as u64;
                     self.stats.record_commit(p.ops, latency);
+                    let epoch = *self.control.epoch.get_or_init(|| now);
+                    self.stats
+                        .record_commit_time(now.saturating_duration_since(epoch));
                     self.count_commit();
                 }
                 self.finish(p, now);

@@ -180,10 +180,13 @@ pub fn run(cfg: &RunConfig, opts: RunOptions<'_>) -> Result<RunOutcome, QError> 
 /// back after it.
 pub struct RemoteOutcome {
     pub report: RunReport,
-    pub collected: Vec<qstore_engine::server::proto::Collected>,
+    /// By server; `None` for a server lost during a replicated run.
+    pub collected: Vec<Option<qstore_engine::server::proto::Collected>>,
     pub workload: Arc<dyn Workload>,
-    /// Connections that failed during the run, with the reason.
+    /// Connections that failed during the run, with the reason (the run failed).
     pub failures: Vec<String>,
+    /// Replicated: servers lost during the run, with the reason (the run went on).
+    pub lost: Vec<String>,
 }
 
 /// Drives the servers of the distributed cluster `cfg` describes (its `cluster.addresses`),
@@ -205,7 +208,12 @@ pub fn run_remote(cfg: &RunConfig, opts: RunOptions<'_>) -> Result<RemoteOutcome
     let d = drive(&cfg, &remote, workload.as_ref(), &mut progress, opts.elle);
     let mut report = RunReport::new(&cfg, &d.stats, d.window_s, 0.0, d.traffic, d.timeline);
     report.stages = d.stages;
-    let failures = remote.failures();
+    // With replication a server lost during the run is survived: its groups elected other
+    // leaders, and what it held is checked on the other copies.
+    let (failures, lost) = match remote.failures() {
+        f if remote.replicated() => (Vec::new(), f),
+        f => (f, Vec::new()),
+    };
     let (collected, frames) = if failures.is_empty() {
         let stats = remote.stats()?;
         let (msgs, frames) = stats
@@ -223,7 +231,10 @@ pub fn run_remote(cfg: &RunConfig, opts: RunOptions<'_>) -> Result<RemoteOutcome
         report.state_hashes = Some(
             collected
                 .iter()
-                .map(|c| format!("{:016x}", c.partition_hash))
+                .map(|c| match c {
+                    Some(c) => format!("{:016x}", c.partition_hash),
+                    None => "unreachable".into(),
+                })
                 .collect(),
         );
     }
@@ -232,6 +243,7 @@ pub fn run_remote(cfg: &RunConfig, opts: RunOptions<'_>) -> Result<RemoteOutcome
         collected,
         workload,
         failures,
+        lost,
     })
 }
 
@@ -283,7 +295,7 @@ fn control_run(
     let traffic = after
         .iter()
         .zip(before.iter().chain(std::iter::repeat(&(0, 0))))
-        .map(|(a, b)| (a.0 - b.0, a.1 - b.1))
+        .map(|(a, b)| (a.0.saturating_sub(b.0), a.1.saturating_sub(b.1)))
         .collect();
     (window_s, traffic, timeline, stages)
 }

@@ -1,10 +1,16 @@
 //! The servers of a distributed cluster as a load-generator [`Target`]: one TCP connection
-//! per node, speaking the client protocol of `qstore_engine::server::proto`.
+//! per server, speaking the client protocol of `qstore_engine::server::proto`.
 //!
 //! Each connection has a writer thread (requests, many per frame) and a reader thread (answers
 //! routed to the reply channel of their request). A connection that fails answers every
 //! transaction in flight on it, and every later one, `Rejected` with the reason: clients see
 //! errors, never a silent hang.
+//!
+//! With replication a transaction goes to the server this client believes leads its home
+//! partition's group ([`Routes`]). A `NotLeader` answer teaches it the leader (or, naming
+//! none, sends it to the next member of the group), and a lost connection answers what was in
+//! flight on it `NotLeader` instead of `Rejected`: the load generator resubmits each with the
+//! same key, and the group's new leader answers a transaction that did run with its outcome.
 
 use crate::Target;
 use crossbeam_channel::{unbounded, Receiver, Sender};
@@ -22,6 +28,7 @@ use qstore_net::frame::{FrameDecoder, FrameEncoder, DEFAULT_FLUSH_BYTES, DEFAULT
 use rustc_hash::FxHashMap;
 use std::io::BufReader;
 use std::net::{Shutdown, SocketAddr, TcpStream};
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -31,20 +38,76 @@ const STATS_TIMEOUT: Duration = Duration::from_secs(5);
 /// How long a collect request may take: the server encodes its whole history.
 const COLLECT_TIMEOUT: Duration = Duration::from_secs(30);
 
-/// Connections to every node of a distributed cluster.
+/// Connections to every server of a distributed cluster.
 pub struct RemoteCluster {
+    /// By server id.
     conns: Vec<Conn>,
+    routes: Arc<Routes>,
     /// The protocol the servers run (from their welcome).
     pub protocol: String,
 }
 
-/// One node's connection.
+/// One server's connection.
 struct Conn {
     node: NodeId,
     requests: Sender<ClientRequest>,
     control: Mutex<Receiver<ClientResponse>>,
     state: Arc<Mutex<ConnState>>,
     stream: TcpStream,
+    routes: Arc<Routes>,
+    /// The server's counters when last asked (kept for a server that died since).
+    last_stats: Mutex<Option<ServerStats>>,
+}
+
+/// Where this client sends each partition's transactions: the server it believes leads the
+/// partition's replica group (servers are numbered instance after instance, as in
+/// [`qstore_core::placement::Placement`]). Without replication, server p for partition p.
+pub struct Routes {
+    partitions: u32,
+    replicas: u32,
+    /// By partition: the server believed to lead its group.
+    leaders: Vec<AtomicU32>,
+}
+
+impl Routes {
+    pub fn new(partitions: u32, replicas: u32) -> Self {
+        Routes {
+            partitions,
+            replicas,
+            // Instance 0's members call the first elections.
+            leaders: (0..partitions).map(AtomicU32::new).collect(),
+        }
+    }
+
+    /// The server believed to lead partition `p`'s group.
+    pub fn leader(&self, p: u32) -> NodeId {
+        NodeId(self.leaders[p as usize].load(Ordering::Acquire))
+    }
+
+    /// What an answer `NotLeader { leader }` from `from` (or the loss of `from`, with `None`)
+    /// teaches: the leader it names, or else the member of `from`'s group after `from`.
+    pub fn learn(&self, from: NodeId, leader: Option<NodeId>) {
+        let p = from.0 % self.partitions;
+        let slot = &self.leaders[p as usize];
+        match leader {
+            Some(l) if l != from && l.0 % self.partitions == p && l.0 < self.servers() => {
+                slot.store(l.0, Ordering::Release)
+            }
+            _ => {
+                let next = (from.0 + self.partitions) % self.servers();
+                // Only if no other answer moved it meanwhile.
+                let _ = slot.compare_exchange(from.0, next, Ordering::AcqRel, Ordering::Acquire);
+            }
+        }
+    }
+
+    fn servers(&self) -> u32 {
+        self.partitions * self.replicas
+    }
+
+    fn replicated(&self) -> bool {
+        self.replicas > 1
+    }
 }
 
 /// Transactions in flight on a connection, or why it is gone.
@@ -55,12 +118,13 @@ struct ConnState {
 }
 
 impl RemoteCluster {
-    /// Connects to every node of `cfg`'s cluster (retrying until `cluster.connect_timeout_s`
+    /// Connects to every server of `cfg`'s cluster (retrying until `cluster.connect_timeout_s`
     /// while servers start) and checks each one runs the same cluster, protocol and catalog.
     pub fn connect(cfg: &RunConfig, catalog_fingerprint: u64) -> Result<Self, QError> {
-        let addrs = cfg.cluster.socket_addresses()?;
+        let addrs = cfg.socket_addresses()?;
         let timeout = Duration::from_secs_f64(cfg.cluster.connect_timeout_s);
         let secret = load_secret(cfg)?;
+        let routes = Arc::new(Routes::new(cfg.cluster.nodes, cfg.replication.factor));
         let mut conns = Vec::new();
         let mut protocol = String::new();
         for (i, (_, client)) in addrs.into_iter().enumerate() {
@@ -72,15 +136,17 @@ impl RemoteCluster {
                 protocol: p,
                 catalog,
                 nodes,
+                replicas,
             } = welcome
             else {
                 unreachable!("handshake returns a welcome")
             };
             let mismatch = |what: String| QError::Other(format!("node {node} at {client}: {what}"));
-            if their_node != node || nodes != cfg.cluster.nodes {
+            let (want_nodes, want_replicas) = (cfg.cluster.nodes, cfg.replication.factor);
+            if their_node != node || nodes != want_nodes || replicas != want_replicas {
                 return Err(mismatch(format!(
-                    "it is node {their_node} of {nodes}, the cluster file says node {node} of {}",
-                    cfg.cluster.nodes
+                    "it is server {their_node} of {nodes} partitions x {replicas} copies, the \
+                     cluster file says server {node} of {want_nodes} x {want_replicas}"
                 )));
             }
             if catalog != catalog_fingerprint {
@@ -89,29 +155,41 @@ impl RemoteCluster {
                 ));
             }
             protocol = p;
-            conns.push(Conn::start(node, stream)?);
+            conns.push(Conn::start(node, stream, routes.clone())?);
         }
-        Ok(RemoteCluster { conns, protocol })
+        Ok(RemoteCluster {
+            conns,
+            routes,
+            protocol,
+        })
     }
 
-    /// Each node's counters.
+    /// Each server's counters: as last seen for a server that no longer answers (with
+    /// replication a run goes on without it; without, the run has failed already).
     pub fn stats(&self) -> Result<Vec<ServerStats>, QError> {
         self.conns
             .iter()
-            .map(|c| match c.ask(ClientRequest::Stats, STATS_TIMEOUT)? {
-                ClientResponse::Stats(s) => Ok(s),
-                other => Err(c.unexpected(other)),
+            .map(|c| match c.ask(ClientRequest::Stats, STATS_TIMEOUT) {
+                Ok(ClientResponse::Stats(s)) => {
+                    *c.last_stats.lock() = Some(s.clone());
+                    Ok(s)
+                }
+                Ok(other) => Err(c.unexpected(other)),
+                Err(e) => c.last_stats.lock().clone().ok_or(e),
             })
             .collect()
     }
 
-    /// Each node's partition hash and history part, after a run.
-    pub fn collect(&self) -> Result<Vec<Collected>, QError> {
+    /// Each server's partition hash and history part, after a run; with replication, `None`
+    /// for a server that no longer answers.
+    pub fn collect(&self) -> Result<Vec<Option<Collected>>, QError> {
         self.conns
             .iter()
-            .map(|c| match c.ask(ClientRequest::Collect, COLLECT_TIMEOUT)? {
-                ClientResponse::Collected(s) => Ok(s),
-                other => Err(c.unexpected(other)),
+            .map(|c| match c.ask(ClientRequest::Collect, COLLECT_TIMEOUT) {
+                Ok(ClientResponse::Collected(s)) => Ok(Some(s)),
+                Ok(other) => Err(c.unexpected(other)),
+                Err(_) if self.routes.replicated() => Ok(None),
+                Err(e) => Err(e),
             })
             .collect()
     }
@@ -122,6 +200,11 @@ impl RemoteCluster {
             .iter()
             .filter_map(|c| c.state.lock().down.clone())
             .collect()
+    }
+
+    /// Whether the cluster keeps copies of its partitions (a lost server is then survivable).
+    pub fn replicated(&self) -> bool {
+        self.routes.replicated()
     }
 }
 
@@ -139,12 +222,23 @@ impl Drop for RemoteCluster {
 }
 
 impl Target for RemoteCluster {
+    /// `home` names a partition; the transaction goes to the server believed to lead it.
     fn submit(&self, home: NodeId, req: TxnRequest) {
-        let Some(conn) = self.conns.get(home.index()) else {
-            let why = format!("no node {home} in the cluster file");
+        if home.0 >= self.routes.partitions {
+            let why = format!("no partition {home} in the cluster file");
             return reject(&req.reply, req.id, why);
-        };
-        conn.submit(req);
+        }
+        // Past members whose connection is lost, to the first live one.
+        for _ in 0..self.routes.replicas {
+            let server = self.routes.leader(home.0);
+            let conn = &self.conns[server.index()];
+            if conn.state.lock().down.is_none() || !self.routes.replicated() {
+                return conn.submit(req);
+            }
+            self.routes.learn(server, None);
+        }
+        let why = format!("every server holding partition {home} is unreachable");
+        reject(&req.reply, req.id, why);
     }
 
     fn traffic(&self) -> Vec<(u64, u64)> {
@@ -227,24 +321,27 @@ fn handshake(
 }
 
 impl Conn {
-    fn start(node: NodeId, stream: TcpStream) -> Result<Self, QError> {
+    fn start(node: NodeId, stream: TcpStream, routes: Arc<Routes>) -> Result<Self, QError> {
         let (requests, requests_rx) = unbounded();
         let (control_tx, control) = unbounded();
         let state = Arc::new(Mutex::new(ConnState::default()));
         let (w, r) = (stream.try_clone()?, stream.try_clone()?);
         let (ws, rs) = (state.clone(), state.clone());
+        let (wr, rr) = (routes.clone(), routes.clone());
         std::thread::Builder::new()
             .name(format!("remote-{}-w", node.0))
-            .spawn(move || write_loop(node, w, requests_rx, ws))?;
+            .spawn(move || write_loop(node, w, requests_rx, ws, &wr))?;
         std::thread::Builder::new()
             .name(format!("remote-{}-r", node.0))
-            .spawn(move || read_loop(node, r, control_tx, rs))?;
+            .spawn(move || read_loop(node, r, control_tx, rs, &rr))?;
         Ok(Conn {
             node,
             requests,
             control: Mutex::new(control),
             state,
             stream,
+            routes,
+            last_stats: Mutex::new(None),
         })
     }
 
@@ -275,7 +372,7 @@ impl Conn {
         let _ = self.requests.send(r);
         control.recv_timeout(timeout).map_err(|_| {
             let why = format!("no answer to a control request in {} s", timeout.as_secs());
-            fail(self.node, &self.state, why);
+            fail(self.node, &self.state, why, &self.routes);
             QError::Other(self.state.lock().down.clone().unwrap_or_default())
         })
     }
@@ -285,16 +382,30 @@ impl Conn {
     }
 }
 
-/// Marks the connection failed and answers everything in flight on it.
-fn fail(node: NodeId, state: &Mutex<ConnState>, why: String) {
+/// Marks the connection failed and answers everything in flight on it: `Rejected`, or with
+/// replication `NotLeader` (the client resubmits each to another member of the group, which
+/// answers a transaction that did run with its outcome).
+fn fail(node: NodeId, state: &Mutex<ConnState>, why: String, routes: &Routes) {
     let mut s = state.lock();
     if s.down.is_some() {
         return;
     }
     let why = format!("connection to node {} lost: {why}", node.0);
-    tracing::error!("{why}");
+    if routes.replicated() {
+        tracing::warn!("{why}; its transactions go to another member of its group");
+        routes.learn(node, None);
+    } else {
+        tracing::error!("{why}");
+    }
     for (id, reply) in s.pending.drain() {
-        reject(&reply, TxnId(id), why.clone());
+        if routes.replicated() {
+            let _ = reply.send(TxnResponse {
+                id: TxnId(id),
+                outcome: TxnOutcome::NotLeader { leader: None },
+            });
+        } else {
+            reject(&reply, TxnId(id), why.clone());
+        }
     }
     s.down = Some(why);
 }
@@ -304,6 +415,7 @@ fn write_loop(
     mut stream: TcpStream,
     requests: Receiver<ClientRequest>,
     state: Arc<Mutex<ConnState>>,
+    routes: &Routes,
 ) {
     let mut enc = FrameEncoder::new(DEFAULT_FLUSH_BYTES, DEFAULT_MAX_FRAME);
     while let Ok(first) = requests.recv() {
@@ -315,11 +427,11 @@ fn write_loop(
                 Ok(())
             };
             if let Err(e) = pushed.and(flushed) {
-                return fail(node, &state, e);
+                return fail(node, &state, e, routes);
             }
         }
         if let Err(e) = enc.write_to(&mut stream) {
-            return fail(node, &state, e.to_string());
+            return fail(node, &state, e.to_string(), routes);
         }
     }
 }
@@ -329,21 +441,26 @@ fn read_loop(
     stream: TcpStream,
     control: Sender<ClientResponse>,
     state: Arc<Mutex<ConnState>>,
+    routes: &Routes,
 ) {
+    let lost = |why: String| fail(node, &state, why, routes);
     let mut reader = BufReader::with_capacity(64 << 10, stream);
     let mut decoder = FrameDecoder::new(MAX_ANSWER_FRAME);
     loop {
         let frame = match decoder.read_frame::<ClientResponse, _>(&mut reader) {
             Ok(Some(f)) => f,
-            Ok(None) => return fail(node, &state, "the server closed it".into()),
-            Err(e) => return fail(node, &state, e.to_string()),
+            Ok(None) => return lost("the server closed it".into()),
+            Err(e) => return lost(e.to_string()),
         };
         for msg in frame {
             match msg {
                 ClientResponse::Refused(why) => {
-                    return fail(node, &state, format!("the server refused it: {why}"))
+                    return lost(format!("the server refused it: {why}"))
                 }
                 ClientResponse::Answer { id, outcome } => {
+                    if let TxnOutcome::NotLeader { leader } = &outcome {
+                        routes.learn(node, *leader);
+                    }
                     if let Some(reply) = state.lock().pending.remove(&id) {
                         let _ = reply.send(TxnResponse {
                             id: TxnId(id),
@@ -356,5 +473,34 @@ fn read_loop(
                 }
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn routes_follow_named_leaders_and_move_past_silent_members() {
+        // 3 partitions x 3 copies: partition 1's group is servers 1, 4 and 7.
+        let r = Routes::new(3, 3);
+        assert_eq!(r.leader(1), NodeId(1));
+        r.learn(NodeId(1), Some(NodeId(7)));
+        assert_eq!(r.leader(1), NodeId(7));
+        // A stale answer from a member no longer believed to lead moves nothing...
+        r.learn(NodeId(1), None);
+        assert_eq!(r.leader(1), NodeId(7));
+        // ...the believed leader's does: to the next member, wrapping around.
+        r.learn(NodeId(7), None);
+        assert_eq!(r.leader(1), NodeId(1));
+        r.learn(NodeId(1), None);
+        assert_eq!(r.leader(1), NodeId(4));
+        // Naming a server of another group, or one the cluster does not have, names none.
+        r.learn(NodeId(4), Some(NodeId(5)));
+        assert_eq!(r.leader(1), NodeId(7));
+        r.learn(NodeId(7), Some(NodeId(10)));
+        assert_eq!(r.leader(1), NodeId(1));
+        assert_eq!(r.leader(0), NodeId(0));
+        assert!(r.replicated() && !Routes::new(3, 1).replicated());
     }
 }

@@ -68,6 +68,10 @@ pub struct RunReport {
     /// Resubmissions to another server after a `NotLeader` answer (replication fail-over).
     #[serde(default)]
     pub redirected: u64,
+    /// The longest time in the window, between two commits, in which no transaction
+    /// committed (to 10 ms): a fail-over's unavailability, for instance.
+    #[serde(default)]
+    pub longest_stall_ms: u64,
     pub missed_arrivals: u64,
     /// Committed answers that broke a workload invariant (e.g. a bank audit's sum).
     pub invariant_violations: u64,
@@ -190,6 +194,7 @@ impl RunReport {
             first_rejection: stats.first_rejection.clone(),
             unfinished: stats.unfinished,
             redirected: stats.redirected,
+            longest_stall_ms: stats.longest_stall_ms(),
             missed_arrivals: stats.missed_arrivals,
             invariant_violations: stats.invariant_violations,
             first_violation: stats.first_violation.clone(),
@@ -319,6 +324,12 @@ impl RunReport {
         }
         if self.redirected > 0 {
             rows.push(("redirected to the leader", group(self.redirected)));
+        }
+        if self.longest_stall_ms >= 100 {
+            rows.push((
+                "longest time without a commit (ms)",
+                group(self.longest_stall_ms),
+            ));
         }
         if self.invariant_violations > 0 {
             let why = self.first_violation.clone().unwrap_or_default();

@@ -42,7 +42,14 @@ pub struct ClientStats {
     /// Committed answers that broke a workload invariant, and the first explanation.
     pub invariant_violations: u64,
     pub first_violation: Option<String>,
+    /// Commits per `STALL_BUCKET_MS` since the run's epoch (see [`Self::longest_stall_ms`]).
+    pub commit_buckets: Vec<u32>,
 }
+
+/// Resolution of [`ClientStats::longest_stall_ms`].
+pub const STALL_BUCKET_MS: u64 = 10;
+/// Buckets kept: runs longer than this (about 2.9 hours) are not looked at past it.
+const MAX_STALL_BUCKETS: usize = 1 << 20;
 
 impl Default for ClientStats {
     fn default() -> Self {
@@ -60,6 +67,7 @@ impl Default for ClientStats {
             redirected: 0,
             missed_arrivals: 0,
             invariant_violations: 0,
+            commit_buckets: Vec::new(),
             first_violation: None,
         }
     }
@@ -70,6 +78,33 @@ impl ClientStats {
         self.commits += 1;
         self.ops += ops as u64;
         self.latency_us.saturating_record(latency_us.max(1));
+    }
+
+    /// Notes a commit `since` the run's epoch (one epoch for every driver thread).
+    pub fn record_commit_time(&mut self, since: std::time::Duration) {
+        let i = (since.as_millis() as u64 / STALL_BUCKET_MS) as usize;
+        if i >= MAX_STALL_BUCKETS {
+            return;
+        }
+        if i >= self.commit_buckets.len() {
+            self.commit_buckets.resize(i + 1, 0);
+        }
+        self.commit_buckets[i] += 1;
+    }
+
+    /// The longest time between the first and the last commit recorded with
+    /// `record_commit_time` in which nothing committed (to `STALL_BUCKET_MS`): how long a
+    /// fail-over left the cluster unavailable, for instance.
+    pub fn longest_stall_ms(&self) -> u64 {
+        let b = &self.commit_buckets;
+        let (Some(first), Some(last)) = (
+            b.iter().position(|&n| n > 0),
+            b.iter().rposition(|&n| n > 0),
+        ) else {
+            return 0;
+        };
+        let longest = b[first..=last].split(|&n| n > 0).map(<[u32]>::len).max();
+        longest.unwrap_or(0) as u64 * STALL_BUCKET_MS
     }
 
     pub fn record_cc_abort(&mut self, cause: CcAbortCause) {
@@ -112,6 +147,12 @@ impl ClientStats {
         }
         self.unfinished += other.unfinished;
         self.redirected += other.redirected;
+        if self.commit_buckets.len() < other.commit_buckets.len() {
+            self.commit_buckets.resize(other.commit_buckets.len(), 0);
+        }
+        for (a, b) in self.commit_buckets.iter_mut().zip(&other.commit_buckets) {
+            *a += b;
+        }
         self.missed_arrivals += other.missed_arrivals;
         self.invariant_violations += other.invariant_violations;
         if self.first_violation.is_none() {
@@ -165,6 +206,22 @@ mod tests {
             max_us: 0,
         };
         assert_eq!(zero.delay_us(3, &mut rng), 0);
+    }
+
+    #[test]
+    fn the_longest_stall_is_between_commits() {
+        let ms = std::time::Duration::from_millis;
+        let mut a = ClientStats::default();
+        assert_eq!(a.longest_stall_ms(), 0);
+        a.record_commit_time(ms(25)); // bucket 2: the time before it is no stall
+        a.record_commit_time(ms(31));
+        let mut b = ClientStats::default();
+        b.record_commit_time(ms(105)); // buckets 4..=9 empty: 60 ms
+        b.record_commit_time(ms(117));
+        a.merge(&b);
+        assert_eq!(a.longest_stall_ms(), 60);
+        a.commit_buckets.extend([0; 50]); // nothing at the end: the run stopped, no stall
+        assert_eq!(a.longest_stall_ms(), 60);
     }
 
     #[test]

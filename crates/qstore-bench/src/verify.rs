@@ -182,33 +182,59 @@ pub fn verify(
     Ok(v)
 }
 
-/// Verifies a run of a distributed cluster from what its nodes handed back: their history
-/// parts, merged, and their partition hashes.
+/// Verifies a run of a distributed cluster from what its servers handed back (by server;
+/// `None` for one lost during a replicated run): their history parts, merged, and their
+/// partition hashes. With replication, a cluster instance that lost a server or that its
+/// servers took out of service is left out, and after a fail-over the checks are those of
+/// [`FailoverVerdict`].
 pub fn verify_remote(
     cfg: &RunConfig,
     workload: &dyn Workload,
-    collected: &[Collected],
+    collected: &[Option<Collected>],
     clients: &RunReport,
 ) -> Result<Verification, QError> {
-    let parts = collected
-        .iter()
-        .map(|c| {
-            let bytes = c.history.as_ref().ok_or_else(|| {
-                QError::Other(format!(
-                    "node {} did not record its history: start the servers with \
-                     --record-history (`qstore cluster --verify` does)",
-                    c.node
-                ))
-            })?;
-            postcard::from_bytes::<HistoryPart>(bytes).map_err(|e| {
-                QError::Other(format!("node {}: unreadable history part: {e}", c.node))
-            })
+    let partitions = cfg.cluster.nodes as usize;
+    let stale: Vec<u32> = collected
+        .chunks(partitions)
+        .enumerate()
+        .filter(|(_, servers)| {
+            servers
+                .iter()
+                .any(|c| c.as_ref().is_none_or(|c| !c.in_service))
         })
-        .collect::<Result<Vec<_>, _>>()?;
-    let recorder = HistoryRecorder::merge(workload.partition_map().clone(), parts);
-    let hashes: Vec<u64> = collected.iter().map(|c| c.partition_hash).collect();
-    let mut v = verify_recorded(cfg, workload, &recorder, &hashes, clients)?;
-    v.invariants = check_collected_tallies(workload, collected)?;
+        .map(|(i, _)| i as u32)
+        .collect();
+    let failed_over = collected.iter().flatten().any(|c| c.failovers > 0);
+    let in_service = |c: &Collected| !stale.contains(&(c.node.0 / partitions as u32));
+    let invariants = check_collected_tallies(workload, collected, partitions, &in_service)?;
+    let mut v = if !stale.is_empty() || failed_over {
+        let hashes: Vec<u64> = collected
+            .iter()
+            .map(|c| c.as_ref().map_or(0, |c| c.partition_hash))
+            .collect();
+        after_failover(&hashes, partitions, stale, clients)
+    } else {
+        let collected: Vec<&Collected> = collected.iter().flatten().collect();
+        let parts = collected
+            .iter()
+            .map(|c| {
+                let bytes = c.history.as_ref().ok_or_else(|| {
+                    QError::Other(format!(
+                        "node {} did not record its history: start the servers with \
+                         --record-history (`qstore cluster --verify` does)",
+                        c.node
+                    ))
+                })?;
+                postcard::from_bytes::<HistoryPart>(bytes).map_err(|e| {
+                    QError::Other(format!("node {}: unreadable history part: {e}", c.node))
+                })
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        let recorder = HistoryRecorder::merge(workload.partition_map().clone(), parts);
+        let hashes: Vec<u64> = collected.iter().map(|c| c.partition_hash).collect();
+        verify_recorded(cfg, workload, &recorder, &hashes, clients)?
+    };
+    v.invariants = invariants;
     Ok(v)
 }
 
@@ -380,26 +406,44 @@ pub fn partition_tally(workload: Arc<dyn Workload>) -> PartitionTally {
     })
 }
 
-/// The final-state check from every server's tally of its partition.
+/// The final-state check from the servers' tallies of their partitions, for each cluster
+/// instance (a copy of the whole database) whose servers are `in_service`.
 fn check_collected_tallies(
     workload: &dyn Workload,
-    collected: &[Collected],
+    collected: &[Option<Collected>],
+    partitions: usize,
+    in_service: &dyn Fn(&Collected) -> bool,
 ) -> Result<Option<Result<String, String>>, QError> {
-    let mut whole: Option<Tally> = None;
-    for c in collected {
-        let Some(bytes) = &c.tally else { continue };
-        let t: Tally = postcard::from_bytes(bytes).map_err(|e| {
-            QError::Other(format!(
-                "node {}: unreadable final-state tally: {e}",
-                c.node
-            ))
-        })?;
-        whole.get_or_insert_with(Tally::default).merge(&t);
+    let mut verdict = None;
+    for (instance, servers) in collected.chunks(partitions).enumerate() {
+        let servers: Vec<&Collected> = servers.iter().flatten().filter(|c| in_service(c)).collect();
+        let mut whole: Option<Tally> = None;
+        for c in &servers {
+            let Some(bytes) = &c.tally else { continue };
+            let t: Tally = postcard::from_bytes(bytes).map_err(|e| {
+                QError::Other(format!(
+                    "node {}: unreadable final-state tally: {e}",
+                    c.node
+                ))
+            })?;
+            whole.get_or_insert_with(Tally::default).merge(&t);
+        }
+        if whole.is_some() && servers.iter().any(|c| c.tally.is_none()) {
+            return Err(QError::Other(
+                "some nodes returned no final-state tally: are all servers the same version?"
+                    .into(),
+            ));
+        }
+        match whole.map(|t| workload.check_tally(&t)) {
+            Some(Err(e)) if collected.len() > partitions => {
+                return Ok(Some(Err(format!("copy {instance} of the database: {e}"))))
+            }
+            Some(Err(e)) => return Ok(Some(Err(e))),
+            Some(ok) => {
+                verdict.get_or_insert(ok);
+            }
+            None => {}
+        }
     }
-    if whole.is_some() && collected.iter().any(|c| c.tally.is_none()) {
-        return Err(QError::Other(
-            "some nodes returned no final-state tally: are all servers the same version?".into(),
-        ));
-    }
-    Ok(whole.map(|t| workload.check_tally(&t)))
+    Ok(verdict)
 }

@@ -171,20 +171,32 @@ impl ClusterConfig {
         !self.addresses.is_empty()
     }
 
-    /// Checks the addresses of a distributed cluster: one per node, each a valid socket
-    /// address, no two the same (a node's peer and client addresses included). Resolved
-    /// addresses in node order: (peer, client).
+    /// Checks the addresses of a distributed cluster of `servers` servers (`nodes` times the
+    /// replication factor): one per server, each a valid socket address, no two the same (a
+    /// server's peer and client addresses included). Resolved addresses in server order:
+    /// (peer, client).
     pub fn socket_addresses(
         &self,
+        servers: u32,
     ) -> Result<Vec<(std::net::SocketAddr, std::net::SocketAddr)>, ConfigError> {
-        if self.addresses.len() != self.nodes as usize {
-            return Err(ConfigError::new(
-                "cluster.addresses",
-                self.addresses.len(),
+        if self.addresses.len() != servers as usize {
+            let why = if servers == self.nodes {
                 format!(
                     "a distributed cluster needs one address entry per node ({} nodes)",
                     self.nodes
-                ),
+                )
+            } else {
+                format!(
+                    "a replicated cluster needs one address entry per server ({} nodes x {} \
+                     copies = {servers} servers, instance after instance)",
+                    self.nodes,
+                    servers / self.nodes.max(1)
+                )
+            };
+            return Err(ConfigError::new(
+                "cluster.addresses",
+                self.addresses.len(),
+                why,
             ));
         }
         let parse = |i: usize, which: &str, a: &str| {
@@ -816,7 +828,7 @@ impl Default for ReplicationConfig {
 }
 
 impl ReplicationConfig {
-    pub fn validate(&self, protocol: &str, distributed: bool) -> Result<(), ConfigError> {
+    pub fn validate(&self, protocol: &str) -> Result<(), ConfigError> {
         check(
             (1..=7).contains(&self.factor),
             "replication.factor",
@@ -832,13 +844,6 @@ impl ReplicationConfig {
             self.factor,
             "replication is implemented for the qstore protocol only so far: \
              use --protocol qstore, or a factor of 1",
-        )?;
-        check(
-            !distributed,
-            "replication.factor",
-            self.factor,
-            "replication runs in the embedded cluster only so far (`qstore run`): \
-             use a factor of 1 in a cluster file",
         )?;
         check(
             (1..=10_000).contains(&self.tick_ms),
@@ -914,6 +919,20 @@ impl RunConfig {
         toml::to_string_pretty(self).expect("the configuration always serializes")
     }
 
+    /// Servers of the cluster: every copy of every partition (`cluster.nodes` x
+    /// `replication.factor`).
+    pub fn servers(&self) -> u32 {
+        self.cluster.nodes * self.replication.factor
+    }
+
+    /// The checked addresses of a distributed cluster's servers (see
+    /// [`ClusterConfig::socket_addresses`]).
+    pub fn socket_addresses(
+        &self,
+    ) -> Result<Vec<(std::net::SocketAddr, std::net::SocketAddr)>, ConfigError> {
+        self.cluster.socket_addresses(self.servers())
+    }
+
     /// Checks every value against its allowed range. Names (protocol, workload) are checked
     /// by the crates that own them.
     pub fn validate(&self) -> Result<(), ConfigError> {
@@ -936,8 +955,9 @@ impl RunConfig {
             c.connect_timeout_s,
             "must be between 0 and 3600 seconds",
         )?;
+        self.replication.validate(&self.protocol.name)?;
         if c.is_distributed() {
-            c.socket_addresses()?;
+            c.socket_addresses(self.servers())?;
         }
         check(
             self.protocol.admission_queue >= 1,
@@ -959,8 +979,6 @@ impl RunConfig {
         self.validate_client()?;
         self.validate_net()?;
         self.server.validate()?;
-        self.replication
-            .validate(&self.protocol.name, c.is_distributed())?;
         match self.workload.name.as_str() {
             "ycsb" => self.workload.ycsb.validate(c.nodes),
             "bank" => self.workload.bank.validate(c.nodes),
@@ -1042,7 +1060,7 @@ impl RunConfig {
             "must be at most 10000000 (10 s)",
         )?;
         fraction("net.drop_fraction", self.net.drop_fraction)?;
-        let servers = self.cluster.nodes * self.replication.factor;
+        let servers = self.servers();
         match self.net.cut_off_node {
             Some(n) => check(
                 n < servers,
@@ -1541,6 +1559,27 @@ mod tests {
         let mut ok = RunConfig::default();
         ok.replication.factor = 3;
         ok.validate().unwrap();
+    }
+
+    #[test]
+    fn a_replicated_cluster_file_lists_every_server() {
+        let mut c = RunConfig::default();
+        c.cluster.nodes = 2;
+        c.replication.factor = 2;
+        let address = |i: u32| NodeAddress {
+            peer: format!("127.0.0.1:{}", 7100 + i),
+            client: format!("127.0.0.1:{}", 7200 + i),
+        };
+        c.cluster.addresses = (0..2).map(address).collect();
+        let e = c.validate().unwrap_err();
+        assert_eq!(e.setting, "cluster.addresses");
+        assert!(
+            e.to_string().contains("2 nodes x 2 copies = 4 servers"),
+            "{e}"
+        );
+        c.cluster.addresses = (0..4).map(address).collect();
+        c.validate().unwrap();
+        assert_eq!(c.socket_addresses().unwrap().len(), 4);
     }
 
     #[test]

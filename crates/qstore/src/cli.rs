@@ -9,6 +9,7 @@ use qstore_core::config::{
 use qstore_core::{QError, RunConfig};
 use std::io::{IsTerminal, Write};
 use std::path::PathBuf;
+use std::time::Duration;
 
 /// Exit code of invalid input (bad flags, bad configuration values).
 pub(crate) const EXIT_USAGE: i32 = 2;
@@ -113,6 +114,20 @@ struct ClusterArgs {
     /// Write the cluster file here and keep it (default: a temporary file).
     #[arg(long, value_name = "FILE")]
     cluster_file: Option<PathBuf>,
+    /// Fault injection (replicated clusters): this long after the client started, kill the
+    /// server leading --kill-partition's replica group with SIGKILL. Its group elects
+    /// another leader and the run goes on; the launcher says when, and the client's results
+    /// show the longest time without a commit. Try it with --verify and --history.
+    #[arg(long, value_name = "MS", help_heading = "Replication")]
+    kill_leader_after_ms: Option<u64>,
+    /// The partition whose group leader --kill-leader-after-ms kills.
+    #[arg(
+        long,
+        value_name = "P",
+        default_value_t = 0,
+        help_heading = "Replication"
+    )]
+    kill_partition: u32,
     #[command(flatten)]
     run: RunArgs,
 }
@@ -122,7 +137,8 @@ struct ServerArgs {
     /// Cluster file (TOML).
     #[arg(long, value_name = "FILE")]
     cluster: PathBuf,
-    /// Which node of the cluster file this server is (0 to its nodes - 1).
+    /// Which server of the cluster file this is (0 to its number of addresses - 1; with
+    /// replication, server s holds partition s mod nodes in cluster instance s / nodes).
     #[arg(long)]
     node: u32,
     /// Record this node's part of the engine history, for `qstore client --verify`.
@@ -240,8 +256,7 @@ struct RunArgs {
     #[arg(long, help_heading = "Q-Store")]
     dedicated_planners: bool,
     /// Replication (QR-Store): copies of every partition, each on its own node: --nodes x this
-    /// nodes in all, one cluster instance per copy (1 = no replication; qstore only, and
-    /// the embedded cluster only so far).
+    /// nodes in all, one cluster instance per copy (1 = no replication; qstore only).
     #[arg(long, help_heading = "Replication")]
     replication_factor: Option<u32>,
     /// Replication: speculative (default; a leader executes a batch while the group's log
@@ -795,7 +810,12 @@ fn cluster(args: ClusterArgs) -> i32 {
             client_args.push(p.into());
         }
     }
+    let kill = match kill_leader(&args, &cfg) {
+        Ok(k) => k,
+        Err(e) => return usage_error(&e),
+    };
     let opts = crate::launcher::LaunchOptions {
+        kill,
         cluster_file: args.cluster_file.clone(),
         client_args,
         server_args: if r.verify {
@@ -814,6 +834,33 @@ fn cluster(args: ClusterArgs) -> i32 {
     }
 }
 
+/// The fault `--kill-leader-after-ms` asks for, checked against the cluster.
+fn kill_leader(
+    args: &ClusterArgs,
+    cfg: &RunConfig,
+) -> Result<Option<crate::launcher::KillLeader>, String> {
+    let Some(ms) = args.kill_leader_after_ms else {
+        return Ok(None);
+    };
+    if cfg.replication.factor < 2 {
+        return Err(format!(
+            "--kill-leader-after-ms {ms}: without replication the killed server's partition \
+             is lost with it; add --replication-factor 3"
+        ));
+    }
+    if args.kill_partition >= cfg.cluster.nodes {
+        return Err(format!(
+            "invalid --kill-partition = {}: the cluster has partitions 0 to {}",
+            args.kill_partition,
+            cfg.cluster.nodes - 1
+        ));
+    }
+    Ok(Some(crate::launcher::KillLeader {
+        partition: args.kill_partition,
+        after: Duration::from_millis(ms),
+    }))
+}
+
 fn server(args: ServerArgs) -> i32 {
     let cfg = match load_config(&args.cluster).and_then(|c| {
         validate_names(&c)?;
@@ -829,12 +876,12 @@ fn server(args: ServerArgs) -> i32 {
             args.cluster.display()
         ));
     }
-    if args.node >= cfg.cluster.nodes {
+    if args.node >= cfg.servers() {
         return usage_error(&format!(
-            "invalid --node = {}: {} has nodes 0 to {}",
+            "invalid --node = {}: {} has servers 0 to {}",
             args.node,
             args.cluster.display(),
-            cfg.cluster.nodes - 1
+            cfg.servers() - 1
         ));
     }
     let own_partition = sizing::Loads {
@@ -919,6 +966,9 @@ fn client(mut args: ClientArgs) -> i32 {
     }
     for f in &outcome.failures {
         eprintln!("error: {f}");
+    }
+    for l in &outcome.lost {
+        eprintln!("server lost during the run (its group went on without it): {l}");
     }
     let answered = outcome.failures.is_empty() && report.unfinished == 0;
     if !answered {

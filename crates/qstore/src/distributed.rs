@@ -17,10 +17,10 @@ pub fn ready_line(node: u32) -> String {
 
 /// Runs node `node` of the cluster `cfg` describes until SIGINT or SIGTERM.
 pub fn serve(cfg: RunConfig, node: u32, record_history: bool) -> Result<(), QError> {
-    let addrs = cfg.cluster.socket_addresses()?;
+    let addrs = cfg.socket_addresses()?;
     let Some(&(peer_addr, client_addr)) = addrs.get(node as usize) else {
         return Err(QError::Other(format!(
-            "--node {node}: the cluster file has nodes 0 to {}",
+            "--node {node}: the cluster file has servers 0 to {}",
             addrs.len().saturating_sub(1)
         )));
     };
@@ -47,11 +47,13 @@ pub fn serve(cfg: RunConfig, node: u32, record_history: bool) -> Result<(), QErr
     for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
         signal_hook::flag::register(sig, stop.clone())?;
     }
-    let limits = EndpointLimits::from_config(&cfg.server, cfg.cluster.nodes);
+    let limits = EndpointLimits::from_config(&cfg.server, cfg.servers());
+    let replicated = cfg.replication.factor > 1;
+    let partition = node % cfg.cluster.nodes;
     let workload = qstore_workload::build(&cfg)?;
     let me = NodeId(node);
     let (events, peer_events) = crossbeam_channel::unbounded();
-    let health = PeerHealth::watch(me, peer_events);
+    let health = PeerHealth::watch(me, peer_events, replicated);
     let hosting = Hosting::Node(NodeHosting {
         me,
         peers: addrs.iter().map(|a| a.0).collect(),
@@ -62,7 +64,7 @@ pub fn serve(cfg: RunConfig, node: u32, record_history: bool) -> Result<(), QErr
     });
     let started = Instant::now();
     eprintln!(
-        "node {node}: loading partition {node}, connecting to {} peer(s)...",
+        "node {node}: loading partition {partition}, connecting to {} peer(s)...",
         addrs.len() - 1
     );
     let started_cluster = Cluster::start_hosting(
@@ -90,13 +92,40 @@ pub fn serve(cfg: RunConfig, node: u32, record_history: bool) -> Result<(), QErr
         started.elapsed().as_secs_f64()
     );
     println!("{}", ready_line(node));
+    let mut leads = false;
     while !stop.load(Ordering::Relaxed) {
-        std::thread::sleep(Duration::from_millis(50));
+        if replicated {
+            announce_leadership(&cluster, me, &mut leads);
+        }
+        std::thread::sleep(Duration::from_millis(20));
     }
     eprintln!("node {node}: stopping");
     endpoint.stop();
     cluster.shutdown();
     Ok(())
+}
+
+/// The line a replicated server prints when it becomes its group's leader (the launcher
+/// follows them to know whom its fault injection kills).
+pub fn leader_line(node: u32, partition: u32) -> String {
+    format!("qstore server: node {node} leads partition {partition}")
+}
+
+/// Prints [`leader_line`] when this server has just become its group's leader, and a line
+/// on stderr when it stopped leading.
+fn announce_leadership(cluster: &Cluster, me: NodeId, leads: &mut bool) {
+    let placement = &cluster.ctx().placement;
+    let now = placement.is_leader(me);
+    if now == *leads {
+        return;
+    }
+    *leads = now;
+    let partition = placement.partition_of(me).0;
+    if now {
+        println!("{}", leader_line(me.0, partition));
+    } else {
+        eprintln!("node {}: no longer leads partition {partition}", me.0);
+    }
 }
 
 /// `--verify` against a distributed cluster: the merged history of every node, checked, and

@@ -46,6 +46,17 @@ pub struct LaunchOptions {
     /// How long the servers, all together, may take to load their partitions and connect
     /// to their peers.
     pub ready_timeout: Duration,
+    /// Fault injection: SIGKILL a group's leader while the client runs.
+    pub kill: Option<KillLeader>,
+}
+
+/// Fault injection of a replicated launch: `after` the client started, the server leading
+/// `partition`'s replica group is killed with SIGKILL (as a crashed machine would vanish),
+/// and the launcher reports when the group has a new leader.
+#[derive(Clone, Copy, Debug)]
+pub struct KillLeader {
+    pub partition: u32,
+    pub after: Duration,
 }
 
 impl Default for LaunchOptions {
@@ -55,6 +66,7 @@ impl Default for LaunchOptions {
             client_args: Vec::new(),
             server_args: Vec::new(),
             ready_timeout: Duration::from_secs(60),
+            kill: None,
         }
     }
 }
@@ -89,14 +101,20 @@ fn launch_with(
 ) -> Result<i32, String> {
     let cfg = with_local_addresses(cfg)?;
     let file = ClusterFile::write(&cfg, opts.cluster_file.as_deref())?;
-    let nodes = cfg.cluster.nodes as usize;
-    eprintln!("starting {nodes} servers...");
+    let servers_n = cfg.servers() as usize;
+    eprintln!("starting {servers_n} servers...");
     let started = Instant::now();
     // Declared after `file`, so dropped (stopped) before the file is removed.
     let mut servers = Children::default();
     let (ready_tx, ready_rx) = mpsc::channel();
-    for node in 0..nodes {
-        servers.push(spawn_server(program, file.path(), node, opts, &ready_tx)?);
+    let (leader_tx, leaders) = mpsc::channel();
+    for node in 0..servers_n {
+        let lines = ServerLines {
+            partition: node as u32 % cfg.cluster.nodes,
+            ready: ready_tx.clone(),
+            leads: leader_tx.clone(),
+        };
+        servers.push(spawn_server(program, file.path(), node, opts, lines)?);
     }
     drop(ready_tx);
     match wait_ready(&mut servers, &ready_rx, opts.ready_timeout, interrupted) {
@@ -108,16 +126,17 @@ fn launch_with(
         }
     }
     let secs = started.elapsed().as_secs_f64();
-    eprintln!("all {nodes} servers ready ({secs:.1} s)");
+    eprintln!("all {servers_n} servers ready ({secs:.1} s)");
     let mut client = Children::default();
     client.push(spawn_client(program, file.path(), &opts.client_args)?);
-    let status = match wait_client(&mut client, &mut servers, interrupted) {
+    let mut fault = opts.kill.map(|k| Fault::new(k, leaders, cfg.cluster.nodes));
+    let status = match wait_client(&mut client, &mut servers, &mut fault, interrupted) {
         Some(status) => status,
         None => return Ok(stop_interrupted(Some(&mut client), &mut servers)),
     };
     eprintln!("stopping servers...");
     servers.stop();
-    report_failed_servers(&mut servers);
+    report_failed_servers(&mut servers, fault.as_ref().and_then(|f| f.killed));
     Ok(exit_code(status))
 }
 
@@ -148,9 +167,9 @@ impl Program {
 fn with_local_addresses(mut cfg: RunConfig) -> Result<RunConfig, String> {
     cfg.cluster.addresses.clear();
     cfg.validate().map_err(|e| e.to_string())?;
-    let nodes = cfg.cluster.nodes as usize;
+    let servers = cfg.servers() as usize;
     let ports =
-        pick_ports(2 * nodes).map_err(|e| format!("cannot find free loopback ports: {e}"))?;
+        pick_ports(2 * servers).map_err(|e| format!("cannot find free loopback ports: {e}"))?;
     cfg.cluster.addresses = ports
         .chunks(2)
         .map(|p| NodeAddress {
@@ -293,14 +312,24 @@ fn ready_line(node: usize) -> String {
     crate::distributed::ready_line(node as u32)
 }
 
+/// Where a server's stdout reader reports the lines the launcher follows.
+struct ServerLines {
+    /// The partition the server holds.
+    partition: u32,
+    /// The server's ready line: its node.
+    ready: Sender<usize>,
+    /// A replicated server's "leads partition" line: (partition, node).
+    leads: Sender<(u32, usize)>,
+}
+
 /// Starts `qstore server` for `node`. Its output goes to our stderr, line by line, prefixed
-/// with the node; the stdout reader reports the ready line on `ready`.
+/// with the node; the stdout reader reports the ready and leadership lines on `lines`.
 fn spawn_server(
     program: &Program,
     cluster_file: &Path,
     node: usize,
     opts: &LaunchOptions,
-    ready: &Sender<usize>,
+    lines: ServerLines,
 ) -> Result<Proc, String> {
     let mut cmd = program.command("server", cluster_file);
     cmd.arg("--node")
@@ -312,12 +341,15 @@ fn spawn_server(
     let name = format!("node {node}");
     let mut proc = Proc::spawn(name.clone(), &mut cmd)?;
     let prefix = format!("[{name}] ");
-    let (expected, ready) = (ready_line(node), ready.clone());
+    let expected = ready_line(node);
+    let leads = crate::distributed::leader_line(node as u32, lines.partition);
     if let Some(out) = proc.child.stdout.take() {
         proc.forward(out, prefix.clone(), move |line| {
+            // The receivers may be gone (startup over, no fault to inject): no answer needed.
             if line == expected {
-                // The receiver is gone once startup is over; later lines need no answer.
-                let _ = ready.send(node);
+                let _ = lines.ready.send(node);
+            } else if line == leads {
+                let _ = lines.leads.send((lines.partition, node));
             }
         })?;
     }
@@ -430,19 +462,31 @@ fn wait_ready(
 
 /// Waits for the client to exit; `None` if the launch is interrupted (a client stopped by
 /// the same Ctrl-C counts as interrupted, not as its exit code). A server that exits
-/// meanwhile is reported at once (the client will likely fail too, and this says why).
+/// meanwhile is reported at once (the client will likely fail too, and this says why),
+/// except the one `fault` killed.
 fn wait_client(
     client: &mut Children,
     servers: &mut Children,
+    fault: &mut Option<Fault>,
     interrupted: &AtomicBool,
 ) -> Option<ExitStatus> {
     let mut reported = vec![false; servers.procs.len()];
+    let client_started = Instant::now();
     loop {
         let status = client.procs[0].exited();
         if interrupted.load(Ordering::Relaxed) {
             return None;
         }
+        if let Some(f) = fault.as_mut() {
+            f.poll(client_started, servers);
+            if let Some(node) = f.killed {
+                reported[node] = true;
+            }
+        }
         if status.is_some() {
+            if let Some(f) = fault.as_mut() {
+                f.finish();
+            }
             return status;
         }
         for (node, server) in servers.procs.iter_mut().enumerate() {
@@ -458,6 +502,76 @@ fn wait_client(
     }
 }
 
+/// The fault a launch injects ([`KillLeader`]), and what it saw of the servers' leadership.
+struct Fault {
+    plan: KillLeader,
+    /// The servers' "leads partition" lines: (partition, node).
+    lines: Receiver<(u32, usize)>,
+    /// By partition: the server that last said it leads.
+    leader: Vec<Option<usize>>,
+    /// The server killed, and when.
+    killed: Option<usize>,
+    killed_at: Option<Instant>,
+    /// When another server of the group said it leads, after the kill.
+    replaced: bool,
+}
+
+impl Fault {
+    fn new(plan: KillLeader, lines: Receiver<(u32, usize)>, partitions: u32) -> Fault {
+        Fault {
+            plan,
+            lines,
+            leader: vec![None; partitions as usize],
+            killed: None,
+            killed_at: None,
+            replaced: false,
+        }
+    }
+
+    /// Follows the leadership lines, and kills the leader when it is time (once one is
+    /// known).
+    fn poll(&mut self, client_started: Instant, servers: &mut Children) {
+        let p = self.plan.partition;
+        while let Ok((partition, node)) = self.lines.try_recv() {
+            self.leader[partition as usize] = Some(node);
+            if let Some(at) = self.killed_at.filter(|_| partition == p && !self.replaced) {
+                self.replaced = true;
+                eprintln!(
+                    "fault: node {node} leads partition {p} {:.0} ms after its leader was killed",
+                    at.elapsed().as_secs_f64() * 1e3
+                );
+            }
+        }
+        if self.killed.is_some() || client_started.elapsed() < self.plan.after {
+            return;
+        }
+        let Some(node) = self.leader[p as usize] else {
+            return; // no leader announced yet: kill once there is one
+        };
+        servers.procs[node].kill();
+        self.killed = Some(node);
+        self.killed_at = Some(Instant::now());
+        eprintln!(
+            "fault: killed node {node}, the leader of partition {p}, with SIGKILL {:.1} s \
+             after the client started",
+            client_started.elapsed().as_secs_f64()
+        );
+    }
+
+    /// Says what did not happen by the end of the run.
+    fn finish(&self) {
+        let p = self.plan.partition;
+        if self.killed.is_none() {
+            eprintln!(
+                "fault: NOT injected: the client ended before --kill-leader-after-ms, or \
+                 partition {p} never announced a leader"
+            );
+        } else if !self.replaced {
+            eprintln!("fault: no other server announced it leads partition {p} before the end");
+        }
+    }
+}
+
 /// Stops the client (if started) and the servers after an interruption.
 fn stop_interrupted(client: Option<&mut Children>, servers: &mut Children) -> i32 {
     eprintln!("interrupted; stopping all processes...");
@@ -468,9 +582,13 @@ fn stop_interrupted(client: Option<&mut Children>, servers: &mut Children) -> i3
     INTERRUPTED
 }
 
-/// Servers exit 0 on SIGTERM; anything else (a crash, a refusal to stop) is worth a line.
-fn report_failed_servers(servers: &mut Children) {
-    for proc in &mut servers.procs {
+/// Servers exit 0 on SIGTERM; anything else (a crash, a refusal to stop) is worth a line,
+/// except for the server a fault killed.
+fn report_failed_servers(servers: &mut Children, killed: Option<usize>) {
+    for (node, proc) in servers.procs.iter_mut().enumerate() {
+        if Some(node) == killed {
+            continue;
+        }
         match proc.status {
             Some(status) if status.success() => {}
             Some(status) => eprintln!("{} exited with {status}", proc.name),
@@ -782,7 +900,7 @@ mod tests {
         ClusterSecret::load(&file.path().with_file_name("cluster.toml.secret")).unwrap();
         back.cluster.secret_file.clear();
         assert_eq!(back, cfg);
-        assert_eq!(back.cluster.socket_addresses().unwrap().len(), 3);
+        assert_eq!(back.socket_addresses().unwrap().len(), 3);
         let dir = file.temp_dir.clone().unwrap();
         drop(file);
         assert!(!dir.exists(), "the temporary cluster file is removed");

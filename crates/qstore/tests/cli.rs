@@ -461,7 +461,7 @@ fn server_configuration_mistakes_exit_2_and_runtime_failures_1_each_in_one_line(
     assert_eq!(code, Some(2), "--node 5: {err}");
     assert_one_clean_error_line(&err, "--node 5");
     assert!(
-        err.contains("--node = 5") && err.contains("nodes 0 to 1"),
+        err.contains("--node = 5") && err.contains("servers 0 to 1"),
         "{err}"
     );
 

@@ -15,7 +15,7 @@ use crossbeam_channel::{unbounded, Receiver};
 use mio::net::{TcpListener, TcpStream};
 use mio::{Events, Interest, Poll, Token, Waker};
 use qstore_core::txn::{ProcCall, TxnKey, TxnOutcome, TxnResponse};
-use qstore_core::TxnId;
+use qstore_core::{NodeId, TxnId};
 use qstore_net::frame::{parse_frame, FrameEncoder, DEFAULT_FLUSH_BYTES, DEFAULT_MAX_FRAME};
 use rustc_hash::FxHashMap;
 use std::io::{self, Read, Write};
@@ -470,6 +470,7 @@ impl IoThread {
         ClientResponse::Welcome {
             node: self.shared.me,
             nodes: ctx.nodes(),
+            replicas: ctx.placement.replicas(),
             protocol: ctx.cfg.protocol.name.clone(),
             catalog: ctx.catalog.fingerprint(),
         }
@@ -533,7 +534,15 @@ impl IoThread {
             inline: false,
             key,
         };
-        self.shared.cluster.submit(self.shared.me, req);
+        // The engine takes the home partition: with replication, a server that does not lead
+        // its partition's group answers `NotLeader`, naming the leader when it knows it.
+        let home = self
+            .shared
+            .cluster
+            .ctx()
+            .placement
+            .partition_of(self.shared.me);
+        self.shared.cluster.submit(NodeId(home.0), req);
     }
 
     /// Routes the engine's answers to their connections.
@@ -714,8 +723,11 @@ impl IoThread {
     fn collect(&self) -> Collected {
         let ctx = self.shared.cluster.ctx();
         let store = ctx.server_store(self.shared.me);
+        let placement = &ctx.placement;
         Collected {
             node: self.shared.me,
+            in_service: !placement.is_stale(placement.instance_of(self.shared.me)),
+            failovers: placement.failovers(),
             partition_hash: store.content_hash(),
             tally: self.shared.tally.as_ref().and_then(|t| t(store)),
             history: ctx

@@ -38,8 +38,14 @@ const NODE_ID_SHIFT: u32 = 37;
 
 /// Which peers of this node are unreachable, as the transport reports them, and whether one
 /// came back as a new process that lost its data (after which this node takes nothing new).
+///
+/// With replication a lost peer stops nothing here: its replica group elects another leader,
+/// and a cluster instance that lost a server is taken out of service by its group leaders
+/// (see the replication module). A peer that restarted (without its copy) is refused by the
+/// transport and stays out.
 #[derive(Default)]
 pub struct PeerHealth {
+    replicated: bool,
     down: Mutex<BTreeMap<NodeId, String>>,
     /// Set once a peer restarted: the cluster's data is no longer whole.
     lost: Mutex<Option<String>>,
@@ -49,8 +55,15 @@ pub struct PeerHealth {
 
 impl PeerHealth {
     /// Follows the transport's peer events on a thread of its own, logging each change.
-    pub fn watch(me: NodeId, events: crossbeam_channel::Receiver<PeerEvent>) -> Arc<Self> {
-        let health = Arc::new(PeerHealth::default());
+    pub fn watch(
+        me: NodeId,
+        events: crossbeam_channel::Receiver<PeerEvent>,
+        replicated: bool,
+    ) -> Arc<Self> {
+        let health = Arc::new(PeerHealth {
+            replicated,
+            ..Default::default()
+        });
         let h = health.clone();
         let spawned = std::thread::Builder::new()
             .name(format!("n{}-peers", me.0))
@@ -67,6 +80,14 @@ impl PeerHealth {
 
     fn apply(&self, me: NodeId, e: PeerEvent) {
         match e.kind {
+            PeerEventKind::Down(why) if self.replicated => {
+                tracing::error!(
+                    "node {me}: peer node {} is down ({why}); its group elects another leader \
+                     if it led, and its cluster instance stops at its next batch",
+                    e.peer.0
+                );
+                self.down.lock().insert(e.peer, why);
+            }
             PeerEventKind::Down(why) => {
                 tracing::error!(
                     "node {me}: peer node {} is down ({why}); transactions that need it wait, \
@@ -87,6 +108,10 @@ impl PeerHealth {
                     tracing::warn!("node {me}: peer node {} is back", e.peer.0);
                 }
             }
+            PeerEventKind::Restarted(why) if self.replicated => tracing::error!(
+                "node {me}: {why}; it lost its copy and is refused (rebuilding a copy from \
+                 its group is not built yet): its group goes on without it"
+            ),
             PeerEventKind::Restarted(why) => self.lose(me, why),
         }
     }
@@ -124,6 +149,9 @@ impl PeerHealth {
     fn refusal(&self) -> Option<String> {
         if let Some(why) = self.lost() {
             return Some(why);
+        }
+        if self.replicated {
+            return None;
         }
         let down = self.down.lock();
         let (peer, why) = down.iter().next()?;

@@ -40,7 +40,7 @@ use std::time::Duration;
 const MAX_HANDSHAKE_FRAME: usize = 4096;
 
 /// Version of the client protocol; a client with another version is refused.
-pub const CLIENT_FORMAT_VERSION: u32 = 5;
+pub const CLIENT_FORMAT_VERSION: u32 = 6;
 
 /// Role labels of the client handshake's proofs.
 pub const SERVER_ROLE: &str = "qstore client-port server";
@@ -96,7 +96,10 @@ pub enum ClientResponse {
     },
     Welcome {
         node: NodeId,
+        /// Partitions of the cluster.
         nodes: u32,
+        /// Copies of each partition (the cluster has `nodes` x `replicas` servers).
+        replicas: u32,
         protocol: String,
         /// Of the node's catalog: a client built for another workload is told so.
         catalog: u64,
@@ -134,6 +137,11 @@ pub struct Collected {
     /// What the workload's final-state check finds in the node's partition (a
     /// postcard-encoded `qstore_workload::Tally`), for workloads that have one.
     pub tally: Option<Vec<u8>>,
+    /// Replicated: whether the node's cluster instance is still in service as far as the
+    /// node knows (an instance that lost a server, or ran a plan no log committed, is not).
+    pub in_service: bool,
+    /// Replicated: times the node saw its group's leadership move between servers.
+    pub failovers: u32,
 }
 
 /// The client's side of the handshake on a fresh connection: hello, check the server's proof,

@@ -167,11 +167,12 @@ impl QStore {
             )?;
             let _ = node.member.set(member);
         }
+        // The groups of the nodes hosted here (a server process knows only its own group's
+        // leader).
         let deadline = Instant::now() + ELECTION_WAIT;
-        let partitions = (0..ctx.nodes()).map(PartitionId);
         let leaderless = || {
-            partitions
-                .clone()
+            self.local()
+                .map(|n| n.part_id())
                 .find(|&p| ctx.placement.leader(p).is_none())
         };
         while let Some(p) = leaderless() {
@@ -207,12 +208,10 @@ impl Engine for QStore {
                 return;
             }
             match self.placement.leader(p) {
-                Some(leader) => leader,
-                None => {
-                    let why = format!("partition {p} has no leader: an election is under way");
-                    reply(&req, TxnOutcome::Rejected(why));
-                    return;
-                }
+                // Led here (in a server process: by this server).
+                Some(leader) if self.nodes[leader.index()].is_some() => leader,
+                // Led elsewhere, or an election is under way: the client goes to the leader.
+                leader => return reply(&req, TxnOutcome::NotLeader { leader }),
             }
         };
         if let Some(node) = home_node(&self.nodes, leader, &req) {
