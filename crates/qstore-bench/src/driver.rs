@@ -453,12 +453,13 @@ impl<'a> Driver<'a> {
                     self.stats.first_violation.get_or_insert(why);
                 }
                 self.elle_complete(&p, Completion::Ok, Some(&outputs));
+                // From warm-up to drain: a stall that outlasts the window still counts.
+                let epoch = *self.control.epoch.get_or_init(|| now);
+                self.stats
+                    .record_commit_time(now.saturating_duration_since(epoch));
                 if measuring {
                     let latency = now.saturating_duration_since(p.first_submit).as_micros() as u64;
                     self.stats.record_commit(p.ops, latency);
-                    let epoch = *self.control.epoch.get_or_init(|| now);
-                    self.stats
-                        .record_commit_time(now.saturating_duration_since(epoch));
                     self.count_commit();
                 }
                 self.finish(p, now);

@@ -68,8 +68,8 @@ pub struct RunReport {
     /// Resubmissions to another server after a `NotLeader` answer (replication fail-over).
     #[serde(default)]
     pub redirected: u64,
-    /// The longest time in the window, between two commits, in which no transaction
-    /// committed (to 10 ms): a fail-over's unavailability, for instance.
+    /// The longest time between two commits of the run (warm-up and drain included) in
+    /// which no transaction committed, to 10 ms: a fail-over's unavailability, for instance.
     #[serde(default)]
     pub longest_stall_ms: u64,
     pub missed_arrivals: u64,

@@ -93,7 +93,7 @@ impl ClientStats {
     }
 
     /// The longest time between the first and the last commit recorded with
-    /// `record_commit_time` in which nothing committed (to `STALL_BUCKET_MS`): how long a
+    /// `record_commit_time` (the whole run's) in which nothing committed (to `STALL_BUCKET_MS`): how long a
     /// fail-over left the cluster unavailable, for instance.
     pub fn longest_stall_ms(&self) -> u64 {
         let b = &self.commit_buckets;

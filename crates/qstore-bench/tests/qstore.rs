@@ -258,3 +258,35 @@ fn a_cut_off_leader_is_replaced_and_nothing_is_lost_or_run_twice() {
         );
     }
 }
+
+/// On a slow network (100 ms one-way) a fail-over takes long: the new leader of the cut-off
+/// server's group waits for the plans of the other groups, whose leaders sit in the broken
+/// instance until they give it up. Its own instance is whole (every node reachable), so it
+/// is not taken for broken then: only the cut-off server's instance goes out of service.
+#[test]
+fn a_slow_fail_over_takes_out_only_the_broken_instance() {
+    let defaults = RunConfig::default();
+    let mut cfg = config(
+        "append",
+        QStoreMode::Speculative,
+        defaults.protocol.qstore.batch_size,
+    );
+    cfg.client = defaults.client;
+    cfg.client.warmup_s = 0.0;
+    cfg.replication.factor = 3;
+    cfg.client.txns = 0;
+    cfg.client.duration_s = 8.0;
+    cfg.net.delay_us = 100_000;
+    cfg.net.cut_off_node = Some(1);
+    cfg.net.cut_off_after_ms = 1_000;
+    let opts = RunOptions {
+        record_history: true,
+        ..Default::default()
+    };
+    let out = run(&cfg, opts).unwrap();
+    let r = &out.report;
+    assert_eq!((r.rejected, r.unfinished), (0, 0), "{r:?}");
+    let v = verify(&cfg, out.workload.as_ref(), &out.cluster, r).unwrap();
+    assert!(v.passed(), "{v}");
+    assert_eq!(v.failover.as_ref().unwrap().stale, vec![0], "{v}");
+}

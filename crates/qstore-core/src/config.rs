@@ -792,6 +792,15 @@ pub enum ReplicationMode {
     Synchronous,
 }
 
+/// How a replica group's log entries are compressed (QR-Store section 3.4).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ReplicationCompression {
+    None,
+    Lz4,
+    Snappy,
+}
+
 /// Replication of partitions (QR-Store): copies per partition, and the consensus timing of
 /// each replica group.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -801,6 +810,9 @@ pub struct ReplicationConfig {
     /// servers in all. 1 = no replication.
     pub factor: u32,
     pub mode: ReplicationMode,
+    /// How the leader compresses each batch it proposes (members read any entry, whatever
+    /// their own setting says).
+    pub compression: ReplicationCompression,
     /// Milliseconds per consensus tick (the unit of the two settings below).
     pub tick_ms: u32,
     /// Ticks between a leader's heartbeats.
@@ -809,8 +821,10 @@ pub struct ReplicationConfig {
     /// this and twice this).
     pub election_ticks: u32,
     /// Milliseconds a group leader waits for its cluster instance to retire a batch, while
-    /// it has work in flight, before it takes the instance for broken (a server of it died
-    /// or was cut off), marks it stale and hands its group to a member of another instance.
+    /// it has work in flight and a server of the instance is unreachable, before it takes the
+    /// instance for broken, marks it stale and hands its group to a member of another
+    /// instance. With every server reachable it waits five times as long (a hung server):
+    /// the instance may only be waiting for another group's plans.
     pub stall_ms: u32,
 }
 
@@ -819,6 +833,7 @@ impl Default for ReplicationConfig {
         ReplicationConfig {
             factor: 1,
             mode: ReplicationMode::Speculative,
+            compression: ReplicationCompression::None,
             tick_ms: 10,
             heartbeat_ticks: 3,
             election_ticks: 30,
@@ -1060,6 +1075,21 @@ impl RunConfig {
             "must be at most 10000000 (10 s)",
         )?;
         fraction("net.drop_fraction", self.net.drop_fraction)?;
+        let r = &self.replication;
+        let round_trip_us = 2 * (self.net.delay_us + self.net.jitter_us);
+        let election_us = r.tick_ms as u64 * r.election_ticks as u64 * 1000;
+        check(
+            r.factor == 1 || round_trip_us < election_us,
+            "net.delay_us",
+            self.net.delay_us,
+            &format!(
+                "with replication, a round trip (2 x (delay + jitter) = {} ms) must be shorter \
+                 than the election timeout (replication.tick_ms x election_ticks = {} ms), or \
+                 leaders lose their quorum over and over: raise replication.election_ticks",
+                round_trip_us / 1000,
+                election_us / 1000
+            ),
+        )?;
         let servers = self.servers();
         match self.net.cut_off_node {
             Some(n) => check(
@@ -1556,6 +1586,11 @@ mod tests {
             c.replication.election_ticks = c.replication.heartbeat_ticks;
         });
         assert_eq!(e.setting, "replication.election_ticks");
+        let e = invalid(|c| {
+            c.replication.factor = 2;
+            c.net.delay_us = 150_000;
+        });
+        assert!(e.to_string().contains("election timeout"), "{e}");
         let mut ok = RunConfig::default();
         ok.replication.factor = 3;
         ok.validate().unwrap();

@@ -98,10 +98,8 @@ impl<M: Serialize + Send + 'static> Transport<M> for InProcNetwork<M> {
         if from != to && self.loss.as_ref().is_some_and(Loss::lose) {
             return;
         }
-        if let Some((cut, at)) = self.cut_off {
-            if from != to && (from == cut || to == cut) && Instant::now() >= at {
-                return;
-            }
+        if !self.reachable(from, to) {
+            return;
         }
         let env = Envelope { from, msg };
         // A send fails only when the receiving node has shut down; its messages are moot then.
@@ -118,6 +116,13 @@ impl<M: Serialize + Send + 'static> Transport<M> for InProcNetwork<M> {
 
     fn counters(&self) -> &NetCounters {
         &self.counters
+    }
+
+    fn reachable(&self, from: NodeId, to: NodeId) -> bool {
+        match self.cut_off {
+            Some((cut, at)) => from == to || (from != cut && to != cut) || Instant::now() < at,
+            None => true,
+        }
     }
 }
 

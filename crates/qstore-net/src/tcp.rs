@@ -351,4 +351,8 @@ impl<M: Serialize + DeserializeOwned + Send + 'static> Transport<M> for TcpTrans
     fn counters(&self) -> &NetCounters {
         &self.shared.counters
     }
+
+    fn reachable(&self, _from: NodeId, to: NodeId) -> bool {
+        to == self.shared.cfg.me || self.shared.link_up(to)
+    }
 }

@@ -4,7 +4,8 @@ use crate::sizing;
 use clap::{Args, Parser, Subcommand};
 use qstore_bench::{Progress, RunOptions};
 use qstore_core::config::{
-    CalvinLocks, Isolation, Partitioning, QStoreMode, ReplicationMode, TpccMix,
+    CalvinLocks, Isolation, Partitioning, QStoreMode, ReplicationCompression, ReplicationMode,
+    TpccMix,
 };
 use qstore_core::{QError, RunConfig};
 use std::io::{IsTerminal, Write};
@@ -264,6 +265,10 @@ struct RunArgs {
     /// the log).
     #[arg(long, value_parser = parse_replication_mode, help_heading = "Replication")]
     replication_mode: Option<ReplicationMode>,
+    /// Replication: how a leader compresses each batch it proposes to its group's log:
+    /// none (default), lz4 or snappy.
+    #[arg(long, value_parser = parse_replication_compression, help_heading = "Replication")]
+    replication_compression: Option<ReplicationCompression>,
     /// Calvin: lock manager of the schedulers: lock-table (default) or vll.
     #[arg(long, value_parser = parse_calvin_locks, help_heading = "Calvin")]
     calvin_locks: Option<CalvinLocks>,
@@ -503,6 +508,17 @@ fn parse_tpcc_mix(s: &str) -> Result<TpccMix, String> {
     }
 }
 
+fn parse_replication_compression(s: &str) -> Result<ReplicationCompression, String> {
+    match s {
+        "none" => Ok(ReplicationCompression::None),
+        "lz4" => Ok(ReplicationCompression::Lz4),
+        "snappy" => Ok(ReplicationCompression::Snappy),
+        _ => Err(format!(
+            "{s:?} is not a replication compression; use none, lz4 or snappy"
+        )),
+    }
+}
+
 fn parse_replication_mode(s: &str) -> Result<ReplicationMode, String> {
     match s {
         "speculative" => Ok(ReplicationMode::Speculative),
@@ -563,6 +579,7 @@ impl RunArgs {
         );
         set(&mut c.replication.factor, self.replication_factor);
         set(&mut c.replication.mode, self.replication_mode);
+        set(&mut c.replication.compression, self.replication_compression);
         set(&mut c.net.delay_us, self.delay_us);
         set(&mut c.net.jitter_us, self.jitter_us);
         set(&mut c.net.drop_fraction, self.drop_fraction);

@@ -5,11 +5,11 @@
 //! hand committed entries to the protocol's [`Applier`]).
 
 use super::log::LogStore;
-use super::{ReplMsg, MAX_RAFT_MESSAGE};
+use super::{codec, ReplMsg, MAX_RAFT_MESSAGE};
 use crossbeam_channel::{unbounded, Receiver, RecvTimeoutError, Sender};
 use parking_lot::Mutex;
 use protobuf::Message as _;
-use qstore_core::config::ReplicationConfig;
+use qstore_core::config::{ReplicationCompression, ReplicationConfig};
 use qstore_core::placement::Placement;
 use qstore_core::{NodeId, QError};
 use raft::eraftpb::{Entry, EntryType, Message};
@@ -50,6 +50,8 @@ const TRANSFER_TICKS: u32 = 50;
 /// A server's member of its replica group.
 pub struct GroupMember {
     me: NodeId,
+    /// How this member compresses what it proposes.
+    compression: ReplicationCompression,
     inputs: Mutex<Option<Sender<Input>>>,
     /// Whether every entry this member knows of is committed and applied everywhere it
     /// can tell (see `Driver::settled`).
@@ -132,6 +134,7 @@ impl GroupMember {
             .map_err(|e| QError::Other(format!("cannot start a replication thread: {e}")))?;
         Ok(GroupMember {
             me,
+            compression: cfg.compression,
             inputs: Mutex::new(Some(tx)),
             settled,
             retained,
@@ -140,10 +143,12 @@ impl GroupMember {
         })
     }
 
-    /// Proposes an entry to the group's log (this member should lead it).
-    pub fn propose(&self, data: Vec<u8>) {
+    /// Proposes an entry to the group's log (this member should lead it), compressed on the
+    /// calling thread as the settings say.
+    pub fn propose(&self, data: &[u8]) {
+        let entry = codec::pack(self.compression, data);
         if let Some(tx) = &*self.inputs.lock() {
-            let _ = tx.send(Input::Propose(data));
+            let _ = tx.send(Input::Propose(entry));
         }
     }
 
@@ -413,7 +418,10 @@ impl<L: LogStore> Driver<L> {
                 tracing::error!("node {}: a log entry without its proposer", self.me);
                 continue;
             };
-            self.applier.committed(proposer, &e.data);
+            match codec::unpack(&e.data, MAX_RAFT_MESSAGE) {
+                Ok(data) => self.applier.committed(proposer, &data),
+                Err(why) => tracing::error!("node {}: an unreadable log entry: {why}", self.me),
+            }
         }
     }
 
@@ -546,7 +554,7 @@ mod tests {
         wait_for("a leader", || placement.leader(p0).is_some());
         let leader = placement.leader(p0).unwrap();
         for i in 0..50u8 {
-            members[leader.index()].propose(vec![i; 1 + i as usize]);
+            members[leader.index()].propose(&vec![i; 1 + i as usize]);
         }
         wait_for("every entry applied everywhere", || {
             logs.iter().all(|l| l.entries.lock().len() == 50)
@@ -556,7 +564,7 @@ mod tests {
         });
         // Applied entries are forgotten once enough pile up.
         for i in 0..2 * COMPACT_EVERY {
-            members[leader.index()].propose(i.to_le_bytes().to_vec());
+            members[leader.index()].propose(&i.to_le_bytes());
         }
         let all = 50 + 2 * COMPACT_EVERY as usize;
         wait_for("every entry applied everywhere", || {
@@ -602,7 +610,7 @@ mod tests {
             // From outside the group.
             m.receive(NodeId(7), forged.clone());
         }
-        members[leader.index()].propose(b"after".to_vec());
+        members[leader.index()].propose(b"after");
         wait_for("the entry applied everywhere", || {
             logs.iter().all(|l| l.entries.lock().len() == 1)
         });

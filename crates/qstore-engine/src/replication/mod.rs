@@ -4,8 +4,10 @@
 //! of every committed entry on every member ([`member::Applier`]); raft's messages travel in
 //! the protocol's own messages over the protocol's transport.
 //!
-//! The log sits behind [`log::LogStore`], kept in memory for now.
+//! The log sits behind [`log::LogStore`], kept in memory for now; its entries may be
+//! compressed ([`codec`]).
 
+pub mod codec;
 pub mod log;
 pub mod member;
 

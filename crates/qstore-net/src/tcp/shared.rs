@@ -65,6 +65,15 @@ impl Shared {
         }
     }
 
+    /// Whether the link to `peer` is up (this node's own is).
+    pub fn link_up(&self, peer: NodeId) -> bool {
+        self.links_up
+            .lock()
+            .get(peer.index())
+            .copied()
+            .unwrap_or(false)
+    }
+
     /// Records that `peer` is shutting down on purpose (`true`), or connected again.
     pub fn set_goodbye(&self, peer: NodeId, said: bool) {
         if let Some(g) = self.goodbyes.get(peer.index()) {

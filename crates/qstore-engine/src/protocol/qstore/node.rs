@@ -141,6 +141,10 @@ struct QStore {
     placement: Arc<Placement>,
 }
 
+/// How many times `replication.stall_ms` a leader waits for its instance, all of whose nodes
+/// are reachable, before it takes the instance for broken (see `should_step_aside`).
+const HUNG_STALLS: u32 = 5;
+
 /// How long a replicated cluster waits at start for every group to elect its leader.
 const ELECTION_WAIT: Duration = Duration::from_secs(30);
 
@@ -909,7 +913,7 @@ impl QNode {
                 txns: contexts,
                 involved,
             };
-            member.propose(logged.encode());
+            member.propose(&logged.encode());
             eqs = logged.eqs;
         }
         if self.synchronous {
@@ -1808,8 +1812,10 @@ impl Applier for QNode {
     }
 
     /// A leader gives its group away when its instance is stale, or has retired nothing for
-    /// `replication.stall_ms` while it had work (a node of the instance is gone: the
-    /// instance is stale then too).
+    /// `replication.stall_ms` while it had work and a node of the instance is unreachable
+    /// (the instance is stale then too). An instance whose nodes are all reachable may be
+    /// waiting for another group's plans (whose leader is the one in trouble, and gives its
+    /// group away): it is given up only after `HUNG_STALLS` times as long (a hung node).
     fn should_step_aside(&self) -> bool {
         if self.stale.load(Ordering::Acquire) {
             return true;
@@ -1828,8 +1834,16 @@ impl Applier for QNode {
         if stalled < self.stall {
             return false;
         }
+        let lost = (0..self.ctx.nodes())
+            .map(|d| self.peer(NodeId(d)))
+            .find(|&n| !self.net.reachable(self.id, n));
+        let why = match lost {
+            Some(n) => format!("node {n} is unreachable"),
+            None if stalled >= self.stall * HUNG_STALLS => "every node is reachable".into(),
+            None => return false,
+        };
         self.become_stale(&format!(
-            "its instance retired no batch in {} ms",
+            "its instance retired no batch in {} ms ({why})",
             stalled.as_millis()
         ));
         true
