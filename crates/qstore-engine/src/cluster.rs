@@ -52,8 +52,12 @@ pub struct EngineCtx {
     /// host.
     pub partitions: Vec<Option<Arc<PartitionStore>>>,
     pub hosting: Hosting,
-    /// Set when the run records its history (for `--verify` and `--history`).
+    /// Set when the run records its history (for `--verify` and `--history`). With
+    /// replication, cluster instance 0's (see `histories`).
     pub history: Option<Arc<HistoryRecorder>>,
+    /// When the run records its history: by cluster instance hosted here, the history of
+    /// what it ran (every instance runs every committed transaction).
+    pub histories: Vec<Arc<HistoryRecorder>>,
 }
 
 impl EngineCtx {
@@ -65,6 +69,29 @@ impl EngineCtx {
     /// Servers of the cluster: every copy of every partition.
     pub fn servers(&self) -> u32 {
         self.placement.servers()
+    }
+
+    /// Where server `s` records the run's history: its cluster instance's recorder.
+    #[inline]
+    pub fn history_of(&self, s: NodeId) -> Option<&HistoryRecorder> {
+        let instance = match self.hosting {
+            Hosting::Embedded => self.placement.instance_of(s) as usize,
+            Hosting::Node(_) => 0,
+        };
+        self.histories.get(instance).map(|h| &**h)
+    }
+
+    /// The history to check after a run: with replication, that of the first cluster
+    /// instance still in service (every instance records what it runs; one out of service
+    /// may hold what no log committed). A server process has its own part only.
+    pub fn history_in_service(&self) -> Option<&Arc<HistoryRecorder>> {
+        let first = match self.hosting {
+            Hosting::Embedded => (0..self.placement.replicas())
+                .find(|&i| !self.placement.is_stale(i))
+                .unwrap_or(0),
+            Hosting::Node(_) => 0,
+        };
+        self.histories.get(first as usize)
     }
 
     /// The nodes this process hosts.
@@ -172,14 +199,23 @@ impl Cluster {
         cfg.cluster.resolve_workers(local.len() as u32);
         let partitions = load_partitions(&placement, &local, &catalog, load)?;
         let load_time = started.elapsed();
-        let history = record_history.then(|| {
-            Arc::new(match hosting {
-                Hosting::Embedded => HistoryRecorder::new(pmap.clone()),
-                Hosting::Node(_) => HistoryRecorder::deferred(pmap.clone()),
+        // One recorder per cluster instance hosted here: each records what it runs.
+        let instances = match hosting {
+            Hosting::Embedded => placement.replicas(),
+            Hosting::Node(_) => 1,
+        };
+        let histories: Vec<Arc<HistoryRecorder>> = (0..instances)
+            .filter(|_| record_history)
+            .map(|_| {
+                Arc::new(match hosting {
+                    Hosting::Embedded => HistoryRecorder::new(pmap.clone()),
+                    Hosting::Node(_) => HistoryRecorder::deferred(pmap.clone()),
+                })
             })
-        });
+            .collect();
         let ctx = Arc::new(EngineCtx {
-            history,
+            history: histories.first().cloned(),
+            histories,
             pmap,
             placement,
             catalog,

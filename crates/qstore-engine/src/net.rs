@@ -13,7 +13,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 /// Version of the node-to-node wire format; peers with another version are refused.
-pub const WIRE_FORMAT_VERSION: u32 = 1;
+pub const WIRE_FORMAT_VERSION: u32 = 2;
 
 /// A protocol's network: the transport, and the inbox of every node hosted here.
 pub struct NodeNet<M> {

@@ -1398,8 +1398,10 @@ fn open_elle(
 }
 
 fn write_engine_history(args: &RunArgs, outcome: &qstore_bench::RunOutcome) -> Result<(), String> {
-    let (Some(path), Some(recorder)) = (&args.engine_history, &outcome.cluster.ctx().history)
-    else {
+    let (Some(path), Some(recorder)) = (
+        &args.engine_history,
+        outcome.cluster.ctx().history_in_service(),
+    ) else {
         return Ok(());
     };
     let file =

@@ -61,6 +61,9 @@ fn a_killed_group_leader_is_replaced_and_the_run_goes_on() {
         "no new leader announced\n{err}"
     );
     assert!(out.contains("copies in service equal"), "{out}");
+    // The whole engine history of an instance in service, checked and replayed.
+    assert!(out.contains("serializable: yes"), "{out}");
+    assert!(out.contains("serial oracle: match"), "{out}");
     assert!(out.contains("no value twice in a list"), "{out}");
     let r = read_json(&json);
     assert_eq!(r["unfinished"], 0, "{r}");

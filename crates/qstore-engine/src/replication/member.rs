@@ -21,6 +21,9 @@ use std::time::{Duration, Instant};
 
 /// Applied entries a member lets pile up before it forgets them.
 const COMPACT_EVERY: u64 = 256;
+/// Entries a leader keeps for a member that has been silent for an election timeout (see
+/// `Driver::compact`): it bounds what a dead member costs.
+const SILENT_SLACK: u64 = 8192;
 
 /// What the protocol does with its group's log.
 pub trait Applier: Send + Sync + 'static {
@@ -34,6 +37,10 @@ pub trait Applier: Send + Sync + 'static {
     fn should_step_aside(&self) -> bool {
         false
     }
+    /// The member came back behind what its group's log still holds and skipped to a
+    /// snapshot of the log: the entries in between never reach `committed`. (The log's
+    /// snapshots hold no protocol state yet.)
+    fn fell_behind(&self) {}
 }
 
 /// How members send each other raft messages: over the protocol's transport.
@@ -303,6 +310,8 @@ impl<L: LogStore> Driver<L> {
             if let Err(e) = self.raw.mut_store().apply_snapshot(snapshot) {
                 tracing::error!("node {}: cannot apply a snapshot: {e}", self.me);
             }
+            // The entries the snapshot skips never reach the protocol.
+            self.applier.fell_behind();
         }
         self.apply(ready.take_committed_entries());
         if !ready.entries().is_empty() {
@@ -425,15 +434,25 @@ impl<L: LogStore> Driver<L> {
         }
     }
 
-    /// Forgets applied entries no member needs any more, once there are `COMPACT_EVERY` of
-    /// them: a log that keeps every batch grows by the whole workload. (A follower whose
-    /// next entry was forgotten would need a snapshot of the partition, which is not built
-    /// yet: the leader keeps what its slowest member lacks.)
+    /// Forgets applied entries no active member needs any more, once there are
+    /// `COMPACT_EVERY` of them: a log that keeps every batch grows by the whole workload.
+    /// The leader keeps what its slowest recently active member lacks, and at most
+    /// `SILENT_SLACK` entries more for a member silent for an election timeout (dead, or cut
+    /// off): otherwise the log would grow for as long as it is away. Should it come back
+    /// behind the compacted log, it is sent a snapshot, and its protocol is told
+    /// (`Applier::fell_behind`).
     fn compact(&mut self) {
         let raft = &self.raw.raft;
         let mut upto = raft.raft_log.applied;
         if raft.state == StateRole::Leader {
-            let slowest = raft.prs().iter().map(|(_, pr)| pr.matched).min();
+            // A silent member still keeps `SILENT_SLACK` entries: one that was only slow for
+            // a moment catches up from the log.
+            let needs = |(id, pr): (&u64, &raft::Progress)| {
+                let active = pr.recent_active || *id == raft.id;
+                let slack = if active { 0 } else { SILENT_SLACK };
+                pr.matched.saturating_add(slack)
+            };
+            let slowest = raft.prs().iter().map(needs).min();
             upto = upto.min(slowest.unwrap_or(0));
         }
         let first = self.raw.store().first_index().unwrap_or(upto);
@@ -583,6 +602,31 @@ mod tests {
                 assert_eq!(data, &vec![i as u8; 1 + i]);
             }
         }
+        for m in &members {
+            m.stop();
+        }
+    }
+
+    #[test]
+    fn a_dead_member_pins_a_bounded_part_of_the_log() {
+        let (placement, members, logs) = group();
+        let p0 = qstore_core::PartitionId(0);
+        wait_for("a leader", || placement.leader(p0).is_some());
+        let leader = placement.leader(p0).unwrap();
+        let (dead, alive) = (NodeId((leader.0 + 1) % 3), NodeId((leader.0 + 2) % 3));
+        members[dead.index()].stop();
+        // Long enough for the leader to see it silent (an election timeout of 30 ticks).
+        std::thread::sleep(Duration::from_millis(200));
+        let n = SILENT_SLACK + 4 * COMPACT_EVERY;
+        for i in 0..n {
+            members[leader.index()].propose(&i.to_le_bytes());
+        }
+        wait_for("every entry applied by the live members", || {
+            logs[alive.index()].entries.lock().len() == n as usize
+        });
+        wait_for("the leader to compact past the dead member", || {
+            members[leader.index()].retained() <= SILENT_SLACK + 2 * COMPACT_EVERY
+        });
         for m in &members {
             m.stop();
         }

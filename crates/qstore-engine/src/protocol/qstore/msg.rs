@@ -282,14 +282,7 @@ pub type Outputs = Vec<Vec<Output>>;
 pub enum QMsg {
     /// Planner `rank`'s execution queues for the receiving node in `batch`; an empty list
     /// tells the receiver that this planner has nothing for it in that batch.
-    /// `replayed`: the sender delivers it from its group's log rather than as its leader
-    /// (replication): the leader's instance records the history, other instances do not.
-    Plan {
-        batch: u64,
-        rank: u32,
-        eqs: Vec<Eq>,
-        replayed: bool,
-    },
+    Plan { batch: u64, rank: u32, eqs: Vec<Eq> },
     /// Every fragment planner `rank` sent the sender in `batch` has run; here are their
     /// outputs.
     /// (Speculative mode with abortable transactions: `notes` report fates.)

@@ -8,7 +8,7 @@ use super::replica::{Dedup, LogGate, LoggedBatch, TxnContext};
 use super::spec::{PlannerBatch, RecordKey, Speculation};
 use crate::cluster::EngineCtx;
 use crate::exec::{run_access, Lookahead, TxnScratch, UndoLog};
-use crate::history::TxnTrace;
+use crate::history::{HistoryRecorder, TxnTrace};
 use crate::net::NodeNet;
 use crate::protocol::shell::{shut_down, NodeShell};
 use crate::protocol::{
@@ -23,13 +23,13 @@ use parking_lot::{Condvar, Mutex, MutexGuard, RwLock};
 use qstore_core::config::{Isolation, QStoreMode, ReplicationMode};
 use qstore_core::placement::Placement;
 use qstore_core::txn::{
-    AccessRef, CcAbortCause, Program, RowRef, TxnKey, TxnOutcome, Value, EMPTY_PROGRAM,
+    AccessRef, CcAbortCause, ProcCall, Program, RowRef, TxnKey, TxnOutcome, Value, EMPTY_PROGRAM,
     KEY_NOT_FOUND,
 };
 use qstore_core::{NodeId, PartitionId, QError, TableId, TxnId};
 use qstore_net::{Envelope, NetCounters, Transport};
 use qstore_storage::RowVersion;
-use rustc_hash::{FxHashMap, FxHashSet};
+use rustc_hash::FxHashMap;
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock};
@@ -269,6 +269,9 @@ struct HomeTxn {
     /// Accesses in its program: the length of its answer's outputs.
     n_accesses: u16,
     may_abort: bool,
+    /// A transaction another member planned: its call, when histories are kept (every
+    /// instance records what it runs).
+    call: Option<Arc<ProcCall>>,
 }
 
 /// What a node knows of the fate of a transaction that may abort.
@@ -364,9 +367,6 @@ struct NodeState {
     /// that wait for it (see `LogGate`).
     gate: LogGate,
     unlogged: BTreeMap<PlannerBatch, DecidedBatch>,
-    /// Replication: planner batches delivered from a log rather than by the group's leader:
-    /// another instance records their history.
-    replayed: FxHashSet<PlannerBatch>,
 }
 
 /// A planner's batch whose transactions' fates are known, in planning order.
@@ -514,7 +514,6 @@ impl QNode {
                 decided: Vec::new(),
                 gate: LogGate::new(ranks),
                 unlogged: BTreeMap::new(),
-                replayed: FxHashSet::default(),
             })),
             wake: Condvar::new(),
             stop: AtomicBool::new(false),
@@ -546,7 +545,7 @@ impl QNode {
         let n = SUBMITTED.get();
         SUBMITTED.set(n.wrapping_add(1));
         let at = n.is_multiple_of(STAGE_SAMPLE).then(Instant::now);
-        admit(queue, self.id, req, at, self.ctx.history.as_deref());
+        admit(queue, self.id, req, at, self.history());
         drop(guard);
         if idle && self.run_inline() {
             return;
@@ -637,6 +636,11 @@ impl QNode {
         }
     }
 
+    /// Where this node records the run's history: its instance's recorder.
+    fn history(&self) -> Option<&HistoryRecorder> {
+        self.ctx.history_of(self.id)
+    }
+
     fn store(&self) -> &qstore_storage::PartitionStore {
         self.ctx.server_store(self.id)
     }
@@ -697,12 +701,7 @@ impl QNode {
                         }
                     }
                 }
-                // (The set is looked up only when histories are recorded.)
-                claim.map(|c| {
-                    let key = (c.batch, c.rank);
-                    let replayed = || state.replayed.contains(&key);
-                    (c, self.ctx.history.is_some() && !replayed())
-                })
+                claim.map(|c| (c, self.history().is_some()))
             } else {
                 None
             };
@@ -869,6 +868,7 @@ impl QNode {
                 may_abort: placed.may_abort,
                 n_accesses: program.accesses.len() as u16,
                 req: Some(req),
+                call: None,
             });
         }
         if !admissions.is_empty() {
@@ -884,7 +884,10 @@ impl QNode {
             .map(|d| plan.take_eqs(NodeId(d)))
             .collect();
         let contexts: Vec<TxnContext> = match self.member.get() {
-            Some(_) => txns.iter().map(HomeTxn::context).collect(),
+            Some(_) => {
+                let with_call = self.history().is_some();
+                txns.iter().map(|t| t.context(with_call)).collect()
+            }
             None => Vec::new(),
         };
         // Waiting for its answers before it is proposed: the log may commit it at once.
@@ -919,44 +922,36 @@ impl QNode {
         if self.synchronous {
             return false;
         }
-        self.deliver(batch, rank, eqs, false);
+        self.deliver(batch, rank, eqs);
         true
     }
 
     /// Sends every node of the instance its queues of planner batch (`batch`, `rank`), and
-    /// installs this node's own. `replayed`: they come from the group's log.
-    fn deliver(&self, batch: u64, rank: u32, eqs: Vec<Vec<Eq>>, replayed: bool) {
+    /// installs this node's own.
+    fn deliver(&self, batch: u64, rank: u32, eqs: Vec<Vec<Eq>>) {
         for (d, eqs) in eqs.into_iter().enumerate() {
             let d = NodeId(d as u32);
             if d != self.part {
-                let msg = QMsg::Plan {
-                    batch,
-                    rank,
-                    eqs,
-                    replayed,
-                };
+                let msg = QMsg::Plan { batch, rank, eqs };
                 self.net.send(self.id, self.peer(d), msg);
             } else {
-                self.install(batch, rank, eqs, replayed);
+                self.install(batch, rank, eqs);
             }
         }
     }
 
-    fn install(&self, batch: u64, rank: u32, eqs: Vec<Eq>, replayed: bool) {
+    fn install(&self, batch: u64, rank: u32, eqs: Vec<Eq>) {
         if self.stale.load(Ordering::Acquire) {
             return;
         }
         let mut state = self.state.lock();
-        if replayed {
-            state.replayed.insert((batch, rank));
-        }
         state.batches.install(batch, rank, eqs);
         state.batches.event();
         self.settle(state);
     }
 
     /// Runs a claimed queue from its cursor until it ends or stalls.
-    /// `records`: the fragments' reads and writes go into the history (see `replayed`).
+    /// `records`: the fragments' reads and writes go into the history.
     fn execute(&self, mut c: Claim, records: bool, scratch: &mut TxnScratch) {
         let _owner =
             (self.speculate && c.sub < self.subs).then(|| self.sub_locks[c.sub as usize].lock());
@@ -1073,7 +1068,7 @@ impl QNode {
             let values = needs_values.then_some(&mut s.outputs[..]);
             self.publish(pos, frag, op.idx, value, values, outputs);
         }
-        if let Some(h) = ctx.history.as_ref().filter(|_| trace) {
+        if let Some(h) = self.history().filter(|_| trace) {
             h.add_part(frag.id, &s.trace);
         }
         if self.speculate {
@@ -1234,7 +1229,7 @@ impl QNode {
         for (idx, value) in produced {
             self.publish(pos, frag, idx, value, None, outputs);
         }
-        if let Some(h) = ctx.history.as_ref().filter(|_| trace) {
+        if let Some(h) = self.history().filter(|_| trace) {
             h.add_part(frag.id, &s.trace);
         }
         None
@@ -1494,15 +1489,21 @@ impl QNode {
                     outputs: outputs.take(seq as u32, t.n_accesses),
                 },
             };
+            let trace = TxnTrace::default();
             let Some(req) = t.req else {
-                // Another member of the group answers it; this one remembers the outcome.
+                // Another member of the group answers it; this one records it in its
+                // instance's history (the log carries calls when histories are kept) and
+                // remembers the outcome.
+                let outcome = match &t.call {
+                    Some(call) => settle(self.history(), self.id, t.id, call, &trace, ending),
+                    None => ending.outcome(),
+                };
                 if let Some(d) = &mut dedup {
-                    d.finished(t.key, &ending.outcome());
+                    d.finished(t.key, &outcome);
                 }
                 continue;
             };
-            let (h, trace) = (self.ctx.history.as_deref(), TxnTrace::default());
-            let outcome = settle(h, self.id, req.id, &req.call, &trace, ending);
+            let outcome = settle(self.history(), self.id, req.id, &req.call, &trace, ending);
             if let Some(d) = &mut dedup {
                 d.finished(t.key, &outcome);
             }
@@ -1640,7 +1641,6 @@ impl QNode {
             state.retired = retired;
             state.values.retain(|pos, _| pos.batch >= retired);
             state.fates.retain(|pos, _| pos.batch >= retired);
-            state.replayed.retain(|&(b, _)| b >= retired);
             state.images.retain(|_, v| {
                 v.retain(|((b, _), _, _)| *b >= retired);
                 !v.is_empty()
@@ -1681,15 +1681,10 @@ impl QNode {
                 Err(RecvTimeoutError::Disconnected) => return,
             };
             match env.msg {
-                QMsg::Plan {
-                    batch,
-                    rank,
-                    eqs,
-                    replayed,
-                } => {
+                QMsg::Plan { batch, rank, eqs } => {
                     let check = self.state.lock().batches.check_plan(rank, &eqs);
                     match check {
-                        Ok(()) => self.install(batch, rank, eqs, replayed),
+                        Ok(()) => self.install(batch, rank, eqs),
                         Err(why) => tracing::error!(
                             "node {}: refused a plan from node {}: {why}",
                             self.id,
@@ -1762,7 +1757,7 @@ impl Applier for QNode {
         if proposer == self.id {
             // This member planned it and its instance has it (or, synchronous, gets it now).
             if self.synchronous {
-                self.deliver(batch, rank, logged.eqs, false);
+                self.deliver(batch, rank, logged.eqs);
                 planner.delivered.fetch_max(batch + 1, Ordering::AcqRel);
             }
             // The `Logged` this node sends itself also retires what `delivered` now allows
@@ -1796,7 +1791,7 @@ impl Applier for QNode {
             self.state.lock().home.insert((batch, rank), home);
         }
         planner.next_batch.fetch_max(batch + 1, Ordering::AcqRel);
-        self.deliver(batch, rank, logged.eqs, true);
+        self.deliver(batch, rank, logged.eqs);
         planner.delivered.fetch_max(batch + 1, Ordering::AcqRel);
         self.tell_instance(|| QMsg::Logged { batch, rank });
     }
@@ -1809,6 +1804,13 @@ impl Applier for QNode {
             self.redirect_home();
         }
         self.notify();
+    }
+
+    fn fell_behind(&self) {
+        self.become_stale(
+            "it fell behind its group's compacted log (catching up from a copy of the \
+             partition is not built yet)",
+        );
     }
 
     /// A leader gives its group away when its instance is stale, or has retired nothing for
@@ -1924,12 +1926,18 @@ impl QNode {
 }
 
 impl HomeTxn {
-    fn context(&self) -> TxnContext {
+    /// What the log carries of it; its call too if `with_call` (for the history).
+    fn context(&self, with_call: bool) -> TxnContext {
         TxnContext {
             id: self.id,
             key: self.key,
             n_accesses: self.n_accesses,
             may_abort: self.may_abort,
+            call: self
+                .req
+                .as_ref()
+                .filter(|_| with_call)
+                .map(|r| r.call.clone()),
         }
     }
 
@@ -1941,6 +1949,7 @@ impl HomeTxn {
             req: None,
             n_accesses: c.n_accesses,
             may_abort: c.may_abort,
+            call: c.call.clone(),
         }
     }
 }

@@ -46,7 +46,7 @@ pub(super) struct LoggedBatch {
 }
 
 /// A transaction context: what commitment needs of a transaction besides its queues.
-#[derive(Clone, Copy, Debug, Serialize, Deserialize)]
+#[derive(Clone, Debug, Serialize, Deserialize)]
 pub(super) struct TxnContext {
     pub id: TxnId,
     /// The client's name for it (see `Dedup`).
@@ -54,6 +54,9 @@ pub(super) struct TxnContext {
     /// Accesses in its program: the length of its outputs.
     pub n_accesses: u16,
     pub may_abort: bool,
+    /// Its call, when the run keeps histories: every instance records what it runs, so that
+    /// any instance in service has the whole history after a fail-over.
+    pub call: Option<std::sync::Arc<qstore_core::txn::ProcCall>>,
 }
 
 impl LoggedBatch {
@@ -211,12 +214,17 @@ mod tests {
                 key: TxnKey { session: 1, seq: 2 },
                 n_accesses: 2,
                 may_abort: true,
+                call: Some(std::sync::Arc::new(qstore_core::txn::ProcCall {
+                    proc: qstore_core::txn::ProcId(4),
+                    args: vec![qstore_core::txn::Value::Int(9)],
+                })),
             }],
             involved: vec![NodeId(0)],
         };
         let back = LoggedBatch::decode(&b.encode(), 2).unwrap();
         assert_eq!((back.batch, back.rank, back.eqs.len()), (7, 3, 2));
         assert_eq!(back.txns[0].id, TxnId(5));
+        assert_eq!(back.txns[0].call, b.txns[0].call, "the call rides along");
         assert!(LoggedBatch::decode(&b.encode(), 3).is_err());
         assert!(LoggedBatch::decode(&[1, 2, 3], 2).is_err());
     }
