@@ -88,9 +88,10 @@ enum Command {
     /// Settings come from the cluster file; the flags may change the load (clients, inflight,
     /// duration, rate, workload mix), not the servers.
     Client(Box<ClientArgs>),
-    /// Start a distributed cluster on this machine: one `qstore server` process per node on
-    /// loopback ports, then one `qstore client` process, with their output streamed here; stop
-    /// everything when the client is done (or on Ctrl-C).
+    /// Start a distributed cluster on this machine: one `qstore server` process per node (per
+    /// copy of every partition with --replication-factor) on loopback ports, then one
+    /// `qstore client` process, with their output streamed here; stop everything when the
+    /// client is done (or on Ctrl-C).
     ///
     /// Takes the same flags as `run`; the cluster file it writes is removed afterwards unless
     /// --cluster-file names where to keep it.
@@ -158,7 +159,7 @@ struct ClientArgs {
 
 #[derive(Args)]
 struct BenchArgs {
-    /// Suite to run: qstore, baselines, sundial or tpcc (see --list).
+    /// Suite to run: qstore, baselines, qrstore, sundial or tpcc (see --list).
     #[arg(long, default_value = "qstore")]
     suite: String,
     /// List the suites and exit.
