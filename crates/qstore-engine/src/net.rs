@@ -74,6 +74,14 @@ where
                 .map_err(|e| {
                     if cancelled() {
                         QError::Interrupted(e)
+                    } else if e.contains("restarted") && ctx.placement.replicas() > 1 {
+                        QError::Other(format!(
+                            "{}; with replication the other servers go on without this one \
+                             (its group elects another leader), but a server that lost its \
+                             copy cannot rejoin yet: rebuilding a copy from its group is not \
+                             built",
+                            e.replace("; restart the cluster", "")
+                        ))
                     } else if e.contains("restarted") {
                         QError::Other(e)
                     } else {

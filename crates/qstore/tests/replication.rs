@@ -6,7 +6,7 @@ mod common;
 
 use common::*;
 use std::process::Command;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// The one-kill case of the kill -9 test (`scripts/kill-loop.sh` repeats it with random
 /// timing): 3 partitions x 3 copies, the leader of partition 0's group killed 1.5 s into a
@@ -95,4 +95,43 @@ fn a_fault_needs_replication_and_a_partition_the_cluster_has() {
     assert_eq!(o.status.code(), Some(2));
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(err.contains("partitions 0 to 1"), "{err}");
+}
+
+/// A killed server started again has lost its copy: its peers refuse it (rejoining is not
+/// built yet) and it exits saying so, while the rest of the cluster goes on and the client's
+/// run passes its verification.
+#[test]
+fn a_restarted_server_is_refused_and_the_cluster_goes_on() {
+    let mut cluster = Cluster::start_replicated("restart", 2, 3);
+    let mut client = cluster.committing_client(&["--duration", "5", "--verify"]);
+    cluster.servers[0].child.kill().unwrap();
+    cluster.servers[0].child.wait().unwrap();
+    std::thread::sleep(Duration::from_millis(500));
+    let mut again = cluster.spawn_server(0, None);
+    let status = again
+        .wait_for_exit(Duration::from_secs(40))
+        .unwrap_or_else(|| {
+            panic!(
+                "the restarted server neither joined nor left\n{}",
+                again.output()
+            )
+        });
+    let err = again.stderr.text();
+    assert_eq!(status.code(), Some(1), "{err}");
+    assert!(err.contains("cannot rejoin yet"), "{err}");
+    let started = Instant::now();
+    let status = client
+        .wait_for_exit(Duration::from_secs(60))
+        .unwrap_or_else(|| panic!("the client hangs\n{}", client.output()));
+    let (out, err) = (client.stdout.text(), client.stderr.text());
+    assert!(
+        status.success(),
+        "{status} after {:?}\n{out}\n{err}",
+        started.elapsed()
+    );
+    assert!(out.contains("copies in service equal"), "{out}");
+    assert!(out.contains("serial oracle: match"), "{out}");
+    for (s, server) in cluster.servers.iter_mut().enumerate().skip(1) {
+        assert!(server.running(), "server {s} died\n{}", server.output());
+    }
 }

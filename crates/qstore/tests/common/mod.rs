@@ -184,6 +184,8 @@ pub struct Cluster {
     pub sections: String,
     /// Lines added to the file's `[cluster]` section.
     pub cluster_toml: String,
+    /// Copies of each partition: the file lists `replicas` servers per node.
+    pub replicas: usize,
 }
 
 impl Cluster {
@@ -200,6 +202,14 @@ impl Cluster {
         Self::start_full(name, nodes, extra_toml, sections, "")
     }
 
+    /// A replicated cluster: `nodes` partitions, `replicas` copies of each, so
+    /// `nodes * replicas` servers (server `s` holds partition `s % nodes`).
+    #[allow(dead_code)]
+    pub fn start_replicated(name: &str, nodes: usize, replicas: usize) -> Cluster {
+        let sections = format!("[replication]\nfactor = {replicas}\n");
+        Self::start_copies(name, nodes, replicas, "", &sections, "")
+    }
+
     /// A cluster of `nodes` servers running TPC-C (New-Order and Payment by default, every
     /// procedure callable), one warehouse each, room for 4,000 orders per district, and no
     /// transaction reaching another node.
@@ -214,6 +224,17 @@ impl Cluster {
     fn start_full(
         name: &str,
         nodes: usize,
+        extra_toml: &str,
+        sections: &str,
+        cluster_toml: &str,
+    ) -> Cluster {
+        Self::start_copies(name, nodes, 1, extra_toml, sections, cluster_toml)
+    }
+
+    fn start_copies(
+        name: &str,
+        nodes: usize,
+        replicas: usize,
         extra_toml: &str,
         sections: &str,
         cluster_toml: &str,
@@ -237,11 +258,12 @@ impl Cluster {
             secret: ClusterSecret::load(&secret_path).unwrap(),
             sections,
             cluster_toml: cluster_toml.to_string(),
+            replicas,
         };
         // The ports are free when chosen, but another process may take one before the
         // server binds it; the server then exits saying so, and the cluster gets new ports.
         for attempt in 1.. {
-            cluster.addrs = free_addresses(nodes);
+            cluster.addrs = free_addresses(nodes * replicas);
             cluster.write_file(extra_toml);
             let started = cluster.start_servers();
             // Servers that exited have said why by now.
@@ -287,7 +309,7 @@ impl Cluster {
              drain_timeout_s = 3.0\n\
              \n\
              {}\n",
-            self.addrs.len(),
+            self.addrs.len() / self.replicas,
             self.cluster_toml,
             self.cluster_id,
             entries.join(", "),
