@@ -12,13 +12,7 @@
 # Needs `adya` on PATH (scripts/setup.sh installs it) and a release build.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-QSTORE=${QSTORE:-${CARGO_TARGET_DIR:-target}/release/qstore}
-[ -x "$QSTORE" ] || cargo build --release --locked -p qstore
-command -v adya >/dev/null || { echo "adya not found: run scripts/setup.sh" >&2; exit 1; }
-work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
-passed=0
-failed=0
+. scripts/checks.sh
 ok() { passed=$((passed + 1)); echo "ok   $*"; }
 bad() { failed=$((failed + 1)); echo "FAIL $*"; }
 

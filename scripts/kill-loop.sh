@@ -11,13 +11,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 runs=${1:-20}
 RANDOM=${2:-$$}
-QSTORE=${QSTORE:-${CARGO_TARGET_DIR:-target}/release/qstore}
-[ -x "$QSTORE" ] || cargo build --release --locked -p qstore
-command -v adya >/dev/null || { echo "adya not found: run scripts/setup.sh" >&2; exit 1; }
-work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
-passed=0
-failed=0
+. scripts/checks.sh
 for i in $(seq 1 "$runs"); do
   partition=$((RANDOM % 3))
   after=$((500 + RANDOM % 3000))
