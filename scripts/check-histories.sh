@@ -142,6 +142,12 @@ for rf in 2 3; do
   expect_exit 0 "" "adya accepts the rf $rf append history over TCP ($(wc -l <"$h") events)" -- \
     adya check -m list-append -c serializable "$h"
 done
+h="$work/point1-append-tcp.jsonl"
+expect_exit 0 "^serial oracle: match" "qstore rf 3 replication point 1 append over TCP --verify" -- \
+  "$QSTORE" cluster --workload append --replication-factor 3 --replication-point 1 \
+  --history "$h" --verify "${rsmall[@]}"
+expect_exit 0 "" "adya accepts the point 1 append history over TCP ($(wc -l <"$h") events)" -- \
+  adya check -m list-append -c serializable "$h"
 # kill -9 of a group leader mid-run (scripts/kill-loop.sh repeats it with random timing).
 h="$work/kill.jsonl"
 expect_exit 0 "copies in service equal" "qstore rf 3 over TCP, leader killed at 1.5 s --verify" -- \

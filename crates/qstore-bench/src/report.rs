@@ -155,8 +155,9 @@ impl RunReport {
             nodes: cfg.cluster.nodes,
             workers: cfg.cluster.workers,
             replicas: cfg.replication.factor,
-            replication_mode: match cfg.replication.factor {
-                1 => String::new(),
+            replication_mode: match (cfg.replication.factor, cfg.replication.point) {
+                (1, _) => String::new(),
+                (_, 1) => "point 1 (transactions, planned by every member)".into(),
                 _ => format!("{:?}", cfg.replication.mode).to_lowercase(),
             },
             clients,

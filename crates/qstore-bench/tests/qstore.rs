@@ -268,6 +268,31 @@ fn a_cut_off_leader_is_replaced_and_nothing_is_lost_or_run_twice() {
     }
 }
 
+/// Replication point 1: the log holds each planner batch's transactions and every member
+/// plans them itself; every copy ends equal to the serial replay, and a fail-over loses
+/// nothing either.
+#[test]
+fn replicating_transactions_before_planning_gives_every_copy_the_same_state() {
+    let mut cfg = config("ycsb", QStoreMode::Speculative, 64);
+    cfg.replication.factor = 3;
+    cfg.replication.point = 1;
+    let (v, _) = verified(&cfg);
+    assert!(v.passed(), "{v}");
+    assert!(
+        v.oracle.as_ref().unwrap().detail.contains("x 3 copies"),
+        "{v}"
+    );
+    let mut cfg = config("append", QStoreMode::Speculative, 64);
+    cfg.replication.factor = 3;
+    cfg.replication.point = 1;
+    cfg.replication.stall_ms = 1_000;
+    cfg.client.txns = 0;
+    cfg.client.duration_s = 3.0;
+    cfg.net.cut_off_node = Some(1);
+    cfg.net.cut_off_after_ms = 800;
+    failed_over(&cfg);
+}
+
 /// On a slow network (100 ms one-way) a fail-over takes long: the new leader of the cut-off
 /// server's group waits for the plans of the other groups, whose leaders sit in the broken
 /// instance until they give it up. Its own instance is whole (every node reachable), so it

@@ -810,6 +810,10 @@ pub struct ReplicationConfig {
     /// servers in all. 1 = no replication.
     pub factor: u32,
     pub mode: ReplicationMode,
+    /// Where a planner batch is replicated (QR-Store section 2.2): 2 (default) after
+    /// planning, its execution queues; 1 before planning, its transactions, which every
+    /// member then plans itself (a leader executes a batch only once it is committed).
+    pub point: u32,
     /// How the leader compresses each batch it proposes (members read any entry, whatever
     /// their own setting says).
     pub compression: ReplicationCompression,
@@ -833,6 +837,7 @@ impl Default for ReplicationConfig {
         ReplicationConfig {
             factor: 1,
             mode: ReplicationMode::Speculative,
+            point: 2,
             compression: ReplicationCompression::None,
             tick_ms: 10,
             heartbeat_ticks: 3,
@@ -859,6 +864,19 @@ impl ReplicationConfig {
             self.factor,
             "replication is implemented for the qstore protocol only so far: \
              use --protocol qstore, or a factor of 1",
+        )?;
+        check(
+            self.point != 3,
+            "replication.point",
+            self.point,
+            "replication point 3 (write-only queues of each record's last write) is not \
+             built yet: use 1 or 2",
+        )?;
+        check(
+            (1..=2).contains(&self.point),
+            "replication.point",
+            self.point,
+            "must be 1 (before planning) or 2 (after planning)",
         )?;
         check(
             (1..=10_000).contains(&self.tick_ms),
@@ -1586,6 +1604,11 @@ mod tests {
             c.replication.election_ticks = c.replication.heartbeat_ticks;
         });
         assert_eq!(e.setting, "replication.election_ticks");
+        let e = invalid(|c| {
+            c.replication.factor = 2;
+            c.replication.point = 3;
+        });
+        assert!(e.to_string().contains("not built yet"), "{e}");
         let e = invalid(|c| {
             c.replication.factor = 2;
             c.net.delay_us = 150_000;

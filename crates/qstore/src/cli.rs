@@ -266,6 +266,11 @@ struct RunArgs {
     /// the log).
     #[arg(long, value_parser = parse_replication_mode, help_heading = "Replication")]
     replication_mode: Option<ReplicationMode>,
+    /// Replication point: 2 (default) replicates each planner batch's execution queues after
+    /// planning; 1 replicates its transactions before planning, and every member plans them
+    /// itself (execution then waits for the log, whatever --replication-mode says).
+    #[arg(long, value_name = "1|2", help_heading = "Replication")]
+    replication_point: Option<u32>,
     /// Replication: how a leader compresses each batch it proposes to its group's log:
     /// none (default), lz4 or snappy.
     #[arg(long, value_parser = parse_replication_compression, help_heading = "Replication")]
@@ -581,6 +586,7 @@ impl RunArgs {
         set(&mut c.replication.factor, self.replication_factor);
         set(&mut c.replication.mode, self.replication_mode);
         set(&mut c.replication.compression, self.replication_compression);
+        set(&mut c.replication.point, self.replication_point);
         set(&mut c.net.delay_us, self.delay_us);
         set(&mut c.net.jitter_us, self.jitter_us);
         set(&mut c.net.drop_fraction, self.drop_fraction);

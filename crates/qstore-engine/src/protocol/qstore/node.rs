@@ -4,7 +4,7 @@
 use super::batch::{Batches, Claim};
 use super::msg::{Eq, FateInfo, FateNote, FragRef, Op, Output, Outputs, QMsg, TxnPos};
 use super::plan::{BatchPlan, QueueShape};
-use super::replica::{Dedup, LogGate, LoggedBatch, TxnContext};
+use super::replica::{Dedup, LogGate, LoggedBatch, LoggedPlan, TxnContext};
 use super::spec::{PlannerBatch, RecordKey, Speculation};
 use crate::cluster::EngineCtx;
 use crate::exec::{run_access, Lookahead, TxnScratch, UndoLog};
@@ -405,6 +405,11 @@ struct QNode {
     member: OnceLock<GroupMember>,
     /// Replication is synchronous: a leader's plans wait for the log.
     synchronous: bool,
+    /// Replication point 1: the log holds a planner batch's transactions, not its queues;
+    /// every member plans them (the leader delivers the queues it planned once they are
+    /// committed, keeping them in `awaiting_log` meanwhile).
+    replicate_inputs: bool,
+    awaiting_log: Mutex<FxHashMap<PlannerBatch, Vec<Vec<Eq>>>>,
     /// Replication: what the group's log holds, by client key.
     dedup: Mutex<Dedup>,
     /// Replication: this node's instance may have run plans no log committed (see
@@ -490,7 +495,10 @@ impl QNode {
             progress: Mutex::new(Instant::now()),
             stall: Duration::from_millis(ctx.cfg.replication.stall_ms as u64),
             synchronous: ctx.placement.replicas() > 1
-                && ctx.cfg.replication.mode == ReplicationMode::Synchronous,
+                && (ctx.cfg.replication.mode == ReplicationMode::Synchronous
+                    || ctx.cfg.replication.point == 1),
+            replicate_inputs: ctx.placement.replicas() > 1 && ctx.cfg.replication.point == 1,
+            awaiting_log: Mutex::default(),
             net,
             planners,
             admission: CachePadded::new(Admission {
@@ -825,10 +833,7 @@ impl QNode {
         let mut txns = Vec::with_capacity(planner.queue.len().min(self.batch_size));
         let mut involved = vec![false; nodes];
         let mut program = Program::default();
-        let shape = QueueShape {
-            subs: self.subs,
-            read_only_from: self.read_committed.then_some(self.subs),
-        };
+        let shape = self.shape();
         let mut admissions = Vec::new();
         for Admitted { req, at, .. } in planner.queue.try_iter().take(self.batch_size) {
             // Replicated: a resubmission of a transaction the group already has is answered
@@ -885,7 +890,7 @@ impl QNode {
             .collect();
         let contexts: Vec<TxnContext> = match self.member.get() {
             Some(_) => {
-                let with_call = self.history().is_some();
+                let with_call = self.replicate_inputs || self.history().is_some();
                 txns.iter().map(|t| t.context(with_call)).collect()
             }
             None => Vec::new(),
@@ -909,21 +914,98 @@ impl QNode {
             self.state.lock().home.insert((batch, rank), home);
         }
         if let Some(member) = self.member.get() {
-            let logged = LoggedBatch {
-                batch,
-                rank,
-                eqs,
-                txns: contexts,
-                involved,
-            };
-            member.propose(&logged.encode());
-            eqs = logged.eqs;
+            eqs = self.propose(member, batch, rank, contexts, eqs, involved);
         }
         if self.synchronous {
             return false;
         }
         self.deliver(batch, rank, eqs);
         true
+    }
+
+    /// Proposes a planner batch to the group's log: its queues (replication point 2), or
+    /// only its transactions (point 1, keeping the queues until the log commits them).
+    /// Returns the queues to deliver now, if any.
+    fn propose(
+        &self,
+        member: &GroupMember,
+        batch: u64,
+        rank: u32,
+        txns: Vec<TxnContext>,
+        eqs: Vec<Vec<Eq>>,
+        involved: Vec<NodeId>,
+    ) -> Vec<Vec<Eq>> {
+        if self.replicate_inputs {
+            self.awaiting_log.lock().insert((batch, rank), eqs);
+            let plan = LoggedPlan::Inputs;
+            member.propose(
+                &LoggedBatch {
+                    batch,
+                    rank,
+                    txns,
+                    plan,
+                }
+                .encode(),
+            );
+            return Vec::new();
+        }
+        let plan = LoggedPlan::Queues { eqs, involved };
+        let logged = LoggedBatch {
+            batch,
+            rank,
+            txns,
+            plan,
+        };
+        member.propose(&logged.encode());
+        match logged.plan {
+            LoggedPlan::Queues { eqs, .. } => eqs,
+            LoggedPlan::Inputs => Vec::new(),
+        }
+    }
+
+    /// Replication point 1: plans the transactions another member logged, as that member
+    /// did (planning is deterministic): the batch's queues by node, and the nodes involved.
+    fn plan_logged(
+        &self,
+        planner: &Planner,
+        txns: &[TxnContext],
+    ) -> Result<(Vec<Vec<Eq>>, Vec<NodeId>), String> {
+        let ctx = &*self.ctx;
+        let nodes = ctx.nodes();
+        let mut plan = planner.plan.lock();
+        let mut involved = vec![false; nodes as usize];
+        let mut program = Program::default();
+        for (seq, t) in txns.iter().enumerate() {
+            let call = t
+                .call
+                .as_ref()
+                .ok_or("a logged transaction without its call")?;
+            ctx.catalog
+                .program_into(call, &mut program)
+                .map_err(|e| format!("cannot plan logged transaction {}: {e}", t.id.0))?;
+            let placed = plan.place(
+                seq as u32,
+                t.id,
+                self.part,
+                &program,
+                &ctx.pmap,
+                self.shape(),
+            );
+            for &n in placed.nodes {
+                involved[n.index()] = true;
+            }
+        }
+        let eqs = (0..nodes).map(|d| plan.take_eqs(NodeId(d))).collect();
+        let involved = (0..nodes).filter(|&n| involved[n as usize]).map(NodeId);
+        Ok((eqs, involved.collect()))
+    }
+
+    /// How this node's plans lay out each node's queues.
+    fn shape(&self) -> QueueShape {
+        QueueShape {
+            subs: self.subs,
+            read_only_from: self.read_committed.then_some(self.subs),
+        }
     }
 
     /// Sends every node of the instance its queues of planner batch (`batch`, `rank`), and
@@ -1757,7 +1839,17 @@ impl Applier for QNode {
         if proposer == self.id {
             // This member planned it and its instance has it (or, synchronous, gets it now).
             if self.synchronous {
-                self.deliver(batch, rank, logged.eqs);
+                let eqs = match logged.plan {
+                    LoggedPlan::Queues { eqs, .. } => Some(eqs),
+                    LoggedPlan::Inputs => self.awaiting_log.lock().remove(&(batch, rank)),
+                };
+                let Some(eqs) = eqs else {
+                    return self.become_stale(&format!(
+                        "the log committed its planner batch ({batch}, {rank}), whose queues \
+                         it no longer has"
+                    ));
+                };
+                self.deliver(batch, rank, eqs);
                 planner.delivered.fetch_max(batch + 1, Ordering::AcqRel);
             }
             // The `Logged` this node sends itself also retires what `delivered` now allows
@@ -1772,7 +1864,16 @@ impl Applier for QNode {
                  this node had delivered its own"
             ));
         }
-        // Another member planned it: this instance commits it too, answering no one.
+        // Another member planned it: this instance commits it too, answering no one. (A plan
+        // of its own for this slot, waiting for the log, lost.)
+        self.awaiting_log.lock().remove(&(batch, rank));
+        let (eqs, involved) = match logged.plan {
+            LoggedPlan::Queues { eqs, involved } => (eqs, involved),
+            LoggedPlan::Inputs => match self.plan_logged(planner, &logged.txns) {
+                Ok(planned) => planned,
+                Err(why) => return self.become_stale(&why),
+            },
+        };
         {
             let mut dedup = self.dedup.lock();
             for t in &logged.txns {
@@ -1783,15 +1884,15 @@ impl Applier for QNode {
             let home = HomeBatch {
                 txns: logged.txns.iter().map(HomeTxn::replica).collect(),
                 clock: None,
-                acks_pending: logged.involved.len() as u32,
-                involved: logged.involved,
+                acks_pending: involved.len() as u32,
+                involved,
                 notes: Vec::new(),
                 outputs: Vec::new(),
             };
             self.state.lock().home.insert((batch, rank), home);
         }
         planner.next_batch.fetch_max(batch + 1, Ordering::AcqRel);
-        self.deliver(batch, rank, logged.eqs);
+        self.deliver(batch, rank, eqs);
         planner.delivered.fetch_max(batch + 1, Ordering::AcqRel);
         self.tell_instance(|| QMsg::Logged { batch, rank });
     }

@@ -37,12 +37,23 @@ use std::collections::{BTreeMap, VecDeque};
 pub(super) struct LoggedBatch {
     pub batch: u64,
     pub rank: u32,
-    /// Its execution queues, by node of the instance (node index = partition).
-    pub eqs: Vec<Vec<Eq>>,
     /// Its transactions, in planning order: what the planning member needs to commit them.
     pub txns: Vec<TxnContext>,
-    /// The nodes of the instance its queues involve (each acknowledges it).
-    pub involved: Vec<NodeId>,
+    pub plan: LoggedPlan,
+}
+
+/// What the log holds of a planner batch's plan, by replication point.
+#[derive(Debug, Serialize, Deserialize)]
+pub(super) enum LoggedPlan {
+    /// Point 2, after planning: its execution queues, by node of the instance (node index =
+    /// partition), and the nodes they involve (each acknowledges the batch).
+    Queues {
+        eqs: Vec<Vec<Eq>>,
+        involved: Vec<NodeId>,
+    },
+    /// Point 1, before planning: only the transactions (with their calls); every member
+    /// plans them itself, which gives the same queues everywhere (planning is deterministic).
+    Inputs,
 }
 
 /// A transaction context: what commitment needs of a transaction besides its queues.
@@ -54,8 +65,9 @@ pub(super) struct TxnContext {
     /// Accesses in its program: the length of its outputs.
     pub n_accesses: u16,
     pub may_abort: bool,
-    /// Its call, when the run keeps histories: every instance records what it runs, so that
-    /// any instance in service has the whole history after a fail-over.
+    /// Its call: at replication point 1 (every member plans it), or when the run keeps
+    /// histories (every instance records what it runs, so that any instance in service has
+    /// the whole history after a fail-over).
     pub call: Option<std::sync::Arc<qstore_core::txn::ProcCall>>,
 }
 
@@ -69,16 +81,19 @@ impl LoggedBatch {
     pub fn decode(bytes: &[u8], nodes: usize) -> Result<LoggedBatch, String> {
         let b: LoggedBatch =
             postcard::from_bytes(bytes).map_err(|e| format!("undecodable batch: {e}"))?;
-        if b.eqs.len() != nodes {
-            return Err(format!(
+        match &b.plan {
+            LoggedPlan::Queues { eqs, .. } if eqs.len() != nodes => Err(format!(
                 "queues for {} nodes (an instance has {nodes})",
-                b.eqs.len()
-            ));
+                eqs.len()
+            )),
+            LoggedPlan::Queues { involved, .. } if involved.iter().any(|n| n.index() >= nodes) => {
+                Err("it involves a node outside the instance".into())
+            }
+            LoggedPlan::Inputs if b.txns.iter().any(|t| t.call.is_none()) => {
+                Err("a transaction to plan without its call".into())
+            }
+            _ => Ok(b),
         }
-        if b.involved.iter().any(|n| n.index() >= nodes) {
-            return Err("it involves a node outside the instance".into());
-        }
-        Ok(b)
     }
 }
 
@@ -205,10 +220,13 @@ mod tests {
 
     #[test]
     fn a_batch_survives_the_log_and_bad_entries_are_refused() {
-        let b = LoggedBatch {
+        let mut b = LoggedBatch {
             batch: 7,
             rank: 3,
-            eqs: vec![vec![Eq::default()], Vec::new()],
+            plan: LoggedPlan::Queues {
+                eqs: vec![vec![Eq::default()], Vec::new()],
+                involved: vec![NodeId(0)],
+            },
             txns: vec![TxnContext {
                 id: TxnId(5),
                 key: TxnKey { session: 1, seq: 2 },
@@ -219,14 +237,19 @@ mod tests {
                     args: vec![qstore_core::txn::Value::Int(9)],
                 })),
             }],
-            involved: vec![NodeId(0)],
         };
         let back = LoggedBatch::decode(&b.encode(), 2).unwrap();
-        assert_eq!((back.batch, back.rank, back.eqs.len()), (7, 3, 2));
+        assert_eq!((back.batch, back.rank), (7, 3));
+        assert!(matches!(back.plan, LoggedPlan::Queues { ref eqs, .. } if eqs.len() == 2));
         assert_eq!(back.txns[0].id, TxnId(5));
         assert_eq!(back.txns[0].call, b.txns[0].call, "the call rides along");
         assert!(LoggedBatch::decode(&b.encode(), 3).is_err());
         assert!(LoggedBatch::decode(&[1, 2, 3], 2).is_err());
+        // Point 1: transactions to plan, each with its call.
+        b.plan = LoggedPlan::Inputs;
+        assert!(LoggedBatch::decode(&b.encode(), 3).is_ok());
+        b.txns[0].call = None;
+        assert!(LoggedBatch::decode(&b.encode(), 2).is_err());
     }
 
     #[test]
