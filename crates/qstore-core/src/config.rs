@@ -842,7 +842,7 @@ impl Default for ReplicationConfig {
             tick_ms: 10,
             heartbeat_ticks: 3,
             election_ticks: 30,
-            stall_ms: 2000,
+            stall_ms: 1000,
         }
     }
 }
