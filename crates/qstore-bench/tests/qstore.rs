@@ -40,6 +40,19 @@ fn verified(cfg: &RunConfig) -> (Verification, qstore_bench::report::RunReport) 
     (v, out.report)
 }
 
+/// Append on 3 partitions x 3 copies at replication point `point`, 3 s long, server 1 (of
+/// instance 0) cut off 0.8 s in.
+fn cut_off(point: u32) -> RunConfig {
+    let mut cfg = config("append", QStoreMode::Speculative, 64);
+    cfg.replication.factor = 3;
+    cfg.replication.point = point;
+    cfg.client.txns = 0;
+    cfg.client.duration_s = 3.0;
+    cfg.net.cut_off_node = Some(1);
+    cfg.net.cut_off_after_ms = 800;
+    cfg
+}
+
 /// Runs a replicated configuration that cuts server 1 off, with its history recorded: every
 /// transaction answered, something committed, and the verification passed with instance 0
 /// (server 1's) alone out of service.
@@ -246,14 +259,7 @@ fn replicated_instances_reach_the_oracle_state_on_every_workload() {
 /// element is appended twice (a resubmitted transaction ran once).
 #[test]
 fn a_cut_off_leader_is_replaced_and_nothing_is_lost_or_run_twice() {
-    let mut cfg = config("append", QStoreMode::Speculative, 64);
-    cfg.replication.factor = 3;
-    cfg.replication.stall_ms = 1_000;
-    cfg.client.txns = 0;
-    cfg.client.duration_s = 3.0;
-    cfg.net.cut_off_node = Some(1);
-    cfg.net.cut_off_after_ms = 800;
-    let (v, out) = failed_over(&cfg);
+    let (v, out) = failed_over(&cut_off(2));
     assert!(out.report.redirected > 0, "{:?}", out.report);
     assert!(matches!(v.invariants, Some(Ok(_))), "{v}");
     // The new leaders answer after the fail-over too: at least a second of the run's three.
@@ -282,15 +288,7 @@ fn replicating_transactions_before_planning_gives_every_copy_the_same_state() {
         v.oracle.as_ref().unwrap().detail.contains("x 3 copies"),
         "{v}"
     );
-    let mut cfg = config("append", QStoreMode::Speculative, 64);
-    cfg.replication.factor = 3;
-    cfg.replication.point = 1;
-    cfg.replication.stall_ms = 1_000;
-    cfg.client.txns = 0;
-    cfg.client.duration_s = 3.0;
-    cfg.net.cut_off_node = Some(1);
-    cfg.net.cut_off_after_ms = 800;
-    failed_over(&cfg);
+    failed_over(&cut_off(1));
 }
 
 /// On a slow network (100 ms one-way) a fail-over takes long: the new leader of the cut-off
