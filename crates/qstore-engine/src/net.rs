@@ -64,6 +64,12 @@ where
             tcp.net = ctx.cfg.net.clone();
             tcp.seed = ctx.cfg.seed;
             tcp.handshake_timeout = Duration::from_secs_f64(ctx.cfg.server.handshake_timeout_s);
+            if ctx.placement.replicas() > 1 {
+                tcp.restart_advice = "with replication the other servers go on without it (its \
+                    group elects another leader), but a server that lost its copy cannot rejoin \
+                    yet: rebuilding a copy from its group is not built"
+                    .into();
+            }
             let (tx, rx) = unbounded();
             let transport = TcpTransport::start(tcp, listener, tx, node.events.clone())?;
             let timeout = Duration::from_secs_f64(ctx.cfg.cluster.connect_timeout_s);
@@ -74,14 +80,6 @@ where
                 .map_err(|e| {
                     if cancelled() {
                         QError::Interrupted(e)
-                    } else if e.contains("restarted") && ctx.placement.replicas() > 1 {
-                        QError::Other(format!(
-                            "{}; with replication the other servers go on without this one \
-                             (its group elects another leader), but a server that lost its \
-                             copy cannot rejoin yet: rebuilding a copy from its group is not \
-                             built",
-                            e.replace("; restart the cluster", "")
-                        ))
                     } else if e.contains("restarted") {
                         QError::Other(e)
                     } else {

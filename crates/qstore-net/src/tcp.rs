@@ -103,6 +103,9 @@ pub struct TcpConfig {
     pub handshake_timeout: Duration,
     /// This process's incarnation, sent in every handshake (random by default).
     pub incarnation: u64,
+    /// What the operator is told to do about a peer that restarted and lost its state (the
+    /// end of the refusal both sides log and report).
+    pub restart_advice: String,
 }
 
 impl TcpConfig {
@@ -122,6 +125,7 @@ impl TcpConfig {
             connect_backoff_max: Duration::from_secs(1),
             handshake_timeout: Duration::from_secs(2),
             incarnation: crate::auth::random_u64().unwrap_or_else(|_| fallback_incarnation()),
+            restart_advice: "restart the cluster".into(),
         }
     }
 

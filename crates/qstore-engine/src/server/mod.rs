@@ -108,10 +108,10 @@ impl PeerHealth {
                     tracing::warn!("node {me}: peer node {} is back", e.peer.0);
                 }
             }
-            PeerEventKind::Restarted(why) if self.replicated => tracing::error!(
-                "node {me}: {why}; it lost its copy and is refused (rebuilding a copy from \
-                 its group is not built yet): its group goes on without it"
-            ),
+            // The transport refuses it, and its reason says what follows (see `net::open`).
+            PeerEventKind::Restarted(why) if self.replicated => {
+                tracing::error!("node {me}: {why}")
+            }
             PeerEventKind::Restarted(why) => self.lose(me, why),
         }
     }

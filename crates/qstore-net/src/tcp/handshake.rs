@@ -391,7 +391,13 @@ pub fn dial_as(
     let mut cfg = TcpConfig::new(me, vec![stream.peer_addr()?; n], handshake.clone());
     cfg.incarnation = incarnation;
     cfg.handshake_timeout = timeout;
-    dial(stream, &cfg, peer, &Incarnations::new(n)).map_err(|e| match e {
+    dial(
+        stream,
+        &cfg,
+        peer,
+        &Incarnations::new(n, &cfg.restart_advice),
+    )
+    .map_err(|e| match e {
         HandshakeError::Failed(e) => e,
         other => io::Error::new(io::ErrorKind::ConnectionRefused, other.to_string()),
     })

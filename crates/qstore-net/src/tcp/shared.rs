@@ -42,7 +42,7 @@ impl Shared {
             sockets: Arc::new(Sockets::default()),
             counters: NetCounters::new(n),
             incoming: (0..n).map(|_| IncomingSlot::default()).collect(),
-            incarnations: Incarnations::new(n),
+            incarnations: Incarnations::new(n, &cfg.restart_advice),
             goodbyes: (0..n).map(|_| AtomicBool::new(false)).collect(),
             links_up: Mutex::new(links_up),
             fatal: Mutex::new(None),
@@ -251,12 +251,15 @@ impl Drop for ReaderTurn<'_> {
 /// restarted and lost its state.
 pub(crate) struct Incarnations {
     known: Mutex<Vec<Option<u64>>>,
+    /// The end of a refusal (see `TcpConfig::restart_advice`).
+    advice: String,
 }
 
 impl Incarnations {
-    pub fn new(nodes: usize) -> Self {
+    pub fn new(nodes: usize, advice: &str) -> Self {
         Incarnations {
             known: Mutex::new(vec![None; nodes]),
+            advice: advice.to_string(),
         }
     }
 
@@ -275,8 +278,8 @@ impl Incarnations {
             Some(k) if k == incarnation => Ok(()),
             Some(k) => Err(format!(
                 "node {} restarted (incarnation {k:016x}, now {incarnation:016x}) and lost its \
-                 data; restart the cluster",
-                peer.0
+                 data; {}",
+                peer.0, self.advice
             )),
         }
     }
