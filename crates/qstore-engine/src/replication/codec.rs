@@ -2,10 +2,11 @@
 //! compresses what it proposes once, the log and every message replicating it carry the
 //! compressed bytes, and each member decompresses an entry when it applies it.
 //!
-//! An entry is `[codec][payload]`: one byte naming how the payload is compressed (so a member
-//! reads any entry, whatever its own setting), then the payload. LZ4 payloads start with the
-//! decompressed length (little-endian u32, `lz4_flex`'s size-prepended block format); Snappy
-//! payloads are raw Snappy blocks, which start with it as a varint. The length is checked
+//! An entry's data is its payload, and one byte beside it (in the entry's context, see the
+//! member) names how the payload is compressed, so a member reads any entry whatever its own
+//! setting, and an uncompressed payload is logged as it is, without a copy. LZ4 payloads
+//! start with the decompressed length (little-endian u32, `lz4_flex`'s size-prepended block
+//! format); Snappy payloads are raw Snappy blocks, which start with it as a varint. The length is checked
 //! against a bound before anything is allocated: an entry is untrusted input.
 
 use qstore_core::config::ReplicationCompression;
@@ -15,32 +16,22 @@ const NONE: u8 = 0;
 const LZ4: u8 = 1;
 const SNAPPY: u8 = 2;
 
-/// `data` as a log entry compressed with `how`.
-pub fn pack(how: ReplicationCompression, data: &[u8]) -> Vec<u8> {
-    let mut out = Vec::with_capacity(1 + data.len() / 2);
+/// `data` compressed with `how`: the codec byte, and the payload.
+pub fn pack(how: ReplicationCompression, data: Vec<u8>) -> (u8, Vec<u8>) {
     match how {
-        ReplicationCompression::None => {
-            out.push(NONE);
-            out.extend_from_slice(data);
-        }
-        ReplicationCompression::Lz4 => {
-            out.push(LZ4);
-            out.extend_from_slice(&lz4_flex::block::compress_prepend_size(data));
-        }
+        ReplicationCompression::None => (NONE, data),
+        ReplicationCompression::Lz4 => (LZ4, lz4_flex::block::compress_prepend_size(&data)),
         ReplicationCompression::Snappy => {
-            out.push(SNAPPY);
             let packed = snap::raw::Encoder::new()
-                .compress_vec(data)
+                .compress_vec(&data)
                 .expect("snappy compresses any input under 4 GiB");
-            out.extend_from_slice(&packed);
+            (SNAPPY, packed)
         }
     }
-    out
 }
 
-/// The data of log entry `entry`, if it decompresses to at most `max` bytes.
-pub fn unpack(entry: &[u8], max: usize) -> Result<Cow<'_, [u8]>, String> {
-    let (&codec, payload) = entry.split_first().ok_or("an empty entry")?;
+/// The data of a payload compressed with `codec`, if it decompresses to at most `max` bytes.
+pub fn unpack(codec: u8, payload: &[u8], max: usize) -> Result<Cow<'_, [u8]>, String> {
     let too_long = |n: usize| format!("it decompresses to {n} bytes, more than {max}");
     match codec {
         NONE if payload.len() <= max => Ok(Cow::Borrowed(payload)),
@@ -91,16 +82,14 @@ mod tests {
     fn every_codec_round_trips_and_repetitive_batches_shrink() {
         let data: Vec<u8> = (0..4000u32).flat_map(|i| (i % 50).to_le_bytes()).collect();
         for how in ALL {
-            let entry = pack(how, &data);
-            assert_eq!(
-                unpack(&entry, 1 << 20).unwrap().as_ref(),
-                &data[..],
-                "{how:?}"
-            );
+            let (codec, payload) = pack(how, data.clone());
+            let back = unpack(codec, &payload, 1 << 20).unwrap();
+            assert_eq!(back.as_ref(), &data[..], "{how:?}");
             if how != ReplicationCompression::None {
-                assert!(entry.len() < data.len() / 4, "{how:?}: {}", entry.len());
+                assert!(payload.len() < data.len() / 4, "{how:?}: {}", payload.len());
             }
-            assert_eq!(unpack(&pack(how, &[]), 0).unwrap().len(), 0);
+            let (codec, empty) = pack(how, Vec::new());
+            assert_eq!(unpack(codec, &empty, 0).unwrap().len(), 0);
         }
     }
 
@@ -108,24 +97,24 @@ mod tests {
     fn hostile_entries_are_refused_before_anything_big_is_allocated() {
         let data = vec![7u8; 10_000];
         for how in ALL {
-            let entry = pack(how, &data);
-            let e = unpack(&entry, 9_999).unwrap_err();
+            let (codec, payload) = pack(how, data.clone());
+            let e = unpack(codec, &payload, 9_999).unwrap_err();
             assert!(e.contains("more than 9999"), "{how:?}: {e}");
-            // Cut short, or garbage after the codec byte: an error, never a panic.
-            let cut = &entry[..entry.len() / 2];
+            // Cut short, or garbage: an error, never a panic.
+            let cut = &payload[..payload.len() / 2];
             if how != ReplicationCompression::None {
-                assert!(unpack(cut, 1 << 20).is_err(), "{how:?}");
+                assert!(unpack(codec, cut, 1 << 20).is_err(), "{how:?}");
             }
             for junk in [&[0xff; 9][..], &[], &[1, 2, 3]] {
-                let mut e = vec![entry[0]];
-                e.extend_from_slice(junk);
-                let _ = unpack(&e, 1 << 20);
+                let _ = unpack(codec, junk, 1 << 20);
             }
         }
         // An LZ4 length of 4 GiB is refused by the bound, not allocated.
-        let huge = [LZ4, 0xff, 0xff, 0xff, 0xff, 0];
-        assert!(unpack(&huge, 1 << 20).unwrap_err().contains("more than"));
-        assert!(unpack(&[], 10).is_err());
-        assert!(unpack(&[9, 1], 10).unwrap_err().contains("unknown codec 9"));
+        let huge = [0xff, 0xff, 0xff, 0xff, 0];
+        assert!(unpack(LZ4, &huge, 1 << 20)
+            .unwrap_err()
+            .contains("more than"));
+        assert!(unpack(LZ4, &[], 10).is_err());
+        assert!(unpack(9, &[1], 10).unwrap_err().contains("unknown codec 9"));
     }
 }

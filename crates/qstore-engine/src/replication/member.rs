@@ -47,7 +47,8 @@ pub trait Applier: Send + Sync + 'static {
 pub type Outbox = Arc<dyn Fn(NodeId, ReplMsg) + Send + Sync>;
 
 enum Input {
-    Propose(Vec<u8>),
+    /// A payload, and the codec byte that says how it is compressed.
+    Propose(u8, Vec<u8>),
     Step(NodeId, ReplMsg),
 }
 
@@ -152,10 +153,10 @@ impl GroupMember {
 
     /// Proposes an entry to the group's log (this member should lead it), compressed on the
     /// calling thread as the settings say.
-    pub fn propose(&self, data: &[u8]) {
-        let entry = codec::pack(self.compression, data);
+    pub fn propose(&self, data: Vec<u8>) {
+        let (codec, payload) = codec::pack(self.compression, data);
         if let Some(tx) = &*self.inputs.lock() {
-            let _ = tx.send(Input::Propose(entry));
+            let _ = tx.send(Input::Propose(codec, payload));
         }
     }
 
@@ -251,11 +252,13 @@ impl<L: LogStore> Driver<L> {
 
     fn take(&mut self, input: Input) {
         match input {
-            Input::Propose(data) => {
-                let context = self.me.0.to_le_bytes().to_vec();
+            Input::Propose(codec, data) => {
+                // The entry's context: its proposer, and how its data is compressed.
+                let mut context = self.me.0.to_le_bytes().to_vec();
+                context.push(codec);
                 if let Err(e) = self.raw.propose(context, data) {
-                    // Fail-over is not handled yet: a proposal of a member that lost its
-                    // leadership is lost, and so are the transactions it carried.
+                    // A member that lost its leadership meanwhile: the protocol answers the
+                    // proposal's transactions `NotLeader` (see `Applier::leader_changed`).
                     tracing::error!("node {}: a proposal was dropped: {e}", self.me);
                 }
             }
@@ -420,14 +423,14 @@ impl<L: LogStore> Driver<L> {
             if e.get_entry_type() != EntryType::EntryNormal || e.data.is_empty() {
                 continue;
             }
-            let Some(proposer) = <[u8; 4]>::try_from(&e.context[..])
+            let Some((proposer, codec)) = <[u8; 5]>::try_from(&e.context[..])
                 .ok()
-                .map(|b| NodeId(u32::from_le_bytes(b)))
+                .map(|c| (NodeId(u32::from_le_bytes([c[0], c[1], c[2], c[3]])), c[4]))
             else {
                 tracing::error!("node {}: a log entry without its proposer", self.me);
                 continue;
             };
-            match codec::unpack(&e.data, MAX_RAFT_MESSAGE) {
+            match codec::unpack(codec, &e.data, MAX_RAFT_MESSAGE) {
                 Ok(data) => self.applier.committed(proposer, &data),
                 Err(why) => tracing::error!("node {}: an unreadable log entry: {why}", self.me),
             }
@@ -573,7 +576,7 @@ mod tests {
         wait_for("a leader", || placement.leader(p0).is_some());
         let leader = placement.leader(p0).unwrap();
         for i in 0..50u8 {
-            members[leader.index()].propose(&vec![i; 1 + i as usize]);
+            members[leader.index()].propose(vec![i; 1 + i as usize]);
         }
         wait_for("every entry applied everywhere", || {
             logs.iter().all(|l| l.entries.lock().len() == 50)
@@ -583,7 +586,7 @@ mod tests {
         });
         // Applied entries are forgotten once enough pile up.
         for i in 0..2 * COMPACT_EVERY {
-            members[leader.index()].propose(&i.to_le_bytes());
+            members[leader.index()].propose(i.to_le_bytes().to_vec());
         }
         let all = 50 + 2 * COMPACT_EVERY as usize;
         wait_for("every entry applied everywhere", || {
@@ -619,7 +622,7 @@ mod tests {
         std::thread::sleep(Duration::from_millis(200));
         let n = SILENT_SLACK + 4 * COMPACT_EVERY;
         for i in 0..n {
-            members[leader.index()].propose(&i.to_le_bytes());
+            members[leader.index()].propose(i.to_le_bytes().to_vec());
         }
         wait_for("every entry applied by the live members", || {
             logs[alive.index()].entries.lock().len() == n as usize
@@ -654,7 +657,7 @@ mod tests {
             // From outside the group.
             m.receive(NodeId(7), forged.clone());
         }
-        members[leader.index()].propose(b"after");
+        members[leader.index()].propose(b"after".to_vec());
         wait_for("the entry applied everywhere", || {
             logs.iter().all(|l| l.entries.lock().len() == 1)
         });

@@ -939,7 +939,7 @@ impl QNode {
             self.awaiting_log.lock().insert((batch, rank), eqs);
             let plan = LoggedPlan::Inputs;
             member.propose(
-                &LoggedBatch {
+                LoggedBatch {
                     batch,
                     rank,
                     txns,
@@ -956,7 +956,7 @@ impl QNode {
             txns,
             plan,
         };
-        member.propose(&logged.encode());
+        member.propose(logged.encode());
         match logged.plan {
             LoggedPlan::Queues { eqs, .. } => eqs,
             LoggedPlan::Inputs => Vec::new(),
