@@ -269,8 +269,8 @@ struct HomeTxn {
     /// Accesses in its program: the length of its answer's outputs.
     n_accesses: u16,
     may_abort: bool,
-    /// A transaction another member planned: its call, when histories are kept (every
-    /// instance records what it runs).
+    /// A transaction another member planned: its call, when the log carries it (replication
+    /// point 1, or histories kept: every instance records what it runs).
     call: Option<Arc<ProcCall>>,
 }
 
