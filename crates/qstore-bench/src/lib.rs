@@ -220,7 +220,7 @@ pub fn run_remote(cfg: &RunConfig, opts: RunOptions<'_>) -> Result<RemoteOutcome
             .iter()
             .fold((0, 0), |(m, f), s| (m + s.msgs_sent, f + s.frames_sent));
         (
-            remote.collect()?,
+            collect_settled(&remote, cfg.cluster.nodes as usize)?,
             (frames > 0).then(|| msgs as f64 / frames as f64),
         )
     } else {
@@ -244,6 +244,48 @@ pub fn run_remote(cfg: &RunConfig, opts: RunOptions<'_>) -> Result<RemoteOutcome
         workload,
         failures,
         lost,
+    })
+}
+
+/// What every server hands back after a run. With replication, the client's last answers
+/// came from the leaders' instances: another instance may still be running the last batches
+/// its log committed, so the copies are collected again (for up to `SETTLE_TIMEOUT`) until
+/// the in-service copies of each partition agree. Copies that never agree are reported as
+/// they are, and fail verification.
+fn collect_settled(
+    remote: &remote::RemoteCluster,
+    partitions: usize,
+) -> Result<Vec<Option<qstore_engine::server::proto::Collected>>, QError> {
+    const SETTLE_TIMEOUT: Duration = Duration::from_secs(10);
+    let deadline = Instant::now() + SETTLE_TIMEOUT;
+    loop {
+        let collected = remote.collect()?;
+        if !remote.replicated() || copies_agree(&collected, partitions) {
+            return Ok(collected);
+        }
+        if Instant::now() >= deadline {
+            return Ok(collected);
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// Whether every in-service copy of each partition has the same hash (`collected` by server,
+/// instance after instance).
+fn copies_agree(
+    collected: &[Option<qstore_engine::server::proto::Collected>],
+    partitions: usize,
+) -> bool {
+    (0..partitions).all(|p| {
+        let mut hashes = collected
+            .iter()
+            .skip(p)
+            .step_by(partitions.max(1))
+            .flatten()
+            .filter(|c| c.in_service)
+            .map(|c| c.partition_hash);
+        let first = hashes.next();
+        hashes.all(|h| Some(h) == first)
     })
 }
 
@@ -376,6 +418,36 @@ fn wait_with_progress(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn copies_agree_when_every_in_service_copy_of_each_partition_does() {
+        let copy = |node: u32, partition_hash: u64, in_service: bool| {
+            Some(qstore_engine::server::proto::Collected {
+                node: NodeId(node),
+                partition_hash,
+                history: None,
+                tally: None,
+                in_service,
+                failovers: 0,
+            })
+        };
+        // 2 partitions x 3 copies, by server: instance after instance.
+        let mut c = vec![
+            copy(0, 10, true),
+            copy(1, 20, true),
+            copy(2, 10, true),
+            copy(3, 20, true),
+            copy(4, 10, true),
+            copy(5, 20, true),
+        ];
+        assert!(copies_agree(&c, 2));
+        c[3] = copy(3, 21, true); // an instance still running its last batch
+        assert!(!copies_agree(&c, 2));
+        c[3] = copy(3, 21, false); // out of service: not compared
+        assert!(copies_agree(&c, 2));
+        c[5] = None; // lost
+        assert!(copies_agree(&c, 2));
+    }
 
     /// A cluster that takes every request and never answers.
     struct Silent(parking_lot::Mutex<Vec<TxnRequest>>);
