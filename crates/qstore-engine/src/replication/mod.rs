@@ -8,13 +8,22 @@
 //! compressed ([`codec`]).
 
 pub mod codec;
+pub mod dedup;
 pub mod log;
 pub mod member;
 
+pub use dedup::Dedup;
 pub use log::{LogStore, MemLog};
 pub use member::{Applier, GroupMember, Outbox};
 
+use crate::cluster::EngineCtx;
+use crate::protocol::{reply, TxnRequest};
+use qstore_core::placement::Placement;
+use qstore_core::txn::TxnOutcome;
+use qstore_core::{NodeId, PartitionId, QError};
 use serde::{Deserialize, Serialize};
+use std::sync::{Arc, OnceLock};
+use std::time::{Duration, Instant};
 
 /// A raft message between members of a group, in raft's own (protobuf) encoding (postcard
 /// writes a `Vec<u8>` as its length and its bytes).
@@ -23,3 +32,98 @@ pub struct ReplMsg(pub Vec<u8>);
 
 /// Longest raft message a member accepts (a frame of the TCP transport holds it).
 pub const MAX_RAFT_MESSAGE: usize = qstore_net::frame::DEFAULT_MAX_FRAME / 2;
+
+/// How long a replicated cluster waits at start for every group to elect its leader.
+const ELECTION_WAIT: Duration = Duration::from_secs(30);
+
+/// Starts the group member of every server hosted here (`local`: the server, the protocol's
+/// applier for it, and where the server keeps its member), each sending its raft messages
+/// through `outbox(server)`, and waits until every group of those servers has a leader.
+/// Instance 0's members call the first elections, so a cluster has leaders without waiting
+/// for an election timeout.
+pub(crate) fn join_groups(
+    ctx: &EngineCtx,
+    local: Vec<(NodeId, Arc<dyn Applier>, &OnceLock<GroupMember>)>,
+    outbox: impl Fn(NodeId) -> Outbox,
+) -> Result<(), QError> {
+    let placement = &ctx.placement;
+    let stop = || {
+        for (_, _, m) in &local {
+            if let Some(m) = m.get() {
+                m.stop();
+            }
+        }
+    };
+    for (me, applier, seat) in &local {
+        let voters = placement.group(placement.partition_of(*me));
+        let log = MemLog::new(voters.map(|n| n.0 as u64 + 1).collect());
+        let campaign = placement.instance_of(*me) == 0;
+        let cfg = &ctx.cfg.replication;
+        let started = GroupMember::start(
+            *me,
+            placement.clone(),
+            cfg,
+            log,
+            outbox(*me),
+            applier.clone(),
+            campaign,
+        );
+        match started {
+            Ok(m) => {
+                let _ = seat.set(m);
+            }
+            Err(e) => {
+                stop();
+                return Err(e);
+            }
+        }
+    }
+    // The groups of the servers hosted here (a server process knows only its own group's
+    // leader).
+    let deadline = Instant::now() + ELECTION_WAIT;
+    let leaderless = || {
+        local
+            .iter()
+            .map(|(me, _, _)| placement.partition_of(*me))
+            .find(|&p| placement.leader(p).is_none())
+    };
+    while let Some(p) = leaderless() {
+        if Instant::now() > deadline {
+            stop();
+            return Err(QError::Other(format!(
+                "replica group of partition {p} elected no leader in {ELECTION_WAIT:?}"
+            )));
+        }
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    Ok(())
+}
+
+/// Where a transaction submitted for partition `home` goes: without replication, server
+/// `home`; with it, the leader of `home`'s group, if `hosted` here. Otherwise the request is
+/// answered (`NotLeader`, naming the leader if one is known, so the client goes there; or
+/// `Rejected` for a partition that does not exist) and `None` returned.
+pub(crate) fn route(
+    placement: &Placement,
+    home: NodeId,
+    hosted: impl Fn(NodeId) -> bool,
+    req: &TxnRequest,
+) -> Option<NodeId> {
+    if placement.replicas() == 1 {
+        return Some(home);
+    }
+    let p = PartitionId(home.0);
+    if p.0 >= placement.partitions() {
+        reply(req, TxnOutcome::Rejected(format!("no partition {p}")));
+        return None;
+    }
+    match placement.leader(p) {
+        // Led here (in a server process: by this server).
+        Some(leader) if hosted(leader) => Some(leader),
+        // Led elsewhere, or an election is under way: the client goes to the leader.
+        leader => {
+            reply(req, TxnOutcome::NotLeader { leader });
+            None
+        }
+    }
+}

@@ -4,7 +4,7 @@
 use super::batch::{Batches, Claim};
 use super::msg::{Eq, FateInfo, FateNote, FragRef, Op, Output, Outputs, QMsg, TxnPos};
 use super::plan::{BatchPlan, QueueShape};
-use super::replica::{Dedup, LogGate, LoggedBatch, LoggedPlan, TxnContext};
+use super::replica::{LogGate, LoggedBatch, LoggedPlan, TxnContext};
 use super::spec::{PlannerBatch, RecordKey, Speculation};
 use crate::cluster::EngineCtx;
 use crate::exec::{run_access, Lookahead, TxnScratch, UndoLog};
@@ -14,7 +14,7 @@ use crate::protocol::shell::{shut_down, NodeShell};
 use crate::protocol::{
     admit, home_node, reply, settle, AdmissionQueue, Admitted, Ending, Engine, TxnRequest,
 };
-use crate::replication::{Applier, GroupMember, MemLog};
+use crate::replication::{self, Applier, Dedup, GroupMember};
 use crate::runtime::spawn_worker;
 use crate::stages::{StageClock, StageSnapshot};
 use crossbeam_channel::{bounded, Receiver, RecvTimeoutError};
@@ -145,50 +145,22 @@ struct QStore {
 /// are reachable, before it takes the instance for broken (see `should_step_aside`).
 const HUNG_STALLS: u32 = 5;
 
-/// How long a replicated cluster waits at start for every group to elect its leader.
-const ELECTION_WAIT: Duration = Duration::from_secs(30);
-
 impl QStore {
     fn local(&self) -> impl Iterator<Item = &Arc<QNode>> {
         self.nodes.iter().flatten()
     }
 
     /// Replication: starts every local node's member of its replica group, and waits until
-    /// every group has a leader. Instance 0's members call the first elections.
+    /// every group has a leader.
     fn join_groups(&self, ctx: &EngineCtx) -> Result<(), QError> {
-        for node in self.local() {
-            let (me, net) = (node.id, self.net.clone());
-            let outbox = Arc::new(move |to, msg| net.send(me, to, QMsg::Raft(msg)));
-            let voters = ctx.placement.group(node.part_id()).map(|n| n.0 as u64 + 1);
-            let member = GroupMember::start(
-                me,
-                ctx.placement.clone(),
-                &ctx.cfg.replication,
-                MemLog::new(voters.collect()),
-                outbox,
-                node.clone(),
-                ctx.placement.instance_of(me) == 0,
-            )?;
-            let _ = node.member.set(member);
-        }
-        // The groups of the nodes hosted here (a server process knows only its own group's
-        // leader).
-        let deadline = Instant::now() + ELECTION_WAIT;
-        let leaderless = || {
-            self.local()
-                .map(|n| n.part_id())
-                .find(|&p| ctx.placement.leader(p).is_none())
-        };
-        while let Some(p) = leaderless() {
-            if Instant::now() > deadline {
-                self.stop_groups();
-                return Err(QError::Other(format!(
-                    "replica group of partition {p} elected no leader in {ELECTION_WAIT:?}"
-                )));
-            }
-            std::thread::sleep(Duration::from_millis(1));
-        }
-        Ok(())
+        let local = self.local().map(|n| {
+            let applier: Arc<dyn Applier> = n.clone();
+            (n.id, applier, &n.member)
+        });
+        replication::join_groups(ctx, local.collect(), |me| {
+            let net = self.net.clone();
+            Arc::new(move |to, msg| net.send(me, to, QMsg::Raft(msg)))
+        })
     }
 
     fn stop_groups(&self) {
@@ -203,20 +175,9 @@ impl QStore {
 impl Engine for QStore {
     /// `home` names a partition: its group's leader takes the transaction.
     fn submit(&self, home: NodeId, req: TxnRequest) {
-        let leader = if self.placement.replicas() == 1 {
-            home
-        } else {
-            let p = PartitionId(home.0);
-            if p.0 >= self.placement.partitions() {
-                reply(&req, TxnOutcome::Rejected(format!("no partition {p}")));
-                return;
-            }
-            match self.placement.leader(p) {
-                // Led here (in a server process: by this server).
-                Some(leader) if self.nodes[leader.index()].is_some() => leader,
-                // Led elsewhere, or an election is under way: the client goes to the leader.
-                leader => return reply(&req, TxnOutcome::NotLeader { leader }),
-            }
+        let hosted = |n: NodeId| self.nodes[n.index()].is_some();
+        let Some(leader) = replication::route(&self.placement, home, hosted, &req) else {
+            return;
         };
         if let Some(node) = home_node(&self.nodes, leader, &req) {
             node.submit(req);
