@@ -377,6 +377,30 @@ fn a_lost_peer_goes_down_and_comes_back_on_the_same_address() {
     assert_eq!(a.1.recv_timeout(WAIT).unwrap().msg, Msg::new(2));
 }
 
+/// A node that stopped reading its inbox (it is shutting down) keeps its connections until
+/// its transport stops: what peers still send it is dropped, and they see it stop, not fail.
+#[test]
+fn a_node_that_stopped_reading_its_inbox_stops_rather_than_fails() {
+    let (mut ls, addrs) = listeners(2);
+    let (events_tx, events) = unbounded();
+    let (b, b_inbox) = start(config(1, &addrs, 7), ls.pop().unwrap(), None);
+    let a = start(config(0, &addrs, 7), ls.pop().unwrap(), Some(events_tx));
+    a.0.wait_connected(WAIT).unwrap();
+    assert_eq!(next_event(&events).kind, PeerEventKind::Up);
+    drop(b_inbox);
+    for seq in 0..200 {
+        a.0.send(NodeId(0), NodeId(1), Msg::new(seq));
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    let event = events.recv_timeout(Duration::from_millis(300));
+    assert!(
+        event.is_err(),
+        "the link to a live peer stays up: {event:?}"
+    );
+    drop(b);
+    assert_eq!(next_event(&events).kind, PeerEventKind::Stopped);
+}
+
 #[test]
 fn injected_delay_holds_messages_and_keeps_the_link_fifo() {
     let delay = NetConfig {

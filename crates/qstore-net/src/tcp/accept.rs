@@ -153,7 +153,10 @@ fn serve<M: DeserializeOwned>(
 }
 
 /// Delivers the messages of every frame from `peer` to the inbox. A malformed frame closes
-/// the connection (the caller shuts it down); the node keeps running.
+/// the connection (the caller shuts it down); the node keeps running. Once the node no longer
+/// reads its inbox (it is shutting down) messages are read and dropped: closing the
+/// connection before the transport stops and says goodbye would look like a crash to the
+/// peer.
 fn read_frames<M: DeserializeOwned>(
     stream: &TcpStream,
     from: SocketAddr,
@@ -174,7 +177,7 @@ fn read_frames<M: DeserializeOwned>(
             Ok(Some(msgs)) => {
                 for msg in msgs {
                     if inbox.send(Envelope { from: peer, msg }).is_err() {
-                        return; // the node no longer reads its inbox
+                        break;
                     }
                 }
             }
