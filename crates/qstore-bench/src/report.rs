@@ -155,8 +155,14 @@ impl RunReport {
             nodes: cfg.cluster.nodes,
             workers: cfg.cluster.workers,
             replicas: cfg.replication.factor,
-            replication_mode: match (cfg.replication.factor, cfg.replication.point) {
+            replication_mode: match (
+                cfg.replication.factor,
+                cfg.replication.point_of(&cfg.protocol.name),
+            ) {
                 (1, _) => String::new(),
+                (_, 1) if cfg.protocol.name == "calvin" => {
+                    "point 1 (sequenced epochs, before they run)".into()
+                }
                 (_, 1) => "point 1 (transactions, planned by every member)".into(),
                 _ => format!("{:?}", cfg.replication.mode).to_lowercase(),
             },

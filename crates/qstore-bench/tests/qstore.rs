@@ -45,7 +45,7 @@ fn verified(cfg: &RunConfig) -> (Verification, qstore_bench::report::RunReport) 
 fn cut_off(point: u32) -> RunConfig {
     let mut cfg = config("append", QStoreMode::Speculative, 64);
     cfg.replication.factor = 3;
-    cfg.replication.point = point;
+    cfg.replication.point = Some(point);
     cfg.client.txns = 0;
     cfg.client.duration_s = 3.0;
     cfg.net.cut_off_node = Some(1);
@@ -281,7 +281,7 @@ fn a_cut_off_leader_is_replaced_and_nothing_is_lost_or_run_twice() {
 fn replicating_transactions_before_planning_gives_every_copy_the_same_state() {
     let mut cfg = config("ycsb", QStoreMode::Speculative, 64);
     cfg.replication.factor = 3;
-    cfg.replication.point = 1;
+    cfg.replication.point = Some(1);
     let (v, _) = verified(&cfg);
     assert!(v.passed(), "{v}");
     assert!(

@@ -266,9 +266,10 @@ struct RunArgs {
     /// the log).
     #[arg(long, value_parser = parse_replication_mode, help_heading = "Replication")]
     replication_mode: Option<ReplicationMode>,
-    /// Replication point: 2 (default) replicates each planner batch's execution queues after
-    /// planning; 1 replicates its transactions before planning, and every member plans them
-    /// itself (execution then waits for the log, whatever --replication-mode says).
+    /// Replication point of Q-Store: 2 (default) replicates each planner batch's execution
+    /// queues after planning; 1 replicates its transactions before planning, and every member
+    /// plans them itself (execution then waits for the log, whatever --replication-mode
+    /// says). Calvin replicates at point 1 only (its sequenced epochs, before they run).
     #[arg(long, value_name = "1|2", help_heading = "Replication")]
     replication_point: Option<u32>,
     /// Replication: how a leader compresses each batch it proposes to its group's log:
@@ -586,7 +587,9 @@ impl RunArgs {
         set(&mut c.replication.factor, self.replication_factor);
         set(&mut c.replication.mode, self.replication_mode);
         set(&mut c.replication.compression, self.replication_compression);
-        set(&mut c.replication.point, self.replication_point);
+        if let Some(p) = self.replication_point {
+            c.replication.point = Some(p);
+        }
         set(&mut c.net.delay_us, self.delay_us);
         set(&mut c.net.jitter_us, self.jitter_us);
         set(&mut c.net.drop_fraction, self.drop_fraction);
@@ -870,6 +873,13 @@ fn kill_leader(
         return Err(format!(
             "--kill-leader-after-ms {ms}: without replication the killed server's partition \
              is lost with it; add --replication-factor 3"
+        ));
+    }
+    if cfg.protocol.name != "qstore" {
+        return Err(format!(
+            "--kill-leader-after-ms {ms}: fail-over is built for the qstore protocol only so \
+             far ({} would stall once its instance lost a server); use --protocol qstore",
+            cfg.protocol.name
         ));
     }
     if args.kill_partition >= cfg.cluster.nodes {

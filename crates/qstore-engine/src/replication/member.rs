@@ -47,8 +47,9 @@ pub trait Applier: Send + Sync + 'static {
 pub type Outbox = Arc<dyn Fn(NodeId, ReplMsg) + Send + Sync>;
 
 enum Input {
-    /// A payload, and the codec byte that says how it is compressed.
-    Propose(u8, Vec<u8>),
+    /// A payload, the codec byte that says how it is compressed, and the term in which the
+    /// proposer means it (`None`: whatever the term).
+    Propose(u8, Vec<u8>, Option<u64>),
     Step(NodeId, ReplMsg),
 }
 
@@ -66,8 +67,9 @@ pub struct GroupMember {
     settled: Arc<AtomicBool>,
     /// Entries the member's log holds.
     retained: Arc<AtomicU64>,
-    /// Whether the member leads its group and may propose (see `Driver::may_propose`).
-    leading: Arc<AtomicBool>,
+    /// The term in which the member leads its group and may propose (see
+    /// `Driver::may_propose`); 0 when it may not.
+    leading: Arc<AtomicU64>,
     thread: Mutex<Option<JoinHandle<()>>>,
 }
 
@@ -120,7 +122,7 @@ impl GroupMember {
         let (tx, rx) = unbounded();
         let settled = Arc::new(AtomicBool::new(false));
         let retained = Arc::new(AtomicU64::new(0));
-        let leading = Arc::new(AtomicBool::new(false));
+        let leading = Arc::new(AtomicU64::new(0));
         let driver = Driver {
             retained: retained.clone(),
             leading: leading.clone(),
@@ -154,9 +156,22 @@ impl GroupMember {
     /// Proposes an entry to the group's log (this member should lead it), compressed on the
     /// calling thread as the settings say.
     pub fn propose(&self, data: Vec<u8>) {
+        self.send_proposal(data, None);
+    }
+
+    /// Proposes an entry to the group's log only if this member still leads in `term` (see
+    /// [`GroupMember::leading_term`]) when its turn comes: a proposer that numbers its
+    /// entries (Calvin's epochs) so never leaves a gap by a proposal lost between two that
+    /// were not. A lost proposal of the term makes the member step down (its group elects a
+    /// leader anew), so the term's later proposals are lost too.
+    pub fn propose_in_term(&self, term: u64, data: Vec<u8>) {
+        self.send_proposal(data, Some(term));
+    }
+
+    fn send_proposal(&self, data: Vec<u8>, term: Option<u64>) {
         let (codec, payload) = codec::pack(self.compression, data);
         if let Some(tx) = &*self.inputs.lock() {
-            let _ = tx.send(Input::Propose(codec, payload));
+            let _ = tx.send(Input::Propose(codec, payload, term));
         }
     }
 
@@ -178,7 +193,12 @@ impl GroupMember {
     /// its own: what it proposes now follows everything the group's log committed (a new
     /// leader continues after its predecessor's last committed entry).
     pub fn leading(&self) -> bool {
-        self.leading.load(Ordering::Acquire)
+        self.leading_term().is_some()
+    }
+
+    /// The term in which this member leads (see [`GroupMember::leading`]).
+    pub fn leading_term(&self) -> Option<u64> {
+        Some(self.leading.load(Ordering::Acquire)).filter(|&t| t != 0)
     }
 
     /// Entries the member's log holds (applied ones are forgotten, see `Driver::compact`).
@@ -206,7 +226,7 @@ struct Driver<L: LogStore> {
     placement: Arc<Placement>,
     settled: Arc<AtomicBool>,
     retained: Arc<AtomicU64>,
-    leading: Arc<AtomicBool>,
+    leading: Arc<AtomicU64>,
     /// Index of the first entry of this member's term as leader (raft appends an empty one
     /// on election); `u64::MAX` while it does not lead.
     term_start: u64,
@@ -241,7 +261,12 @@ impl<L: LogStore> Driver<L> {
                 self.compact();
             }
             self.settled.store(self.is_settled(), Ordering::Release);
-            self.leading.store(self.may_propose(), Ordering::Release);
+            let term = if self.may_propose() {
+                self.raw.raft.term
+            } else {
+                0
+            };
+            self.leading.store(term, Ordering::Release);
             let store = self.raw.store();
             if let (Ok(first), Ok(last)) = (store.first_index(), store.last_index()) {
                 let retained = (last + 1).saturating_sub(first);
@@ -252,7 +277,13 @@ impl<L: LogStore> Driver<L> {
 
     fn take(&mut self, input: Input) {
         match input {
-            Input::Propose(codec, data) => {
+            Input::Propose(codec, data, term) => {
+                if term.is_some_and(|t| t != self.raw.raft.term || !self.may_propose()) {
+                    // Meant for a term this member no longer leads in: the protocol learns
+                    // it lost when another member's entry commits.
+                    tracing::debug!("node {}: a proposal of an earlier term dropped", self.me);
+                    return;
+                }
                 // The entry's context: its proposer, and how its data is compressed.
                 let mut context = self.me.0.to_le_bytes().to_vec();
                 context.push(codec);
@@ -260,6 +291,11 @@ impl<L: LogStore> Driver<L> {
                     // A member that lost its leadership meanwhile: the protocol answers the
                     // proposal's transactions `NotLeader` (see `Applier::leader_changed`).
                     tracing::error!("node {}: a proposal was dropped: {e}", self.me);
+                    if term.is_some() && self.raw.raft.state == StateRole::Leader {
+                        // Its later proposals of this term must not follow it into the log.
+                        let t = self.raw.raft.term;
+                        self.raw.raft.become_follower(t, raft::INVALID_ID);
+                    }
                 }
             }
             Input::Step(from, msg) => match self.check(from, &msg) {

@@ -2,7 +2,8 @@
 //! (Thomson et al., SIGMOD 2012), as described in Ren, Thomson and Abadi's evaluation of
 //! deterministic databases (VLDB 2014) and Qadah and Sadoghi (EDBT 2020, section 2.1).
 //!
-//! Node `n` hosts partition `n`. Per node:
+//! Node `n` of a cluster instance holds partition `n` (without replication, server `n`; with
+//! it, every instance runs the same epochs, see [`replica`]). Per node:
 //! - the **sequencer** ([`sequencer`]) takes the node's client requests and cuts epochs; each
 //!   epoch it sends every node the transactions that touch it (its own node's scheduler gets
 //!   them directly). The global order is (epoch,
@@ -26,6 +27,7 @@
 mod locks;
 mod msg;
 mod node;
+mod replica;
 mod scheduler;
 mod sequencer;
 mod txn;
@@ -34,15 +36,17 @@ mod worker;
 use crate::cluster::EngineCtx;
 use crate::net::NodeNet;
 use crate::protocol::shell::shut_down;
-use crate::protocol::{reply, Engine, TxnRequest};
+use crate::protocol::{home_node, Engine, TxnRequest};
+use crate::replication::{self, Applier};
 use crate::runtime::spawn_worker;
 use crossbeam_channel::{bounded, unbounded};
 use msg::CMsg;
 use node::CalvinNode;
 use parking_lot::{Mutex, RwLock};
-use qstore_core::txn::TxnOutcome;
+use qstore_core::placement::Placement;
 use qstore_core::{NodeId, QError};
 use qstore_net::{NetCounters, Transport};
+use replica::GroupSeat;
 use rustc_hash::FxHashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64};
 use std::sync::Arc;
@@ -60,12 +64,12 @@ pub fn executors(workers: u32) -> u32 {
 
 pub fn start(ctx: Arc<EngineCtx>) -> Result<Box<dyn Engine>, QError> {
     let NodeNet { transport, inboxes } = crate::net::open::<CMsg>(&ctx)?;
-    let mut nodes: Vec<Option<Arc<CalvinNode>>> = (0..ctx.nodes()).map(|_| None).collect();
+    let mut nodes: Vec<Option<Arc<CalvinNode>>> = (0..ctx.servers()).map(|_| None).collect();
     let mut threads = Vec::new();
-    let pin = ctx.cfg.cluster.pin_threads;
-    let workers = ctx.cfg.cluster.workers as usize;
     let row_sizes: Vec<usize> = ctx.catalog.tables.iter().map(|t| t.row_size).collect();
-    for (local, (id, inbox)) in inboxes.into_iter().enumerate() {
+    // Each node and the ends of its queues its threads take, once its group has a leader.
+    let mut roles = Vec::new();
+    for (id, inbox) in inboxes {
         let (admission, queue) = bounded(ctx.cfg.protocol.admission_queue as usize);
         let (ready, ready_rx) = unbounded();
         let (done, done_rx) = unbounded();
@@ -73,6 +77,7 @@ pub fn start(ctx: Arc<EngineCtx>) -> Result<Box<dyn Engine>, QError> {
         let (epoch_closed, epoch_closed_rx) = bounded(1);
         let node = Arc::new(CalvinNode {
             id,
+            part: ctx.placement.partition_of(id).0,
             ctx: ctx.clone(),
             net: transport.clone(),
             admission: RwLock::new(Some(admission)),
@@ -88,8 +93,10 @@ pub fn start(ctx: Arc<EngineCtx>) -> Result<Box<dyn Engine>, QError> {
             epochs_seen: AtomicU64::new(0),
             stop: AtomicBool::new(false),
             row_sizes: row_sizes.clone(),
+            group: GroupSeat::default(),
         });
         nodes[id.index()] = Some(node.clone());
+        // The network thread first: with replication it carries the groups' elections.
         let n = node.clone();
         threads.push(spawn_worker(
             format!("c{}-net", id.0),
@@ -97,6 +104,27 @@ pub fn start(ctx: Arc<EngineCtx>) -> Result<Box<dyn Engine>, QError> {
             0,
             move || n.serve_network(inbox),
         ));
+        roles.push((node, epoch_closed_rx, prepared_rx, done_rx, ready_rx));
+    }
+    let calvin = Calvin {
+        nodes,
+        net: transport,
+        threads: Mutex::new(threads),
+        placement: ctx.placement.clone(),
+    };
+    if ctx.placement.replicas() > 1 {
+        if let Err(e) = calvin.join_groups(&ctx) {
+            calvin.shutdown();
+            return Err(e);
+        }
+    }
+    let pin = ctx.cfg.cluster.pin_threads;
+    let workers = ctx.cfg.cluster.workers as usize;
+    let mut threads = calvin.threads.lock();
+    for (local, (node, epoch_closed_rx, prepared_rx, done_rx, ready_rx)) in
+        roles.into_iter().enumerate()
+    {
+        let id = node.id;
         let core = |i: usize| local * workers.max(3) + i;
         let n = node.clone();
         threads.push(spawn_worker(
@@ -122,11 +150,8 @@ pub fn start(ctx: Arc<EngineCtx>) -> Result<Box<dyn Engine>, QError> {
             ));
         }
     }
-    Ok(Box::new(Calvin {
-        nodes,
-        net: transport,
-        threads: Mutex::new(threads),
-    }))
+    drop(threads);
+    Ok(Box::new(calvin))
 }
 
 struct Calvin {
@@ -134,23 +159,37 @@ struct Calvin {
     nodes: Vec<Option<Arc<CalvinNode>>>,
     net: Arc<dyn Transport<CMsg>>,
     threads: Mutex<Vec<JoinHandle<()>>>,
+    placement: Arc<Placement>,
 }
 
 impl Calvin {
     fn local(&self) -> impl Iterator<Item = &Arc<CalvinNode>> {
         self.nodes.iter().flatten()
     }
+
+    /// Replication: starts every local node's member of its replica group, and waits until
+    /// every group has a leader.
+    fn join_groups(&self, ctx: &EngineCtx) -> Result<(), QError> {
+        let local = self.local().map(|n| {
+            let applier: Arc<dyn Applier> = n.clone();
+            (n.id, applier, &n.group.member)
+        });
+        replication::join_groups(ctx, local.collect(), |me| {
+            let net = self.net.clone();
+            Arc::new(move |to, msg| net.send(me, to, CMsg::Raft(msg)))
+        })
+    }
 }
 
 impl Engine for Calvin {
+    /// `home` names a partition: its group's leader sequences the transaction.
     fn submit(&self, home: NodeId, req: TxnRequest) {
-        match self.nodes.get(home.index()) {
-            Some(Some(node)) => node.submit(req),
-            Some(None) => reply(
-                &req,
-                TxnOutcome::Rejected(format!("node {home} is not hosted by this process")),
-            ),
-            None => reply(&req, TxnOutcome::Rejected(format!("no node {home}"))),
+        let hosted = |n: NodeId| self.nodes[n.index()].is_some();
+        let Some(leader) = replication::route(&self.placement, home, hosted, &req) else {
+            return;
+        };
+        if let Some(node) = home_node(&self.nodes, leader, &req) {
+            node.submit(req);
         }
     }
 
@@ -163,5 +202,10 @@ impl Engine for Calvin {
         // sequencer's epochs.
         let nodes: Vec<&CalvinNode> = self.local().map(|n| &**n).collect();
         shut_down(&nodes, &self.threads, QUIESCE_TIMEOUT);
+        for node in self.local() {
+            if let Some(m) = node.group.member.get() {
+                m.stop();
+            }
+        }
     }
 }

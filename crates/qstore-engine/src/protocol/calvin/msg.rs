@@ -65,4 +65,6 @@ pub enum CMsg {
     /// What an executor produced for the receiver since its last message: read copies for
     /// transactions the receiver executes, acknowledgements of transactions it is home to.
     Exec { reads: Vec<Reads>, acks: Vec<Ack> },
+    /// Replication: a message of the receiver's replica group (see [`super::replica`]).
+    Raft(crate::replication::ReplMsg),
 }

@@ -2,16 +2,17 @@
 //! home side of a transaction (collecting acknowledgements, answering the client).
 
 use super::msg::{Ack, BatchTxn, CMsg, Pos, Reads, Verdict};
+use super::replica::GroupSeat;
 use super::txn::Txn;
 use super::worker::Work;
 use crate::cluster::EngineCtx;
-use crate::history::TxnTrace;
+use crate::history::{HistoryRecorder, TxnTrace};
 use crate::protocol::shell::NodeShell;
 use crate::protocol::{admit, reply, settle, AdmissionQueue, Admitted, Ending, TxnRequest};
 use crossbeam_channel::{Receiver, RecvTimeoutError, Sender};
 use parking_lot::{Mutex, RwLock};
-use qstore_core::txn::{TxnOutcome, Value};
-use qstore_core::NodeId;
+use qstore_core::txn::{ProcCall, TxnKey, TxnOutcome, Value};
+use qstore_core::{NodeId, PartitionId, TxnId};
 use qstore_net::{Envelope, Transport};
 use qstore_storage::PartitionStore;
 use rustc_hash::FxHashMap;
@@ -22,9 +23,15 @@ use std::time::Duration;
 /// How long a blocked thread waits before it looks at the stop flag again.
 pub(super) const POLL: Duration = Duration::from_millis(20);
 
-/// A transaction this node sequenced, until every executing participant acknowledged it.
+/// A transaction this node is home to (it sequenced it, or, with replication, its group's
+/// leader did), until every executing participant acknowledged it.
 pub(super) struct HomeTxn {
-    pub req: TxnRequest,
+    /// The client's request, where the transaction was sequenced (a member of the group
+    /// that did not sequence it runs it for no client).
+    pub client: Option<TxnRequest>,
+    pub id: TxnId,
+    pub call: Arc<ProcCall>,
+    pub key: TxnKey,
     pub pending: u32,
     pub outputs: Vec<Value>,
     pub abort: Option<String>,
@@ -49,7 +56,11 @@ pub(super) struct Prepared {
 }
 
 pub(super) struct CalvinNode {
+    /// The server.
     pub id: NodeId,
+    /// The partition it holds: its place in its cluster instance. Calvin's nodes name each
+    /// other by partition (epoch batches, reads, acknowledgements stay inside an instance).
+    pub part: u32,
     pub ctx: Arc<EngineCtx>,
     pub net: Arc<dyn Transport<CMsg>>,
     /// `None` once shutting down.
@@ -74,6 +85,8 @@ pub(super) struct CalvinNode {
     pub epochs_seen: AtomicU64,
     pub stop: AtomicBool,
     pub row_sizes: Vec<usize>,
+    /// Replication: this server's seat in its partition's replica group.
+    pub group: GroupSeat,
 }
 
 impl CalvinNode {
@@ -81,15 +94,20 @@ impl CalvinNode {
         self.ctx.server_store(self.id)
     }
 
+    /// Where this server records the run's history: its cluster instance's recorder.
+    pub fn history(&self) -> Option<&HistoryRecorder> {
+        self.ctx.history_of(self.id)
+    }
+
+    /// Sends a message to the node of this server's instance that holds partition `part`.
+    pub fn send_to(&self, part: u32, msg: CMsg) {
+        let to = self.ctx.placement.peer_of(self.id, PartitionId(part));
+        self.net.send(self.id, to, msg);
+    }
+
     pub fn submit(&self, req: TxnRequest) {
         let guard = self.admission.read();
-        admit(
-            guard.as_ref(),
-            self.id,
-            req,
-            None,
-            self.ctx.history.as_deref(),
-        );
+        admit(guard.as_ref(), self.id, req, None, self.history());
     }
 
     /// Builds and analyses a sequencer's batch for the scheduler. Programs are rebuilt from
@@ -145,7 +163,7 @@ impl CalvinNode {
         let (complete, seen) = all.fold((u64::MAX, 0), |(lo, hi), e| (lo.min(e), hi.max(e)));
         self.epochs_complete.fetch_max(complete, Ordering::SeqCst);
         self.epochs_seen.fetch_max(seen, Ordering::SeqCst);
-        if from != self.id.0 {
+        if from != self.part {
             let _ = self.epoch_closed.try_send(());
         }
     }
@@ -160,10 +178,32 @@ impl CalvinNode {
                 Err(RecvTimeoutError::Timeout) => continue,
                 Err(RecvTimeoutError::Disconnected) => return,
             };
-            let from = env.from.0;
+            let placement = &self.ctx.placement;
+            if let CMsg::Raft(msg) = env.msg {
+                match self.group.member.get() {
+                    Some(m) => m.receive(env.from, msg),
+                    None => tracing::error!(
+                        "node {}: a replication message from node {}, but partitions are not \
+                         replicated",
+                        self.id,
+                        env.from
+                    ),
+                }
+                continue;
+            }
+            if placement.instance_of(env.from) != placement.instance_of(self.id) {
+                tracing::error!(
+                    "node {}: a transaction message from node {} of another cluster instance",
+                    self.id,
+                    env.from
+                );
+                continue;
+            }
+            let from = placement.partition_of(env.from).0;
             match env.msg {
+                CMsg::Raft(_) => unreachable!("handed to the group member above"),
                 CMsg::Batch { epoch, txns } => {
-                    if from >= nodes || from == self.id.0 {
+                    if from >= nodes || from == self.part {
                         tracing::error!("node {}: epoch batch from node {from}", self.id);
                         continue;
                     }
@@ -265,16 +305,17 @@ impl CalvinNode {
         drop(home);
         let pos = Pos {
             epoch: ack.epoch,
-            node: self.id.0,
+            node: self.part,
             idx: ack.idx,
         };
         self.answer(pos, t);
     }
 
-    /// Records a decided transaction and answers its client.
+    /// Records a decided transaction and answers its client (with replication: answers it
+    /// where it was sequenced, and remembers its outcome for resubmissions).
     fn answer(&self, pos: Pos, t: HomeTxn) {
         let order = pos.order();
-        let (h, id) = (self.ctx.history.as_deref(), t.req.id);
+        let id = t.id;
         let ending = match t.abort {
             Some(why) => {
                 if t.commits > 0 {
@@ -295,7 +336,13 @@ impl CalvinNode {
             },
         };
         let trace = TxnTrace::default();
-        reply(&t.req, settle(h, self.id, id, &t.req.call, &trace, ending));
+        let outcome = settle(self.history(), self.id, id, &t.call, &trace, ending);
+        if self.group.member.get().is_some() {
+            self.group.dedup.lock().finished(t.key, &outcome);
+        }
+        if let Some(req) = t.client {
+            req.answer(outcome);
+        }
     }
 }
 
@@ -310,7 +357,7 @@ impl NodeShell for CalvinNode {
 
     /// Whether everything this node sequenced has been answered and nothing waits to be.
     fn quiescent(&self) -> bool {
-        self.queue.is_empty() && self.home.lock().is_empty()
+        self.queue.is_empty() && self.home.lock().is_empty() && self.group.idle()
     }
 
     /// Answers requests still queued or unanswered at shutdown.
@@ -327,8 +374,11 @@ impl NodeShell for CalvinNode {
                 home.len()
             );
         }
-        for (_, t) in home {
-            reply(&t.req, rejected());
+        for req in home.into_values().filter_map(|t| t.client) {
+            req.answer(rejected());
+        }
+        for req in self.group.take_proposed() {
+            req.answer(rejected());
         }
     }
 }

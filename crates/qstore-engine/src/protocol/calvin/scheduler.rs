@@ -136,7 +136,7 @@ impl<'a> Scheduler<'a> {
 
     /// Requests every lock `txn` needs here, after those of every earlier transaction.
     fn schedule(&mut self, mut txn: Box<Txn>) {
-        let me = self.node.id.0;
+        let me = self.node.part;
         let slot = match self.free.pop() {
             Some(s) => s,
             None => {

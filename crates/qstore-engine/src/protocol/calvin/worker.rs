@@ -20,7 +20,6 @@ use crossbeam_channel::{Receiver, RecvTimeoutError};
 use qstore_core::txn::{
     Access, AccessKind, LogicAbort, RowRef, StepRegistry, Value, DUPLICATE_KEY, KEY_NOT_FOUND,
 };
-use qstore_core::NodeId;
 use std::sync::atomic::Ordering;
 
 /// Messages an executor gathers for one node before it sends them anyway.
@@ -93,7 +92,7 @@ impl<'a> Executor<'a> {
     /// Phases 2 and 3, then phase 5 at once if no remote read is needed.
     fn start(&mut self, mut txn: Box<Txn>) {
         let node = self.node;
-        let me = node.id.0;
+        let me = node.part;
         let executes = txn.executes(me);
         let store = node.store();
         for r in txn.records.iter().filter(|r| r.node == me) {
@@ -104,7 +103,7 @@ impl<'a> Executor<'a> {
             let reads = self.local_reads(&txn, !executes);
             if !executes {
                 // What this node read must be recorded before anyone can act on it.
-                if let Some(h) = &node.ctx.history {
+                if let Some(h) = node.history() {
                     h.add_part(txn.id, &self.scratch.trace);
                 }
             }
@@ -137,7 +136,7 @@ impl<'a> Executor<'a> {
     /// Phase 2: copies of this node's records, in analysis order. A participant that does
     /// not execute records the versions it read (its accesses here are all reads).
     fn local_reads(&mut self, txn: &Txn, trace: bool) -> Reads {
-        let me = self.node.id.0;
+        let me = self.node.part;
         let store = self.node.store();
         let p = txn
             .roles
@@ -164,7 +163,7 @@ impl<'a> Executor<'a> {
             }
         }
         self.scratch.begin();
-        if trace && self.node.ctx.history.is_some() {
+        if trace && self.node.history().is_some() {
             for (a, &r) in txn.program.accesses.iter().zip(&txn.access_rec) {
                 let r = &txn.records[r as usize];
                 if r.node != me || a.kind != AccessKind::Read {
@@ -189,11 +188,11 @@ impl<'a> Executor<'a> {
     fn execute(&mut self, t: &mut Txn) {
         let node = self.node;
         let ctx = &*node.ctx;
-        let me = node.id.0;
+        let me = node.part;
         let store = node.store();
         let steps = &ctx.catalog.steps;
         let keep_undo = t.program.may_abort();
-        let history = ctx.history.as_deref();
+        let history = node.history();
         let s = &mut self.scratch;
         s.begin();
         let mut abort: Option<LogicAbort> = None;
@@ -283,7 +282,7 @@ impl<'a> Executor<'a> {
             reads: std::mem::take(&mut out.reads),
             acks: std::mem::take(&mut out.acks),
         };
-        self.node.net.send(self.node.id, NodeId(n), msg);
+        self.node.send_to(n, msg);
     }
 }
 

@@ -457,8 +457,8 @@ impl QNode {
             stall: Duration::from_millis(ctx.cfg.replication.stall_ms as u64),
             synchronous: ctx.placement.replicas() > 1
                 && (ctx.cfg.replication.mode == ReplicationMode::Synchronous
-                    || ctx.cfg.replication.point == 1),
-            replicate_inputs: ctx.placement.replicas() > 1 && ctx.cfg.replication.point == 1,
+                    || ctx.cfg.replication.point == Some(1)),
+            replicate_inputs: ctx.placement.replicas() > 1 && ctx.cfg.replication.point == Some(1),
             awaiting_log: Mutex::default(),
             net,
             planners,

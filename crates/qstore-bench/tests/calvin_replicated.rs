@@ -1,0 +1,64 @@
+//! Calvin replicated through each replica group's raft log, end to end on an embedded
+//! cluster: every cluster instance runs the same sequenced epochs, so every copy of every
+//! partition ends equal to the serial replay of the history.
+
+use qstore_bench::verify::verify;
+use qstore_bench::{run, RunOptions};
+use qstore_core::config::CalvinLocks;
+use qstore_core::RunConfig;
+
+fn config(workload: &str, factor: u32, locks: CalvinLocks) -> RunConfig {
+    let mut c = RunConfig::default();
+    c.protocol.name = "calvin".into();
+    c.protocol.calvin.locks = locks;
+    c.cluster.nodes = 3;
+    c.replication.factor = factor;
+    c.workload.name = workload.into();
+    c.workload.ycsb.records_per_partition = 2_000;
+    c.workload.ycsb.ops_per_txn = 8;
+    c.workload.ycsb.theta = 0.9;
+    c.workload.ycsb.multi_partition_fraction = 0.5;
+    c.workload.bank.accounts_per_partition = 64;
+    c.workload.append.keys_per_partition = 1_000;
+    c.client.clients = 6;
+    c.client.inflight = 20;
+    c.client.txns = 1_500;
+    c
+}
+
+#[test]
+fn every_copy_reaches_the_oracle_state_on_every_workload() {
+    let cases = [
+        ("ycsb", 2, CalvinLocks::LockTable),
+        ("ycsb", 3, CalvinLocks::Vll),
+        ("bank", 3, CalvinLocks::LockTable),
+        ("append", 3, CalvinLocks::LockTable),
+        ("append", 2, CalvinLocks::Vll),
+    ];
+    for (workload, factor, locks) in cases {
+        let cfg = config(workload, factor, locks);
+        let case = format!("{workload} rf {factor} {locks:?}");
+        let opts = RunOptions {
+            record_history: true,
+            ..Default::default()
+        };
+        let out = run(&cfg, opts).unwrap();
+        let r = &out.report;
+        assert_eq!(
+            (r.committed, r.rejected, r.unfinished),
+            (cfg.client.txns, 0, 0),
+            "{case}: {r:?}"
+        );
+        let v = verify(&cfg, out.workload.as_ref(), &out.cluster, r).unwrap();
+        assert!(v.passed(), "{case}:\n{v}");
+        let oracle = v.oracle.as_ref().unwrap();
+        assert!(
+            oracle.detail.contains(&format!("x {factor} copies")),
+            "{case}: {}",
+            oracle.detail
+        );
+        if workload != "ycsb" {
+            assert!(matches!(v.invariants, Some(Ok(_))), "{case}");
+        }
+    }
+}

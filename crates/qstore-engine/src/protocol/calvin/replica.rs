@@ -1,0 +1,386 @@
+//! Calvin replicated: its input, the sequenced epochs, goes through each replica group's log
+//! before anything runs (replication point 1 of QR-Store section 2.2, and Calvin's own
+//! design: the determinism study, section 2).
+//!
+//! The leader of replica group `i` sequences the clients' transactions for partition `i` as
+//! an unreplicated sequencer does, but instead of sending each epoch to the nodes of its
+//! instance it proposes the epoch (the transactions' calls, in order) to group `i`'s log.
+//! Every member of the group, the leader included, when the entry commits, dispatches that
+//! epoch inside its own cluster instance exactly as an unreplicated sequencer dispatches
+//! its own: every instance so schedules and runs the same epochs in the same global order
+//! (epoch, partition, place) and reaches the same state. The member that sequenced a
+//! transaction answers its client; the others run it for no one, keeping its outcome for a
+//! resubmission (the [`Dedup`] table).
+//!
+//! Epochs are numbered per group and the log must hold them in order, without gaps: a
+//! leader proposes each in the term it leads (`GroupMember::propose_in_term`), and a new
+//! leader goes on after the last epoch its log committed (raft lets it propose only once it
+//! has applied every entry of earlier terms). A member's own proposals that its log will
+//! never commit (its leadership ended first) are answered `NotLeader`, so their clients
+//! resubmit to the new leader.
+//!
+//! Not built yet: taking a cluster instance that lost a server out of service. Its other
+//! groups' leaders keep leading, and the instance waits for the lost server's epochs, so the
+//! run stalls (and says so: unanswered transactions fail it). Killing a server is therefore
+//! refused for replicated Calvin runs.
+
+use super::node::CalvinNode;
+use super::sequencer::{cut_epochs, dispatch, place, Accepted, Epoch, EpochSink, Sequenced};
+use super::txn::roles;
+use crate::protocol::{Admitted, TxnRequest};
+use crate::replication::{Applier, Dedup, GroupMember};
+use crossbeam_channel::{never, Receiver, RecvTimeoutError};
+use parking_lot::Mutex;
+use qstore_core::txn::{ProcCall, TxnKey, TxnOutcome};
+use qstore_core::{NodeId, PartitionId, TxnId};
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, OnceLock};
+use std::time::Duration;
+
+/// How long a member that does not lead waits for a stray request before it looks again.
+const FOLLOWER_POLL: Duration = Duration::from_millis(5);
+
+/// A server's seat in its partition's replica group (unused without replication).
+#[derive(Default)]
+pub(super) struct GroupSeat {
+    pub member: OnceLock<GroupMember>,
+    /// Transactions of the group's log, by client key (see [`Dedup`]).
+    pub dedup: Mutex<Dedup>,
+    /// Epochs this member proposed as leader that its log has not committed yet, by (term,
+    /// epoch): their requests.
+    proposed: Mutex<BTreeMap<(u64, u64), Vec<Accepted>>>,
+    /// The next epoch the group's log is to commit.
+    next_logged: AtomicU64,
+}
+
+impl GroupSeat {
+    /// Whether no proposal of this member awaits its log.
+    pub fn idle(&self) -> bool {
+        self.proposed.lock().is_empty()
+    }
+
+    /// The requests of every proposal awaiting the log, taken (at shutdown).
+    pub fn take_proposed(&self) -> Vec<TxnRequest> {
+        let proposed = std::mem::take(&mut *self.proposed.lock());
+        proposed.into_values().flatten().map(|a| a.req).collect()
+    }
+
+    /// An entry of the group's log committed, proposed by `mine`'s member or not: returns
+    /// this member's own proposal of it (if it is one), and answers `NotLeader` every
+    /// proposal of this member the log will now never commit (those before it, or all when
+    /// another member proposed it: entries of a later term follow it).
+    fn settle_proposals(
+        &self,
+        mine: bool,
+        key: (u64, u64),
+        leader: Option<NodeId>,
+    ) -> Vec<Accepted> {
+        let (lost, own) = {
+            let mut proposed = self.proposed.lock();
+            if mine {
+                let later = proposed.split_off(&key);
+                let lost = std::mem::replace(&mut *proposed, later);
+                (lost, proposed.remove(&key))
+            } else {
+                (std::mem::take(&mut *proposed), None)
+            }
+        };
+        self.give_up(lost.into_values().flatten(), leader);
+        own.unwrap_or_default()
+    }
+
+    /// Answers requests that will not run `NotLeader`, and forgets their keys (with the
+    /// resubmissions that waited on them), so that they can run when resubmitted.
+    fn give_up(&self, lost: impl IntoIterator<Item = Accepted>, leader: Option<NodeId>) {
+        let mut dedup = self.dedup.lock();
+        for a in lost {
+            let waiting = dedup.forget(a.req.key);
+            for req in std::iter::once(a.req).chain(waiting) {
+                req.answer(TxnOutcome::NotLeader { leader });
+            }
+        }
+    }
+}
+
+/// An epoch as the log holds it.
+#[derive(Debug, Serialize, Deserialize)]
+struct LoggedEpoch {
+    /// The term its proposer led in (see `GroupSeat::proposed`).
+    term: u64,
+    epoch: u64,
+    txns: Vec<LoggedTxn>,
+}
+
+#[derive(Debug, Serialize, Deserialize)]
+struct LoggedTxn {
+    id: TxnId,
+    /// The client's name for it (see [`Dedup`]).
+    key: TxnKey,
+    call: Arc<ProcCall>,
+}
+
+impl LoggedEpoch {
+    fn encode(&self) -> Vec<u8> {
+        postcard::to_stdvec(self).expect("an epoch serializes to memory")
+    }
+
+    fn decode(bytes: &[u8]) -> Result<LoggedEpoch, String> {
+        postcard::from_bytes(bytes).map_err(|e| format!("undecodable epoch: {e}"))
+    }
+}
+
+/// The sequencer of a group's leader: each epoch it ends goes to the group's log.
+struct Proposer<'a> {
+    node: &'a CalvinNode,
+    member: &'a GroupMember,
+    term: u64,
+    open: Vec<Accepted>,
+}
+
+impl EpochSink for Proposer<'_> {
+    fn add(&mut self, _: u64, a: Accepted) {
+        let Accepted {
+            req,
+            program,
+            roles,
+        } = a;
+        // A resubmission of a transaction the group's log holds waits for its outcome.
+        if let Some(req) = self.node.group.dedup.lock().admit(req) {
+            self.open.push(Accepted {
+                req,
+                program,
+                roles,
+            });
+        }
+    }
+
+    fn close(&mut self, e: u64) {
+        let txns = self.open.iter().map(|a| LoggedTxn {
+            id: a.req.id,
+            key: a.req.key,
+            call: a.req.call.clone(),
+        });
+        let entry = LoggedEpoch {
+            term: self.term,
+            epoch: e,
+            txns: txns.collect(),
+        };
+        let open = std::mem::take(&mut self.open);
+        self.node.group.proposed.lock().insert((self.term, e), open);
+        self.member.propose_in_term(self.term, entry.encode());
+    }
+
+    fn len(&self) -> usize {
+        self.open.len()
+    }
+}
+
+/// The sequencer thread of a replicated node: while its member leads the group, it cuts
+/// epochs and proposes them; otherwise it sends stray requests to the leader.
+pub(super) fn lead(node: &CalvinNode, queue: &mut Receiver<Admitted>, epoch_closed: &Receiver<()>) {
+    let member = node
+        .group
+        .member
+        .get()
+        .expect("members join before the threads start");
+    let leader = || node.ctx.placement.leader(PartitionId(node.part));
+    while !node.stop.load(Ordering::Acquire) {
+        let Some(term) = member.leading_term() else {
+            match queue.recv_timeout(FOLLOWER_POLL) {
+                Ok(Admitted { req, .. }) => req.answer(TxnOutcome::NotLeader { leader: leader() }),
+                Err(RecvTimeoutError::Timeout) => {}
+                Err(RecvTimeoutError::Disconnected) => *queue = never(),
+            }
+            continue;
+        };
+        // Every entry of earlier terms is applied (see `GroupMember::leading_term`).
+        let first = node.group.next_logged.load(Ordering::Acquire);
+        let mut proposer = Proposer {
+            node,
+            member,
+            term,
+            open: Vec::new(),
+        };
+        let still_leading = || member.leading_term() == Some(term);
+        cut_epochs(
+            node,
+            queue,
+            epoch_closed,
+            first,
+            &mut proposer,
+            still_leading,
+        );
+        node.group.give_up(proposer.open, leader());
+    }
+}
+
+impl Applier for CalvinNode {
+    fn committed(&self, proposer: NodeId, data: &[u8]) {
+        let entry = match LoggedEpoch::decode(data) {
+            Ok(e) => e,
+            Err(why) => return tracing::error!("node {}: {why}", self.id),
+        };
+        let e = entry.epoch;
+        let next = self.group.next_logged.load(Ordering::Acquire);
+        if e != next {
+            // A proposer numbers its epochs after what its log committed, in one term: this
+            // cannot happen unless members disagree on the log.
+            return tracing::error!(
+                "node {}: the log committed epoch {e} of partition {}, expected {next}: skipped",
+                self.id,
+                self.part
+            );
+        }
+        let leader = self.ctx.placement.leader(PartitionId(self.part));
+        let own = self
+            .group
+            .settle_proposals(proposer == self.id, (entry.term, e), leader);
+        let mut epoch = Epoch::new(self.ctx.nodes());
+        let same = own.len() == entry.txns.len()
+            && own.iter().zip(&entry.txns).all(|(a, t)| a.req.id == t.id);
+        if same {
+            for (idx, a) in own.into_iter().enumerate() {
+                place(self, &mut epoch, e, Sequenced::accepted(idx as u32, a));
+            }
+        } else {
+            if !own.is_empty() {
+                tracing::error!(
+                    "node {}: its proposal of epoch {e} differs from what the log committed",
+                    self.id
+                );
+                self.group.give_up(own, leader);
+            }
+            self.rebuild(&mut epoch, e, entry.txns);
+        }
+        dispatch(self, &mut epoch, e);
+        self.group.next_logged.store(e + 1, Ordering::Release);
+    }
+
+    fn leader_changed(&self, _: Option<NodeId>) {
+        // The sequencer follows `GroupMember::leading_term`.
+    }
+}
+
+impl CalvinNode {
+    /// Another member sequenced these transactions: this member builds their programs from
+    /// their calls (procedures are deterministic) and places them for no client.
+    fn rebuild(&self, epoch: &mut Epoch, e: u64, txns: Vec<LoggedTxn>) {
+        let ctx = &*self.ctx;
+        for (idx, t) in txns.into_iter().enumerate() {
+            self.group.dedup.lock().running(t.key);
+            let program = match ctx.catalog.program(&t.call) {
+                Ok(p) => p,
+                Err(err) => {
+                    tracing::error!(
+                        "node {}: cannot build the program of {} from the log (do all nodes run \
+                         the same workload?): {err}",
+                        self.id,
+                        t.id
+                    );
+                    continue;
+                }
+            };
+            let roles = roles(&program, &ctx.pmap, self.part);
+            let t = Sequenced {
+                idx: idx as u32,
+                id: t.id,
+                call: t.call,
+                key: t.key,
+                program,
+                roles,
+                client: None,
+            };
+            place(self, epoch, e, t);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use qstore_core::txn::{ProcId, Value};
+
+    #[test]
+    fn an_epoch_survives_the_log_and_garbage_is_refused() {
+        let entry = LoggedEpoch {
+            term: 3,
+            epoch: 17,
+            txns: vec![LoggedTxn {
+                id: TxnId(5),
+                key: TxnKey { session: 1, seq: 2 },
+                call: Arc::new(ProcCall {
+                    proc: ProcId(4),
+                    args: vec![Value::Int(9)],
+                }),
+            }],
+        };
+        let back = LoggedEpoch::decode(&entry.encode()).unwrap();
+        assert_eq!((back.term, back.epoch), (3, 17));
+        assert_eq!(back.txns[0].id, TxnId(5));
+        assert_eq!(back.txns[0].key, TxnKey { session: 1, seq: 2 });
+        assert_eq!(back.txns[0].call, entry.txns[0].call);
+        assert!(LoggedEpoch::decode(&[0xff; 3]).is_err());
+    }
+
+    /// A member's proposals of (term, epoch) `key`s, each one transaction whose answers go to
+    /// `tx`.
+    fn proposals(
+        seat: &GroupSeat,
+        keys: &[(u64, u64)],
+        tx: &crossbeam_channel::Sender<crate::protocol::TxnResponse>,
+    ) {
+        let call = Arc::new(ProcCall {
+            proc: ProcId(0),
+            args: Vec::new(),
+        });
+        for &(term, epoch) in keys {
+            let mut req = TxnRequest::new(TxnId(epoch), call.clone(), tx.clone());
+            req.key = TxnKey {
+                session: 1,
+                seq: epoch,
+            };
+            let req = seat.dedup.lock().admit(req).expect("a new key");
+            let a = Accepted {
+                req,
+                program: Default::default(),
+                roles: super::super::txn::Roles {
+                    participants: vec![0],
+                    executing: vec![0],
+                },
+            };
+            seat.proposed.lock().insert((term, epoch), vec![a]);
+        }
+    }
+
+    #[test]
+    fn proposals_the_log_will_never_commit_are_answered_not_leader_and_forgotten() {
+        let (tx, rx) = crossbeam_channel::unbounded();
+        let seat = GroupSeat::default();
+        proposals(&seat, &[(1, 5), (1, 6), (3, 7)], &tx);
+        // The log commits this member's (1, 6): (1, 5) of the same member came before it and
+        // is lost; (3, 7) may still come.
+        let own = seat.settle_proposals(true, (1, 6), Some(NodeId(4)));
+        assert_eq!(own.len(), 1);
+        assert_eq!(own[0].req.id, TxnId(6));
+        let lost = rx.try_recv().unwrap();
+        assert_eq!(lost.id, TxnId(5));
+        assert_eq!(
+            lost.outcome,
+            TxnOutcome::NotLeader {
+                leader: Some(NodeId(4))
+            }
+        );
+        assert!(rx.try_recv().is_err());
+        assert!(!seat.idle());
+        // Another member's entry commits: every proposal left is lost.
+        assert!(seat.settle_proposals(false, (4, 7), None).is_empty());
+        assert_eq!(rx.try_recv().unwrap().id, TxnId(7));
+        assert!(seat.idle());
+        // Their keys are forgotten: a resubmission runs.
+        let mut again = TxnRequest::new(TxnId(9), own[0].req.call.clone(), tx.clone());
+        again.key = TxnKey { session: 1, seq: 5 };
+        assert!(seat.dedup.lock().admit(again).is_some());
+    }
+}
