@@ -6,6 +6,7 @@
 
 use crate::error::ConfigError;
 use serde::{Deserialize, Serialize};
+use std::net::ToSocketAddrs;
 
 /// Everything one run needs.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -801,6 +802,18 @@ pub enum ReplicationCompression {
     Snappy,
 }
 
+/// What keeps a replica group's log.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ReplicationLayer {
+    /// raft among the group's members, on the protocol's own transport (QR-Store's integrated
+    /// replication).
+    Raft,
+    /// A ZooKeeper server that the group's members use as clients (Calvin's middleware
+    /// replication); Calvin only.
+    Zookeeper,
+}
+
 /// Replication of partitions (QR-Store): copies per partition, and the consensus timing of
 /// each replica group.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -819,6 +832,10 @@ pub struct ReplicationConfig {
     /// How the leader compresses each batch it proposes (members read any entry, whatever
     /// their own setting says).
     pub compression: ReplicationCompression,
+    /// What keeps each group's log: raft (default) or ZooKeeper (Calvin only).
+    pub layer: ReplicationLayer,
+    /// ZooKeeper's client address (host:port), with `layer = "zookeeper"`.
+    pub zookeeper: String,
     /// Milliseconds per consensus tick (the unit of the two settings below).
     pub tick_ms: u32,
     /// Ticks between a leader's heartbeats.
@@ -841,6 +858,8 @@ impl Default for ReplicationConfig {
             mode: ReplicationMode::Speculative,
             point: None,
             compression: ReplicationCompression::None,
+            layer: ReplicationLayer::Raft,
+            zookeeper: "127.0.0.1:2181".into(),
             tick_ms: 10,
             heartbeat_ticks: 3,
             election_ticks: 30,
@@ -873,6 +892,23 @@ impl ReplicationConfig {
             self.factor,
             "replication is implemented for the qstore and calvin protocols only so far: \
              use --protocol qstore or calvin, or a factor of 1",
+        )?;
+        check(
+            self.layer == ReplicationLayer::Raft || protocol == "calvin",
+            "replication.layer",
+            "zookeeper",
+            "ZooKeeper replicates Calvin's epochs only (as in Calvin's paper): Q-Store \
+             replicates through its groups' own raft logs; use --replication-layer raft",
+        )?;
+        check(
+            self.layer == ReplicationLayer::Raft
+                || self
+                    .zookeeper
+                    .to_socket_addrs()
+                    .is_ok_and(|mut a| a.next().is_some()),
+            "replication.zookeeper",
+            &self.zookeeper,
+            "must be ZooKeeper's client address as host:port, e.g. 127.0.0.1:2181",
         )?;
         let point = self.point_of(protocol);
         if protocol == "calvin" {
@@ -1128,13 +1164,6 @@ impl RunConfig {
             ),
         )?;
         let servers = self.servers();
-        check(
-            self.net.cut_off_node.is_none() || self.protocol.name != "calvin",
-            "net.cut_off_node",
-            self.net.cut_off_node.unwrap_or_default(),
-            "fail-over of replicated Calvin is not built yet (an instance that lost a server \
-             is not taken out of service, so the run would stall): cut off a qstore node",
-        )?;
         match self.net.cut_off_node {
             Some(n) => check(
                 n < servers,

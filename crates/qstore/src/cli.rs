@@ -4,8 +4,8 @@ use crate::sizing;
 use clap::{Args, Parser, Subcommand};
 use qstore_bench::{Progress, RunOptions};
 use qstore_core::config::{
-    CalvinLocks, Isolation, Partitioning, QStoreMode, ReplicationCompression, ReplicationMode,
-    TpccMix,
+    CalvinLocks, Isolation, Partitioning, QStoreMode, ReplicationCompression, ReplicationLayer,
+    ReplicationMode, TpccMix,
 };
 use qstore_core::{QError, RunConfig};
 use std::io::{IsTerminal, Write};
@@ -276,6 +276,16 @@ struct RunArgs {
     /// none (default), lz4 or snappy.
     #[arg(long, value_parser = parse_replication_compression, help_heading = "Replication")]
     replication_compression: Option<ReplicationCompression>,
+    /// Replication: what keeps each replica group's log: raft (default: among the group's
+    /// servers, on the cluster's own connections) or zookeeper (Calvin only, as in Calvin's
+    /// paper: the servers are clients of the ZooKeeper server at --zookeeper; start one with
+    /// scripts/zookeeper.sh).
+    #[arg(long, value_parser = parse_replication_layer, help_heading = "Replication")]
+    replication_layer: Option<ReplicationLayer>,
+    /// Replication: ZooKeeper's client address (host:port) for --replication-layer zookeeper
+    /// (default 127.0.0.1:2181).
+    #[arg(long, value_name = "HOST:PORT", help_heading = "Replication")]
+    zookeeper: Option<String>,
     /// Calvin: lock manager of the schedulers: lock-table (default) or vll.
     #[arg(long, value_parser = parse_calvin_locks, help_heading = "Calvin")]
     calvin_locks: Option<CalvinLocks>,
@@ -526,6 +536,16 @@ fn parse_replication_compression(s: &str) -> Result<ReplicationCompression, Stri
     }
 }
 
+fn parse_replication_layer(s: &str) -> Result<ReplicationLayer, String> {
+    match s {
+        "raft" => Ok(ReplicationLayer::Raft),
+        "zookeeper" => Ok(ReplicationLayer::Zookeeper),
+        _ => Err(format!(
+            "{s:?} is not a replication layer; use raft or zookeeper"
+        )),
+    }
+}
+
 fn parse_replication_mode(s: &str) -> Result<ReplicationMode, String> {
     match s {
         "speculative" => Ok(ReplicationMode::Speculative),
@@ -587,6 +607,8 @@ impl RunArgs {
         set(&mut c.replication.factor, self.replication_factor);
         set(&mut c.replication.mode, self.replication_mode);
         set(&mut c.replication.compression, self.replication_compression);
+        set(&mut c.replication.layer, self.replication_layer);
+        set(&mut c.replication.zookeeper, self.zookeeper.clone());
         if let Some(p) = self.replication_point {
             c.replication.point = Some(p);
         }
@@ -873,13 +895,6 @@ fn kill_leader(
         return Err(format!(
             "--kill-leader-after-ms {ms}: without replication the killed server's partition \
              is lost with it; add --replication-factor 3"
-        ));
-    }
-    if cfg.protocol.name != "qstore" {
-        return Err(format!(
-            "--kill-leader-after-ms {ms}: fail-over is built for the qstore protocol only so \
-             far ({} would stall once its instance lost a server); use --protocol qstore",
-            cfg.protocol.name
         ));
     }
     if args.kill_partition >= cfg.cluster.nodes {

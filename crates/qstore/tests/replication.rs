@@ -95,10 +95,6 @@ fn a_fault_needs_replication_and_a_partition_the_cluster_has() {
     assert_eq!(o.status.code(), Some(2));
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(err.contains("partitions 0 to 1"), "{err}");
-    let o = run(&["--replication-factor", "2", "--protocol", "calvin"]);
-    assert_eq!(o.status.code(), Some(2));
-    let err = String::from_utf8_lossy(&o.stderr);
-    assert!(err.contains("qstore protocol only"), "{err}");
 }
 
 /// A killed server started again has lost its copy: its peers refuse it (rejoining is not

@@ -37,6 +37,9 @@ pub trait Applier: Send + Sync + 'static {
     fn should_step_aside(&self) -> bool {
         false
     }
+    /// Called at every tick on every member, whatever its role (a follower may have to give
+    /// up its instance too).
+    fn tick(&self) {}
     /// The member came back behind what its group's log still holds and skipped to a
     /// snapshot of the log: the entries in between never reach `committed`. (The log's
     /// snapshots hold no protocol state yet.)
@@ -253,6 +256,7 @@ impl<L: LogStore> Driver<L> {
             let now = Instant::now();
             if now >= next_tick {
                 self.raw.tick();
+                self.applier.tick();
                 self.step_aside_if_asked();
                 next_tick = now + self.tick;
             }

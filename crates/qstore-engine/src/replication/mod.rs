@@ -11,10 +11,12 @@ pub mod codec;
 pub mod dedup;
 pub mod log;
 pub mod member;
+pub mod stall;
 
 pub use dedup::Dedup;
 pub use log::{LogStore, MemLog};
 pub use member::{Applier, GroupMember, Outbox};
+pub use stall::StallWatch;
 
 use crate::cluster::EngineCtx;
 use crate::protocol::{reply, TxnRequest};
@@ -24,6 +26,77 @@ use qstore_core::{NodeId, PartitionId, QError};
 use serde::{Deserialize, Serialize};
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
+
+/// A replica group's log as a protocol that numbers its own entries (Calvin's epochs) uses it,
+/// whatever keeps it: raft among the group's members ([`GroupMember`]), or an external
+/// coordination service that the members use as clients (ZooKeeper, as Calvin's paper does).
+/// Every member is told of every committed entry, in log order, through the protocol's
+/// [`Applier`].
+pub trait GroupLog: Send + Sync + 'static {
+    /// The term in which this member leads its group and may propose, having applied every
+    /// entry of earlier terms; `None` when it does not lead.
+    fn leading_term(&self) -> Option<u64>;
+    /// Proposes an entry, only if this member still leads in `term` when its turn comes (a
+    /// proposal lost between two kept ones would leave a gap in the protocol's numbering).
+    fn propose_in_term(&self, term: u64, data: Vec<u8>);
+    /// A message from another member of the group, as the protocol's transport delivered it
+    /// (a log kept outside the group has none, and refuses it).
+    fn receive(&self, from: NodeId, msg: ReplMsg);
+    /// Whether nothing is left to replicate or apply that this member can see.
+    fn settled(&self) -> bool;
+    /// Stops the member's threads.
+    fn stop(&self);
+}
+
+impl GroupLog for GroupMember {
+    fn leading_term(&self) -> Option<u64> {
+        GroupMember::leading_term(self)
+    }
+
+    fn propose_in_term(&self, term: u64, data: Vec<u8>) {
+        GroupMember::propose_in_term(self, term, data)
+    }
+
+    fn receive(&self, from: NodeId, msg: ReplMsg) {
+        GroupMember::receive(self, from, msg)
+    }
+
+    fn settled(&self) -> bool {
+        GroupMember::settled(self)
+    }
+
+    fn stop(&self) {
+        GroupMember::stop(self)
+    }
+}
+
+impl GroupLog for Box<dyn GroupLog> {
+    fn leading_term(&self) -> Option<u64> {
+        (**self).leading_term()
+    }
+
+    fn propose_in_term(&self, term: u64, data: Vec<u8>) {
+        (**self).propose_in_term(term, data)
+    }
+
+    fn receive(&self, from: NodeId, msg: ReplMsg) {
+        (**self).receive(from, msg)
+    }
+
+    fn settled(&self) -> bool {
+        (**self).settled()
+    }
+
+    fn stop(&self) {
+        (**self).stop()
+    }
+}
+
+impl From<GroupMember> for Box<dyn GroupLog> {
+    fn from(m: GroupMember) -> Self {
+        Box::new(m)
+    }
+}
 
 /// A raft message between members of a group, in raft's own (protobuf) encoding (postcard
 /// writes a `Vec<u8>` as its length and its bytes).
@@ -43,7 +116,11 @@ const ELECTION_WAIT: Duration = Duration::from_secs(30);
 /// for an election timeout.
 pub(crate) fn join_groups(
     ctx: &EngineCtx,
-    local: Vec<(NodeId, Arc<dyn Applier>, &OnceLock<GroupMember>)>,
+    local: Vec<(
+        NodeId,
+        Arc<dyn Applier>,
+        &OnceLock<impl From<GroupMember> + GroupLog>,
+    )>,
     outbox: impl Fn(NodeId) -> Outbox,
 ) -> Result<(), QError> {
     let placement = &ctx.placement;
@@ -70,7 +147,7 @@ pub(crate) fn join_groups(
         );
         match started {
             Ok(m) => {
-                let _ = seat.set(m);
+                let _ = seat.set(m.into());
             }
             Err(e) => {
                 stop();

@@ -43,6 +43,7 @@ use crossbeam_channel::{bounded, unbounded};
 use msg::CMsg;
 use node::CalvinNode;
 use parking_lot::{Mutex, RwLock};
+use qstore_core::config::ReplicationLayer;
 use qstore_core::placement::Placement;
 use qstore_core::{NodeId, QError};
 use qstore_net::{NetCounters, Transport};
@@ -93,7 +94,7 @@ pub fn start(ctx: Arc<EngineCtx>) -> Result<Box<dyn Engine>, QError> {
             epochs_seen: AtomicU64::new(0),
             stop: AtomicBool::new(false),
             row_sizes: row_sizes.clone(),
-            group: GroupSeat::default(),
+            group: GroupSeat::new(Duration::from_millis(ctx.cfg.replication.stall_ms as u64)),
         });
         nodes[id.index()] = Some(node.clone());
         // The network thread first: with replication it carries the groups' elections.
@@ -113,6 +114,13 @@ pub fn start(ctx: Arc<EngineCtx>) -> Result<Box<dyn Engine>, QError> {
         placement: ctx.placement.clone(),
     };
     if ctx.placement.replicas() > 1 {
+        if ctx.cfg.replication.layer != ReplicationLayer::Raft {
+            calvin.shutdown();
+            return Err(QError::Other(
+                "replication through ZooKeeper is not built yet: use --replication-layer raft"
+                    .into(),
+            ));
+        }
         if let Err(e) = calvin.join_groups(&ctx) {
             calvin.shutdown();
             return Err(e);

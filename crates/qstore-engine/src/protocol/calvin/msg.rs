@@ -67,4 +67,6 @@ pub enum CMsg {
     Exec { reads: Vec<Reads>, acks: Vec<Ack> },
     /// Replication: a message of the receiver's replica group (see [`super::replica`]).
     Raft(crate::replication::ReplMsg),
+    /// Replication: the sender's cluster instance (the receiver's) is out of service.
+    Stale,
 }

@@ -202,6 +202,7 @@ impl CalvinNode {
             let from = placement.partition_of(env.from).0;
             match env.msg {
                 CMsg::Raft(_) => unreachable!("handed to the group member above"),
+                CMsg::Stale => self.become_stale("another node of its instance is stale"),
                 CMsg::Batch { epoch, txns } => {
                     if from >= nodes || from == self.part {
                         tracing::error!("node {}: epoch batch from node {from}", self.id);
@@ -339,6 +340,7 @@ impl CalvinNode {
         let outcome = settle(self.history(), self.id, id, &t.call, &trace, ending);
         if self.group.member.get().is_some() {
             self.group.dedup.lock().finished(t.key, &outcome);
+            self.group.progressed();
         }
         if let Some(req) = t.client {
             req.answer(outcome);
@@ -355,9 +357,11 @@ impl NodeShell for CalvinNode {
         self.stop.store(true, Ordering::Release);
     }
 
-    /// Whether everything this node sequenced has been answered and nothing waits to be.
+    /// Whether everything this node sequenced has been answered and nothing waits to be (a
+    /// stale node's transactions never finish; their clients were answered).
     fn quiescent(&self) -> bool {
-        self.queue.is_empty() && self.home.lock().is_empty() && self.group.idle()
+        let stale = self.group.is_stale();
+        self.queue.is_empty() && (stale || self.home.lock().is_empty()) && self.group.idle()
     }
 
     /// Answers requests still queued or unanswered at shutdown.
@@ -367,17 +371,17 @@ impl NodeShell for CalvinNode {
             reply(&req, rejected());
         }
         let home = std::mem::take(&mut *self.home.lock());
-        if !home.is_empty() {
+        let mut clients: Vec<TxnRequest> = home.into_values().filter_map(|t| t.client).collect();
+        clients.extend(self.group.take_proposed());
+        clients.extend(self.group.dedup.lock().take_waiting());
+        if !clients.is_empty() {
             tracing::warn!(
-                "node {} stopped with {} sequenced transactions unanswered",
+                "node {} stopped with {} transactions unanswered",
                 self.id,
-                home.len()
+                clients.len()
             );
         }
-        for req in home.into_values().filter_map(|t| t.client) {
-            req.answer(rejected());
-        }
-        for req in self.group.take_proposed() {
+        for req in clients {
             req.answer(rejected());
         }
     }

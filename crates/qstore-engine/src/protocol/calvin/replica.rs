@@ -19,23 +19,27 @@
 //! never commit (its leadership ended first) are answered `NotLeader`, so their clients
 //! resubmit to the new leader.
 //!
-//! Not built yet: taking a cluster instance that lost a server out of service. Its other
-//! groups' leaders keep leading, and the instance waits for the lost server's epochs, so the
-//! run stalls (and says so: unanswered transactions fail it). Killing a server is therefore
-//! refused for replicated Calvin runs.
+//! Fail-over. When a leader dies its group elects another member (raft), which goes on after
+//! the last epoch the log committed. The dead server's cluster instance can no longer run
+//! anything (every epoch needs every node of the instance): its leaders see it stall with
+//! one of its servers unreachable ([`StallWatch`]), take the instance out of service
+//! (*stale*), answer their waiting clients `NotLeader` and hand their groups to members of
+//! other instances. A resubmitted transaction that the log already holds is answered with
+//! the outcome its first run had (the [`Dedup`] table, filled from the log at every member).
 
+use super::msg::CMsg;
 use super::node::CalvinNode;
 use super::sequencer::{cut_epochs, dispatch, place, Accepted, Epoch, EpochSink, Sequenced};
 use super::txn::roles;
 use crate::protocol::{Admitted, TxnRequest};
-use crate::replication::{Applier, Dedup, GroupMember};
+use crate::replication::{Applier, Dedup, GroupLog, StallWatch};
 use crossbeam_channel::{never, Receiver, RecvTimeoutError};
 use parking_lot::Mutex;
 use qstore_core::txn::{ProcCall, TxnKey, TxnOutcome};
 use qstore_core::{NodeId, PartitionId, TxnId};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
@@ -43,19 +47,44 @@ use std::time::Duration;
 const FOLLOWER_POLL: Duration = Duration::from_millis(5);
 
 /// A server's seat in its partition's replica group (unused without replication).
-#[derive(Default)]
 pub(super) struct GroupSeat {
-    pub member: OnceLock<GroupMember>,
+    pub member: OnceLock<Box<dyn GroupLog>>,
     /// Transactions of the group's log, by client key (see [`Dedup`]).
     pub dedup: Mutex<Dedup>,
     /// Epochs this member proposed as leader that its log has not committed yet, by (term,
-    /// epoch): their requests.
+    /// epoch): their requests. Given up (answered `NotLeader`) when it stops leading.
     proposed: Mutex<BTreeMap<(u64, u64), Vec<Accepted>>>,
     /// The next epoch the group's log is to commit.
     next_logged: AtomicU64,
+    /// This server's cluster instance lost a server (or fell behind its log): it runs
+    /// nothing more, and its members lead no group.
+    stale: AtomicBool,
+    /// When this server last saw its instance finish a transaction.
+    watch: StallWatch,
 }
 
 impl GroupSeat {
+    pub fn new(stall: Duration) -> Self {
+        GroupSeat {
+            member: OnceLock::new(),
+            dedup: Mutex::default(),
+            proposed: Mutex::default(),
+            next_logged: AtomicU64::new(0),
+            stale: AtomicBool::new(false),
+            watch: StallWatch::new(stall),
+        }
+    }
+
+    /// Whether this server's instance is out of service.
+    pub fn is_stale(&self) -> bool {
+        self.stale.load(Ordering::Acquire)
+    }
+
+    /// A transaction finished here: the instance makes progress.
+    pub fn progressed(&self) {
+        self.watch.progressed();
+    }
+
     /// Whether no proposal of this member awaits its log.
     pub fn idle(&self) -> bool {
         self.proposed.lock().is_empty()
@@ -134,7 +163,7 @@ impl LoggedEpoch {
 /// The sequencer of a group's leader: each epoch it ends goes to the group's log.
 struct Proposer<'a> {
     node: &'a CalvinNode,
-    member: &'a GroupMember,
+    member: &'a dyn GroupLog,
     term: u64,
     open: Vec<Accepted>,
 }
@@ -186,8 +215,9 @@ pub(super) fn lead(node: &CalvinNode, queue: &mut Receiver<Admitted>, epoch_clos
         .get()
         .expect("members join before the threads start");
     let leader = || node.ctx.placement.leader(PartitionId(node.part));
+    let stale = || node.group.stale.load(Ordering::Acquire);
     while !node.stop.load(Ordering::Acquire) {
-        let Some(term) = member.leading_term() else {
+        let Some(term) = member.leading_term().filter(|_| !stale()) else {
             match queue.recv_timeout(FOLLOWER_POLL) {
                 Ok(Admitted { req, .. }) => req.answer(TxnOutcome::NotLeader { leader: leader() }),
                 Err(RecvTimeoutError::Timeout) => {}
@@ -203,7 +233,7 @@ pub(super) fn lead(node: &CalvinNode, queue: &mut Receiver<Admitted>, epoch_clos
             term,
             open: Vec::new(),
         };
-        let still_leading = || member.leading_term() == Some(term);
+        let still_leading = || member.leading_term() == Some(term) && !stale();
         cut_epochs(
             node,
             queue,
@@ -213,6 +243,13 @@ pub(super) fn lead(node: &CalvinNode, queue: &mut Receiver<Admitted>, epoch_clos
             still_leading,
         );
         node.group.give_up(proposer.open, leader());
+        if stale() {
+            // Resubmissions that came to wait here for a first run this instance will never
+            // finish (`become_stale` answered those before them).
+            for req in node.group.dedup.lock().take_waiting() {
+                req.answer(TxnOutcome::NotLeader { leader: leader() });
+            }
+        }
     }
 }
 
@@ -258,12 +295,88 @@ impl Applier for CalvinNode {
         self.group.next_logged.store(e + 1, Ordering::Release);
     }
 
-    fn leader_changed(&self, _: Option<NodeId>) {
-        // The sequencer follows `GroupMember::leading_term`.
+    fn leader_changed(&self, leader: Option<NodeId>) {
+        // The sequencer follows `GroupLog::leading_term`.
+        if leader == Some(self.id) {
+            // The stall clock of a new leader's instance starts now.
+            self.group.progressed();
+        } else {
+            // Proposals of a leader that lost its group may still commit, or may not: their
+            // clients resubmit, and the next leader, which applies every earlier entry before
+            // it takes any, runs each once (see `Dedup`).
+            let lost = std::mem::take(&mut *self.group.proposed.lock());
+            self.group.give_up(lost.into_values().flatten(), leader);
+        }
+    }
+
+    fn should_step_aside(&self) -> bool {
+        self.group.is_stale()
+    }
+
+    /// Every member watches its instance: one with clients waiting and nothing finished for
+    /// `replication.stall_ms` while a server of it is unreachable is given up.
+    fn tick(&self) {
+        if self.group.is_stale() {
+            return;
+        }
+        let busy = !self.home.lock().is_empty() || !self.group.idle();
+        let placement = &self.ctx.placement;
+        let lost = || {
+            (0..self.ctx.nodes())
+                .map(|p| placement.peer_of(self.id, PartitionId(p)))
+                .find(|&n| !self.net.reachable(self.id, n))
+        };
+        if let Some(why) = self.group.watch.verdict(busy, lost) {
+            self.become_stale(&why);
+        }
+    }
+
+    fn fell_behind(&self) {
+        self.become_stale(
+            "it fell behind its group's compacted log (catching up from a copy of the partition \
+             is not built yet)",
+        );
     }
 }
 
 impl CalvinNode {
+    /// Takes this server's cluster instance out of the run: it can no longer run its epochs
+    /// (a server of it is lost), so its copies fall behind. Every node of the instance is
+    /// told; each answers its waiting clients `NotLeader` (they resubmit to the new leader,
+    /// whose instance ran, or will run, whatever the log committed) and its members give
+    /// their groups away. (Rebuilding a stale instance from another's copies is not built.)
+    pub fn become_stale(&self, why: &str) {
+        if self.group.stale.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        let placement = &self.ctx.placement;
+        let instance = placement.instance_of(self.id);
+        placement.mark_stale(instance);
+        tracing::error!(
+            "node {} (instance {instance}): stale, out of the run until rebuilt: {why}",
+            self.id
+        );
+        for p in (0..self.ctx.nodes()).filter(|&p| p != self.part) {
+            self.send_to(p, CMsg::Stale);
+        }
+        let outcome = TxnOutcome::NotLeader {
+            leader: placement.leader(PartitionId(self.part)),
+        };
+        let mut waiting = self.group.dedup.lock().take_waiting();
+        // The transactions stay (acknowledgements may still come); their clients go.
+        waiting.extend(
+            self.home
+                .lock()
+                .values_mut()
+                .filter_map(|t| t.client.take()),
+        );
+        waiting.extend(self.group.take_proposed());
+        waiting.extend(self.queue.try_iter().map(|a| a.req));
+        for req in waiting {
+            req.answer(outcome.clone());
+        }
+    }
+
     /// Another member sequenced these transactions: this member builds their programs from
     /// their calls (procedures are deterministic) and places them for no client.
     fn rebuild(&self, epoch: &mut Epoch, e: u64, txns: Vec<LoggedTxn>) {
@@ -357,7 +470,7 @@ mod tests {
     #[test]
     fn proposals_the_log_will_never_commit_are_answered_not_leader_and_forgotten() {
         let (tx, rx) = crossbeam_channel::unbounded();
-        let seat = GroupSeat::default();
+        let seat = GroupSeat::new(Duration::from_secs(1));
         proposals(&seat, &[(1, 5), (1, 6), (3, 7)], &tx);
         // The log commits this member's (1, 6): (1, 5) of the same member came before it and
         // is lost; (3, 7) may still come.

@@ -14,7 +14,7 @@ use crate::protocol::shell::{shut_down, NodeShell};
 use crate::protocol::{
     admit, home_node, reply, settle, AdmissionQueue, Admitted, Ending, Engine, TxnRequest,
 };
-use crate::replication::{self, Applier, Dedup, GroupMember};
+use crate::replication::{self, Applier, Dedup, GroupMember, StallWatch};
 use crate::runtime::spawn_worker;
 use crate::stages::{StageClock, StageSnapshot};
 use crossbeam_channel::{bounded, Receiver, RecvTimeoutError};
@@ -140,10 +140,6 @@ struct QStore {
     threads: Mutex<Vec<JoinHandle<()>>>,
     placement: Arc<Placement>,
 }
-
-/// How many times `replication.stall_ms` a leader waits for its instance, all of whose nodes
-/// are reachable, before it takes the instance for broken (see `should_step_aside`).
-const HUNG_STALLS: u32 = 5;
 
 impl QStore {
     fn local(&self) -> impl Iterator<Item = &Arc<QNode>> {
@@ -378,8 +374,7 @@ struct QNode {
     stale: AtomicBool,
     /// Replication: when this node last saw its instance retire a batch (or have nothing to
     /// do), and how long a leader lets it stall before it gives its group away.
-    progress: Mutex<Instant>,
-    stall: Duration,
+    watch: StallWatch,
     net: Arc<dyn Transport<QMsg>>,
     /// What different threads write all the time lives on cache lines of its own, so that
     /// one thread's writes do not evict another's: each planner's (its worker), the admission
@@ -453,8 +448,7 @@ impl QNode {
             member: OnceLock::new(),
             dedup: Mutex::new(Dedup::default()),
             stale: AtomicBool::new(false),
-            progress: Mutex::new(Instant::now()),
-            stall: Duration::from_millis(ctx.cfg.replication.stall_ms as u64),
+            watch: StallWatch::new(Duration::from_millis(ctx.cfg.replication.stall_ms as u64)),
             synchronous: ctx.placement.replicas() > 1
                 && (ctx.cfg.replication.mode == ReplicationMode::Synchronous
                     || ctx.cfg.replication.point == Some(1)),
@@ -1679,7 +1673,7 @@ impl QNode {
         let retired = executing.min(answering).min(deciding);
         if retired > state.retired {
             if self.member.get().is_some() {
-                *self.progress.lock() = Instant::now();
+                self.watch.progressed();
             }
             state.retired = retired;
             state.values.retain(|pos, _| pos.batch >= retired);
@@ -1860,8 +1854,7 @@ impl Applier for QNode {
 
     fn leader_changed(&self, leader: Option<NodeId>) {
         if leader == Some(self.id) {
-            // Its instance's stall clock starts now, not when the last leader left.
-            *self.progress.lock() = Instant::now();
+            self.watch.progressed();
         } else {
             self.redirect_home();
         }
@@ -1875,11 +1868,8 @@ impl Applier for QNode {
         );
     }
 
-    /// A leader gives its group away when its instance is stale, or has retired nothing for
-    /// `replication.stall_ms` while it had work and a node of the instance is unreachable
-    /// (the instance is stale then too). An instance whose nodes are all reachable may be
-    /// waiting for another group's plans (whose leader is the one in trouble, and gives its
-    /// group away): it is given up only after `HUNG_STALLS` times as long (a hung node).
+    /// A leader gives its group away when its instance is stale, or stalled (see
+    /// [`StallWatch`]; the instance is stale then too).
     fn should_step_aside(&self) -> bool {
         if self.stale.load(Ordering::Acquire) {
             return true;
@@ -1888,29 +1878,18 @@ impl Applier for QNode {
             let state = self.state.lock();
             !(state.home.is_empty() && state.unlogged.is_empty() && state.batches.is_empty())
         };
-        let mut progress = self.progress.lock();
-        if !busy {
-            *progress = Instant::now();
-            return false;
-        }
-        let stalled = progress.elapsed();
-        drop(progress);
-        if stalled < self.stall {
-            return false;
-        }
-        let lost = (0..self.ctx.nodes())
-            .map(|d| self.peer(NodeId(d)))
-            .find(|&n| !self.net.reachable(self.id, n));
-        let why = match lost {
-            Some(n) => format!("node {n} is unreachable"),
-            None if stalled >= self.stall * HUNG_STALLS => "every node is reachable".into(),
-            None => return false,
+        let lost = || {
+            (0..self.ctx.nodes())
+                .map(|d| self.peer(NodeId(d)))
+                .find(|&n| !self.net.reachable(self.id, n))
         };
-        self.become_stale(&format!(
-            "its instance retired no batch in {} ms ({why})",
-            stalled.as_millis()
-        ));
-        true
+        match self.watch.verdict(busy, lost) {
+            Some(why) => {
+                self.become_stale(&why);
+                true
+            }
+            None => false,
+        }
     }
 }
 
