@@ -8,7 +8,8 @@
 #  3. the same over TCP, one server process per node (`qstore cluster`), for every protocol
 #     that has a distributed mode (bank's and TPC-C's final state checked from the servers'
 #     tallies of their partitions);
-#  4. replicated Q-Store over TCP (rf 2 and 3), and a group leader killed with SIGKILL.
+#  4. replicated Q-Store and Calvin over TCP (rf 2 and 3), and a group leader killed with
+#     SIGKILL.
 # Needs `adya` on PATH (scripts/setup.sh installs it) and a release build.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -99,16 +100,18 @@ for seed in $(seq 1 "$SEEDS"); do
     -a G-single-item-realtime "$h"
 done
 
-echo "== QR-Store fail-over: a group leader cut off mid-run (embedded, 3 copies)"
+echo "== replicated fail-over: a group leader cut off mid-run (embedded, 3 copies)"
 # Its group elects another leader, its instance goes out of service, clients resubmit what
 # was lost: every transaction answered, the copies in service equal, and the clients'
 # history serializable with no element appended twice.
-h="$work/failover.jsonl"
-expect_exit 0 "copies in service equal" "qstore rf 3, leader cut off at 1 s --verify" -- \
-  "$QSTORE" run --protocol qstore --workload append --nodes 3 --replication-factor 3 \
-  --duration 3 --cut-off-node 1 --cut-off-after-ms 1000 --history "$h" --verify -q
-expect_exit 0 "" "adya accepts the fail-over run's client history ($(wc -l <"$h") events)" -- \
-  adya check -m list-append -c serializable "$h"
+for protocol in qstore calvin; do
+  h="$work/failover-$protocol.jsonl"
+  expect_exit 0 "copies in service equal" "$protocol rf 3, leader cut off at 1 s --verify" -- \
+    "$QSTORE" run --protocol "$protocol" --workload append --nodes 3 --replication-factor 3 \
+    --duration 3 --cut-off-node 1 --cut-off-after-ms 1000 --history "$h" --verify -q
+  expect_exit 0 "" "adya accepts the $protocol fail-over run's client history ($(wc -l <"$h") events)" -- \
+    adya check -m list-append -c serializable "$h"
+done
 
 echo "== distributed mode (one process per node over TCP): --verify and adya"
 for protocol in $("$QSTORE" protocols --names); do
@@ -127,20 +130,22 @@ for protocol in $("$QSTORE" protocols --names); do
     adya check -m list-append -c serializable "$h"
 done
 
-echo "== QR-Store over TCP: one server process per copy (rf 2 and 3), and a leader killed"
+echo "== replicated over TCP: one server process per copy (rf 2 and 3), and a leader killed"
 rsmall=(--nodes 3 --duration 1 --warmup 0.2 -q)
-for rf in 2 3; do
-  expect_exit 0 "^serializable: yes" "qstore rf $rf ycsb over TCP --verify" -- \
-    "$QSTORE" cluster --workload ycsb --replication-factor "$rf" --records 10000 \
-    --theta 0.9 --mp-fraction 0.5 --verify "${rsmall[@]}"
-  expect_exit 0 "invariants: ok" "qstore rf $rf bank over TCP --verify" -- \
-    "$QSTORE" cluster --workload bank --replication-factor "$rf" --verify "${rsmall[@]}"
-  h="$work/rf$rf-append-tcp.jsonl"
-  expect_exit 0 "^serializable: yes" "qstore rf $rf append over TCP --verify" -- \
-    "$QSTORE" cluster --workload append --replication-factor "$rf" --history "$h" \
-    --verify "${rsmall[@]}"
-  expect_exit 0 "" "adya accepts the rf $rf append history over TCP ($(wc -l <"$h") events)" -- \
-    adya check -m list-append -c serializable "$h"
+for protocol in qstore calvin; do
+  for rf in 2 3; do
+    r=(--protocol "$protocol" --replication-factor "$rf")
+    expect_exit 0 "^serializable: yes" "$protocol rf $rf ycsb over TCP --verify" -- \
+      "$QSTORE" cluster "${r[@]}" --workload ycsb --records 10000 \
+      --theta 0.9 --mp-fraction 0.5 --verify "${rsmall[@]}"
+    expect_exit 0 "invariants: ok" "$protocol rf $rf bank over TCP --verify" -- \
+      "$QSTORE" cluster "${r[@]}" --workload bank --verify "${rsmall[@]}"
+    h="$work/$protocol-rf$rf-append-tcp.jsonl"
+    expect_exit 0 "^serializable: yes" "$protocol rf $rf append over TCP --verify" -- \
+      "$QSTORE" cluster "${r[@]}" --workload append --history "$h" --verify "${rsmall[@]}"
+    expect_exit 0 "" "adya accepts the $protocol rf $rf append history over TCP ($(wc -l <"$h") events)" -- \
+      adya check -m list-append -c serializable "$h"
+  done
 done
 h="$work/point1-append-tcp.jsonl"
 expect_exit 0 "^serial oracle: match" "qstore rf 3 replication point 1 append over TCP --verify" -- \
@@ -149,12 +154,14 @@ expect_exit 0 "^serial oracle: match" "qstore rf 3 replication point 1 append ov
 expect_exit 0 "" "adya accepts the point 1 append history over TCP ($(wc -l <"$h") events)" -- \
   adya check -m list-append -c serializable "$h"
 # kill -9 of a group leader mid-run (scripts/kill-loop.sh repeats it with random timing).
-h="$work/kill.jsonl"
-expect_exit 0 "copies in service equal" "qstore rf 3 over TCP, leader killed at 1.5 s --verify" -- \
-  "$QSTORE" cluster --workload append --nodes 3 --replication-factor 3 --duration 4 \
-  --kill-leader-after-ms 1500 --history "$h" --verify -q
-expect_exit 0 "" "adya accepts the killed-leader run's client history ($(wc -l <"$h") events)" -- \
-  adya check -m list-append -c serializable "$h"
+for protocol in qstore calvin; do
+  h="$work/kill-$protocol.jsonl"
+  expect_exit 0 "copies in service equal" "$protocol rf 3 over TCP, leader killed at 1.5 s --verify" -- \
+    "$QSTORE" cluster --protocol "$protocol" --workload append --nodes 3 --replication-factor 3 \
+    --duration 4 --kill-leader-after-ms 1500 --history "$h" --verify -q
+  expect_exit 0 "" "adya accepts the $protocol killed-leader run's client history ($(wc -l <"$h") events)" -- \
+    adya check -m list-append -c serializable "$h"
+done
 
 echo "history checks: $passed passed, $failed failed"
 [ "$failed" = 0 ]

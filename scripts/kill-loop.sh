@@ -1,23 +1,25 @@
 #!/usr/bin/env bash
-# QR-Store's kill -9 test, repeated: N runs (default 20) of `qstore cluster` with 3 partitions
-# x 3 copies on a verified list-append workload, each killing the leader of a random
-# partition's group with SIGKILL at a random moment. A run passes when every transaction is
+# The kill -9 test of replication, repeated: N runs (default 20) of `qstore cluster` (qstore
+# or calvin) with 3 partitions x 3 copies on a verified list-append workload, each killing the
+# leader of a random partition's group with SIGKILL at a random moment. A run passes when every transaction is
 # answered, the surviving copies agree (--verify), no element is appended twice, and adya
 # accepts the clients' history. Prints one line per run (when the kill struck, how long the
 # group was without a leader, the longest time without any commit) and a summary.
 #
-# usage: scripts/kill-loop.sh [RUNS] [SEED]     (needs a release build and adya on PATH)
+# usage: scripts/kill-loop.sh [RUNS] [SEED] [PROTOCOL]   (qstore, the default, or calvin;
+#        needs a release build and adya on PATH)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 runs=${1:-20}
 RANDOM=${2:-$$}
+protocol=${3:-qstore}
 . scripts/checks.sh
 for i in $(seq 1 "$runs"); do
   partition=$((RANDOM % 3))
   after=$((500 + RANDOM % 3000))
   h="$work/history-$i.jsonl" j="$work/out-$i.json" log="$work/log-$i.txt"
   rc=0
-  "$QSTORE" cluster --workload append --nodes 3 --replication-factor 3 --duration 5 \
+  "$QSTORE" cluster --protocol "$protocol" --workload append --nodes 3 --replication-factor 3 --duration 5 \
     --warmup 0 --kill-partition "$partition" --kill-leader-after-ms "$after" \
     --history "$h" --output "$j" --verify -q >"$log" 2>&1 || rc=$?
   election=$(sed -n 's/.*leads partition [0-9]* \([0-9]*\) ms after its leader was killed.*/\1/p' "$log")
