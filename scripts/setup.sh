@@ -5,6 +5,9 @@ set -euo pipefail
 need_apt=()
 command -v cargo >/dev/null 2>&1 || need_apt+=(cargo rustc)
 command -v cc >/dev/null 2>&1 || need_apt+=(build-essential)
+# ZooKeeper (Debian's server and its Java runtime): Calvin's replication through a
+# middleware (--replication-layer zookeeper), its tests and its figure.
+[ -r /usr/share/java/zookeeper.jar ] || need_apt+=(zookeeperd)
 if [ ${#need_apt[@]} -gt 0 ]; then
   echo "setup: installing ${need_apt[*]} with apt-get"
   apt-get update -qq

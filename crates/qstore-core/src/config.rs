@@ -1164,6 +1164,13 @@ impl RunConfig {
             ),
         )?;
         let servers = self.servers();
+        check(
+            self.net.cut_off_node.is_none() || self.replication.layer == ReplicationLayer::Raft,
+            "net.cut_off_node",
+            self.net.cut_off_node.unwrap_or_default(),
+            "a group replicated through ZooKeeper has a fixed leader (instance 0's member): \
+             fail-over is built on raft only (--replication-layer raft)",
+        )?;
         match self.net.cut_off_node {
             Some(n) => check(
                 n < servers,

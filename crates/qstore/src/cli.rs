@@ -102,6 +102,12 @@ enum Command {
     /// of the cluster proves it holds the secret when it connects (the secret itself never
     /// crosses the network). `qstore cluster` makes one for each launch by itself.
     Secret(SecretArgs),
+    /// Measure a ZooKeeper server's write latency by payload size (QR-Store's figure 4, the
+    /// cost of the middleware Calvin replicates through): `--requests` writes of each size,
+    /// `--concurrency` at once; a table, results.csv and figure.png/svg under --out.
+    ///
+    /// Exit code 2 for invalid flags, 1 when no server answers or a write fails.
+    ZookeeperLatency(crate::zk_latency::ZkLatencyArgs),
 }
 
 #[derive(Args)]
@@ -805,6 +811,7 @@ pub fn main() -> i32 {
         Command::Client(args) => client(*args),
         Command::Cluster(args) => cluster(*args),
         Command::Secret(args) => secret(args),
+        Command::ZookeeperLatency(args) => crate::zk_latency::zookeeper_latency(args),
     }
 }
 
@@ -895,6 +902,12 @@ fn kill_leader(
         return Err(format!(
             "--kill-leader-after-ms {ms}: without replication the killed server's partition \
              is lost with it; add --replication-factor 3"
+        ));
+    }
+    if cfg.replication.layer != qstore_core::config::ReplicationLayer::Raft {
+        return Err(format!(
+            "--kill-leader-after-ms {ms}: a group replicated through ZooKeeper has a fixed \
+             leader; fail-over is built on raft only (--replication-layer raft)"
         ));
     }
     if args.kill_partition >= cfg.cluster.nodes {

@@ -51,8 +51,33 @@ struct Source {
 }
 
 /// Whether this build has a protocol or workload called `name`.
+/// What a spec may need besides protocols and workloads: a ZooKeeper server at the address
+/// `replication.zookeeper` names by default.
+const ZOOKEEPER: &str = "zookeeper";
+
 fn available(name: &str) -> bool {
-    qstore_engine::protocol::info(name).is_some() || qstore_workload::WORKLOADS.contains(&name)
+    qstore_engine::protocol::info(name).is_some()
+        || qstore_workload::WORKLOADS.contains(&name)
+        || (name == ZOOKEEPER && qstore_engine::replication::zookeeper::answers(&zookeeper()))
+}
+
+fn zookeeper() -> String {
+    qstore_core::config::ReplicationConfig::default().zookeeper
+}
+
+/// What a missing need is, said so a user can supply it.
+fn describe_needs(missing: &[String]) -> String {
+    let each = missing.iter().map(|n| {
+        if n == ZOOKEEPER {
+            format!(
+                "a ZooKeeper server at {} (start one: scripts/zookeeper.sh start 2181 DIR)",
+                zookeeper()
+            )
+        } else {
+            format!("{n} (not built yet)")
+        }
+    });
+    each.collect::<Vec<_>>().join(", ")
 }
 
 fn known_protocol(name: &str) -> bool {
@@ -175,9 +200,9 @@ fn prepare(source: &Source, quick: bool) -> Result<Plan, String> {
     let missing = spec.missing_needs(&available);
     if !missing.is_empty() {
         return Err(format!(
-            "{} needs {}, which this build does not have yet",
+            "{} needs {}",
             source.name,
-            missing.join(", ")
+            describe_needs(&missing)
         ));
     }
     let plan = spec.plan(&source.name, quick, &known_protocol)?;
@@ -236,7 +261,7 @@ fn list(sources: &[Source]) -> i32 {
 fn status(spec: &Spec) -> String {
     let missing = spec.missing_needs(&available);
     if !missing.is_empty() {
-        return format!("needs {} (not built yet)", missing.join(", "));
+        return format!("needs {}", describe_needs(&missing));
     }
     let absent: Vec<&str> = spec
         .series

@@ -5,6 +5,7 @@ mod distributed;
 mod figure;
 mod launcher;
 mod sizing;
+mod zk_latency;
 
 use mimalloc::MiMalloc;
 use std::io::IsTerminal;

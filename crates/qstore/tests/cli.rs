@@ -748,3 +748,27 @@ fn a_run_that_leaves_transactions_unanswered_fails_verify_and_exits_1_on_every_p
         );
     }
 }
+
+#[test]
+fn zookeeper_latency_refuses_bad_flags_and_says_when_no_server_answers() {
+    let o = qstore(&["zookeeper-latency", "--payloads", "100,2000000"]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(
+        stderr(&o).contains("at most 1000000 bytes"),
+        "{}",
+        stderr(&o)
+    );
+    let o = qstore(&["zookeeper-latency", "--requests", "0"]);
+    assert_eq!(o.status.code(), Some(2));
+    // A port nothing listens on.
+    let free = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = free.local_addr().unwrap().to_string();
+    drop(free);
+    let o = qstore(&["zookeeper-latency", "--zookeeper", &addr]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(
+        stderr(&o).contains("scripts/zookeeper.sh start"),
+        "{}",
+        stderr(&o)
+    );
+}

@@ -12,6 +12,7 @@ pub mod dedup;
 pub mod log;
 pub mod member;
 pub mod stall;
+pub mod zookeeper;
 
 pub use dedup::Dedup;
 pub use log::{LogStore, MemLog};

@@ -37,6 +37,7 @@ use crate::cluster::EngineCtx;
 use crate::net::NodeNet;
 use crate::protocol::shell::shut_down;
 use crate::protocol::{home_node, Engine, TxnRequest};
+use crate::replication::zookeeper::ZkMember;
 use crate::replication::{self, Applier};
 use crate::runtime::spawn_worker;
 use crossbeam_channel::{bounded, unbounded};
@@ -114,14 +115,11 @@ pub fn start(ctx: Arc<EngineCtx>) -> Result<Box<dyn Engine>, QError> {
         placement: ctx.placement.clone(),
     };
     if ctx.placement.replicas() > 1 {
-        if ctx.cfg.replication.layer != ReplicationLayer::Raft {
-            calvin.shutdown();
-            return Err(QError::Other(
-                "replication through ZooKeeper is not built yet: use --replication-layer raft"
-                    .into(),
-            ));
-        }
-        if let Err(e) = calvin.join_groups(&ctx) {
+        let joined = match ctx.cfg.replication.layer {
+            ReplicationLayer::Raft => calvin.join_groups(&ctx),
+            ReplicationLayer::Zookeeper => calvin.join_zookeeper(&ctx),
+        };
+        if let Err(e) = joined {
             calvin.shutdown();
             return Err(e);
         }
@@ -187,6 +185,47 @@ impl Calvin {
             Arc::new(move |to, msg| net.send(me, to, CMsg::Raft(msg)))
         })
     }
+
+    /// Replication through ZooKeeper (Calvin's own design): every local node becomes a
+    /// client of the ZooKeeper service, each group's log a sequence of znodes under this
+    /// run's root (see [`ZkMember`]).
+    fn join_zookeeper(&self, ctx: &EngineCtx) -> Result<(), QError> {
+        let cfg = &ctx.cfg.replication;
+        let root = zookeeper_root(ctx);
+        for node in self.local() {
+            let applier: Arc<dyn Applier> = node.clone();
+            let member = ZkMember::start(
+                node.id,
+                ctx.placement.clone(),
+                &cfg.zookeeper,
+                &root,
+                cfg.compression,
+                applier,
+            )
+            .map_err(|e| {
+                QError::Other(format!(
+                    "{e} (--replication-layer zookeeper needs a ZooKeeper server at {}: \
+                     scripts/zookeeper.sh start starts one)",
+                    cfg.zookeeper
+                ))
+            })?;
+            let _ = node.group.member.set(Box::new(member));
+        }
+        Ok(())
+    }
+}
+
+/// Where a run's group logs live in ZooKeeper: under the cluster's id for servers of a
+/// cluster file (every server must find the same root), under a root of its own for an
+/// embedded run (its members share the process).
+fn zookeeper_root(ctx: &EngineCtx) -> String {
+    if ctx.is_distributed() {
+        return format!("/qstore/cluster-{:016x}", ctx.cfg.cluster.cluster_id);
+    }
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as u64);
+    format!("/qstore/run-{:x}-{nanos:x}", std::process::id())
 }
 
 impl Engine for Calvin {
