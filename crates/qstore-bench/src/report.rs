@@ -2,6 +2,7 @@
 
 use crate::stats::ClientStats;
 use comfy_table::{presets::UTF8_FULL_CONDENSED, Cell, CellAlignment, Table};
+use qstore_core::config::ReplicationLayer;
 use qstore_core::RunConfig;
 use qstore_engine::stages::{PerTxn, StageSummary};
 use serde::Serialize;
@@ -160,9 +161,12 @@ impl RunReport {
                 cfg.replication.point_of(&cfg.protocol.name),
             ) {
                 (1, _) => String::new(),
-                (_, 1) if cfg.protocol.name == "calvin" => {
-                    "point 1 (sequenced epochs, before they run)".into()
-                }
+                (_, 1) if cfg.protocol.name == "calvin" => match cfg.replication.layer {
+                    ReplicationLayer::Raft => "point 1 (sequenced epochs, before they run)".into(),
+                    ReplicationLayer::Zookeeper => {
+                        "point 1 (sequenced epochs, through ZooKeeper)".into()
+                    }
+                },
                 (_, 1) => "point 1 (transactions, planned by every member)".into(),
                 _ => format!("{:?}", cfg.replication.mode).to_lowercase(),
             },
