@@ -67,7 +67,7 @@ start() {
   fi
   write_config "$port" "$dir"
   # The properties repeat the config's: ZooKeeper reads these two as system properties.
-  nohup java -Xmx512m -cp "$dir:$JAR:$LOG_JARS" \
+  nohup java -Xmx2g -cp "$dir:$JAR:$LOG_JARS" \
     -Dlog4j.configuration="file:$dir/log4j.properties" \
     -Dzookeeper.admin.enableServer=false \
     -Dzookeeper.4lw.commands.whitelist=ruok,srvr \

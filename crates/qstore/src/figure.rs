@@ -196,8 +196,17 @@ fn find(sources: &[Source], arg: &str) -> Result<Source, String> {
 
 /// The spec's plan, every point checked to be runnable here.
 fn prepare(source: &Source, quick: bool) -> Result<Plan, String> {
+    prepare_with(source, quick, &available)
+}
+
+/// [`prepare`], with what this machine has told by `available`.
+fn prepare_with(
+    source: &Source,
+    quick: bool,
+    available: &dyn Fn(&str) -> bool,
+) -> Result<Plan, String> {
     let spec = Spec::parse(&source.name, &source.text)?;
-    let missing = spec.missing_needs(&available);
+    let missing = spec.missing_needs(available);
     if !missing.is_empty() {
         return Err(format!(
             "{} needs {}",
@@ -491,13 +500,15 @@ mod tests {
     #[test]
     fn every_built_in_spec_plans_runnable_points_in_both_variants() {
         assert!(builtin().len() >= 8, "experiments/ was not built in");
+        // A ZooKeeper server is needed to run a spec, not to plan it.
+        let available = |n: &str| n == ZOOKEEPER || available(n);
         for s in builtin() {
             let spec = Spec::parse(&s.name, &s.text).unwrap();
             if !spec.missing_needs(&available).is_empty() {
                 continue;
             }
             for quick in [false, true] {
-                let plan = prepare(&s, quick).unwrap();
+                let plan = prepare_with(&s, quick, &available).unwrap();
                 assert!(
                     !plan.series.is_empty(),
                     "{}: no series this build has",

@@ -53,13 +53,26 @@ pub fn zookeeper_latency(args: ZkLatencyArgs) -> i32 {
         );
         return 1;
     }
+    let path = format!("/qstore/latency-{}", std::process::id());
+    // A round of the first size, not measured: a fresh server's first writes also pay for
+    // its warm-up (class loading, compilation).
+    let first = args.payloads[0];
+    if let Err(e) = write_latencies(
+        &args.zookeeper,
+        &path,
+        first,
+        args.requests,
+        args.concurrency,
+    ) {
+        eprintln!("error: warming up with {first} bytes: {e}");
+        return 1;
+    }
     let mut rows = Vec::new();
     for &payload in &args.payloads {
         eprintln!(
             "writing {} znodes of {payload} bytes, {} at once...",
             args.requests, args.concurrency
         );
-        let path = format!("/qstore/latency-{}", std::process::id());
         match write_latencies(
             &args.zookeeper,
             &path,
