@@ -2,8 +2,9 @@
 //! cluster: every cluster instance runs the same sequenced epochs, so every copy of every
 //! partition ends equal to the serial replay of the history.
 
-use qstore_bench::verify::verify;
-use qstore_bench::{run, RunOptions};
+mod common;
+
+use common::{every_copy_checked, failed_over, verified};
 use qstore_core::config::CalvinLocks;
 use qstore_core::RunConfig;
 
@@ -38,28 +39,8 @@ fn every_copy_reaches_the_oracle_state_on_every_workload() {
     for (workload, factor, locks) in cases {
         let cfg = config(workload, factor, locks);
         let case = format!("{workload} rf {factor} {locks:?}");
-        let opts = RunOptions {
-            record_history: true,
-            ..Default::default()
-        };
-        let out = run(&cfg, opts).unwrap();
-        let r = &out.report;
-        assert_eq!(
-            (r.committed, r.rejected, r.unfinished),
-            (cfg.client.txns, 0, 0),
-            "{case}: {r:?}"
-        );
-        let v = verify(&cfg, out.workload.as_ref(), &out.cluster, r).unwrap();
-        assert!(v.passed(), "{case}:\n{v}");
-        let oracle = v.oracle.as_ref().unwrap();
-        assert!(
-            oracle.detail.contains(&format!("x {factor} copies")),
-            "{case}: {}",
-            oracle.detail
-        );
-        if workload != "ycsb" {
-            assert!(matches!(v.invariants, Some(Ok(_))), "{case}");
-        }
+        let (v, _) = verified(&cfg);
+        every_copy_checked(&v, &cfg, &case);
     }
 }
 
@@ -78,18 +59,7 @@ fn a_cut_off_leader_is_replaced_and_nothing_is_lost_or_run_twice() {
         cfg.client.duration_s = 3.0;
         cfg.net.cut_off_node = Some(server);
         cfg.net.cut_off_after_ms = 800;
-        let opts = RunOptions {
-            record_history: true,
-            ..Default::default()
-        };
-        let out = run(&cfg, opts).unwrap();
-        let r = &out.report;
-        assert_eq!((r.rejected, r.unfinished), (0, 0), "server {server}: {r:?}");
-        assert!(r.committed > 0, "{r:?}");
-        let v = verify(&cfg, out.workload.as_ref(), &out.cluster, r).unwrap();
-        assert!(v.passed(), "server {server}:\n{v}");
-        let fo = v.failover.as_ref().expect("a fail-over happened");
-        assert_eq!(fo.stale, vec![0], "{v}");
+        let (v, _) = failed_over(&cfg);
         assert!(matches!(v.invariants, Some(Ok(_))));
     }
 }

@@ -1,8 +1,9 @@
 //! Q-Store end to end on an embedded cluster: every run is checked for serializability, by
 //! the serial oracle, and against the workload's invariants.
 
-use qstore_bench::verify::{verify, Verification};
-use qstore_bench::{run, RunOptions};
+mod common;
+
+use common::{every_copy_checked, failed_over, verified};
 use qstore_core::config::QStoreMode;
 use qstore_core::RunConfig;
 
@@ -25,21 +26,6 @@ fn config(workload: &str, mode: QStoreMode, batch_size: u32) -> RunConfig {
     c
 }
 
-fn verified(cfg: &RunConfig) -> (Verification, qstore_bench::report::RunReport) {
-    let opts = RunOptions {
-        record_history: true,
-        ..Default::default()
-    };
-    let out = run(cfg, opts).unwrap();
-    let r = &out.report;
-    assert_eq!(
-        (r.committed, r.rejected, r.unfinished),
-        (cfg.client.txns, 0, 0)
-    );
-    let v = verify(cfg, out.workload.as_ref(), &out.cluster, r).unwrap();
-    (v, out.report)
-}
-
 /// Append on 3 partitions x 3 copies at replication point `point`, 3 s long, server 1 (of
 /// instance 0) cut off 0.8 s in.
 fn cut_off(point: u32) -> RunConfig {
@@ -51,25 +37,6 @@ fn cut_off(point: u32) -> RunConfig {
     cfg.net.cut_off_node = Some(1);
     cfg.net.cut_off_after_ms = 800;
     cfg
-}
-
-/// Runs a replicated configuration that cuts server 1 off, with its history recorded: every
-/// transaction answered, something committed, and the verification passed with instance 0
-/// (server 1's) alone out of service.
-fn failed_over(cfg: &RunConfig) -> (Verification, qstore_bench::RunOutcome) {
-    let opts = RunOptions {
-        record_history: true,
-        ..Default::default()
-    };
-    let out = run(cfg, opts).unwrap();
-    let r = &out.report;
-    assert_eq!((r.rejected, r.unfinished), (0, 0), "{r:?}");
-    assert!(r.committed > 0, "{r:?}");
-    let v = verify(cfg, out.workload.as_ref(), &out.cluster, r).unwrap();
-    assert!(v.passed(), "{v}");
-    let fo = v.failover.as_ref().expect("a fail-over happened");
-    assert_eq!(fo.stale, vec![0], "{v}");
-    (v, out)
 }
 
 #[test]
@@ -239,16 +206,7 @@ fn replicated_instances_reach_the_oracle_state_on_every_workload() {
         cfg.replication.mode = replication;
         let (v, _) = verified(&cfg);
         let case = format!("{workload} rf {factor} {replication:?} {mode:?}");
-        assert!(v.passed(), "{case}:\n{v}");
-        let oracle = v.oracle.as_ref().unwrap();
-        assert!(
-            oracle.detail.contains(&format!("x {factor} copies")),
-            "{case}: {}",
-            oracle.detail
-        );
-        if workload != "ycsb" {
-            assert!(matches!(v.invariants, Some(Ok(_))), "{case}");
-        }
+        every_copy_checked(&v, &cfg, &case);
     }
 }
 

@@ -107,6 +107,18 @@ pub struct ReplMsg(pub Vec<u8>);
 /// Longest raft message a member accepts (a frame of the TCP transport holds it).
 pub const MAX_RAFT_MESSAGE: usize = qstore_net::frame::DEFAULT_MAX_FRAME / 2;
 
+/// Hands a raft message the transport delivered to server `me`'s group member; a server
+/// without one (its partitions are not replicated) logs it and drops it.
+pub(crate) fn deliver(member: Option<&impl GroupLog>, me: NodeId, from: NodeId, msg: ReplMsg) {
+    match member {
+        Some(m) => m.receive(from, msg),
+        None => tracing::warn!(
+            "node {me}: a replication message from node {from}, but partitions are not \
+             replicated"
+        ),
+    }
+}
+
 /// How long a replicated cluster waits at start for every group to elect its leader.
 const ELECTION_WAIT: Duration = Duration::from_secs(30);
 

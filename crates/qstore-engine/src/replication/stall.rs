@@ -33,20 +33,35 @@ impl StallWatch {
     /// The instance made progress (or the member just became leader: the stall clock starts
     /// now, not when the last leader left).
     pub fn progressed(&self) {
-        let now = self.start.elapsed().as_nanos() as u64;
-        self.progress.fetch_max(now, Ordering::Relaxed);
+        self.progressed_at(self.start.elapsed());
+    }
+
+    /// [`StallWatch::progressed`] at `now` after the watch started.
+    fn progressed_at(&self, now: Duration) {
+        self.progress
+            .fetch_max(now.as_nanos() as u64, Ordering::Relaxed);
     }
 
     /// Why the instance is to be given up, if it is: asked at every tick of a leading member,
     /// with whether the instance has work (`busy`) and a server of it that is unreachable, if
     /// one is (`lost`, asked only once the instance stalled).
     pub fn verdict(&self, busy: bool, lost: impl FnOnce() -> Option<NodeId>) -> Option<String> {
+        self.verdict_at(self.start.elapsed(), busy, lost)
+    }
+
+    /// [`StallWatch::verdict`] at `now` after the watch started.
+    fn verdict_at(
+        &self,
+        now: Duration,
+        busy: bool,
+        lost: impl FnOnce() -> Option<NodeId>,
+    ) -> Option<String> {
         if !busy {
-            self.progressed();
+            self.progressed_at(now);
             return None;
         }
         let since = Duration::from_nanos(self.progress.load(Ordering::Relaxed));
-        let stalled = self.start.elapsed().saturating_sub(since);
+        let stalled = now.saturating_sub(since);
         if stalled < self.stall {
             return None;
         }
@@ -69,24 +84,32 @@ mod tests {
     #[test]
     fn an_instance_is_given_up_only_when_stalled_with_work() {
         let w = StallWatch::new(Duration::from_millis(20));
+        let ms = Duration::from_millis;
         let lost = || Some(NodeId(3));
-        assert_eq!(w.verdict(true, lost), None, "not stalled yet");
-        std::thread::sleep(Duration::from_millis(30));
+        assert_eq!(w.verdict_at(ms(10), true, lost), None, "not stalled yet");
         // Idle: nothing to finish, so no stall (and the clock restarts).
-        assert_eq!(w.verdict(false, lost), None);
-        assert_eq!(w.verdict(true, lost), None);
-        std::thread::sleep(Duration::from_millis(30));
+        assert_eq!(w.verdict_at(ms(30), false, lost), None);
+        assert_eq!(w.verdict_at(ms(45), true, lost), None);
         assert_eq!(
-            w.verdict(true, || None),
+            w.verdict_at(ms(60), true, || None),
             None,
             "every node reachable: wait longer"
         );
-        let why = w.verdict(true, lost).expect("stalled with a node lost");
-        assert!(why.contains("node 3 is unreachable"), "{why}");
+        let why = w
+            .verdict_at(ms(60), true, lost)
+            .expect("stalled, a node lost");
+        assert!(
+            why.contains("n3 is unreachable") && why.contains("30 ms"),
+            "{why}"
+        );
+        w.progressed_at(ms(70));
+        assert_eq!(w.verdict_at(ms(80), true, lost), None);
+        let hung = ms(70) + ms(20) * HUNG_STALLS;
+        assert_eq!(w.verdict_at(hung - ms(1), true, || None), None);
+        let why = w.verdict_at(hung, true, || None).expect("hung");
+        assert!(why.contains("every node is reachable"), "{why}");
+        // The real clock drives the same.
         w.progressed();
         assert_eq!(w.verdict(true, lost), None);
-        std::thread::sleep(Duration::from_millis(20 * HUNG_STALLS as u64 + 10));
-        let why = w.verdict(true, || None).expect("hung");
-        assert!(why.contains("every node is reachable"), "{why}");
     }
 }

@@ -180,15 +180,7 @@ impl CalvinNode {
             };
             let placement = &self.ctx.placement;
             if let CMsg::Raft(msg) = env.msg {
-                match self.group.member.get() {
-                    Some(m) => m.receive(env.from, msg),
-                    None => tracing::error!(
-                        "node {}: a replication message from node {}, but partitions are not \
-                         replicated",
-                        self.id,
-                        env.from
-                    ),
-                }
+                crate::replication::deliver(self.group.member.get(), self.id, env.from, msg);
                 continue;
             }
             if placement.instance_of(env.from) != placement.instance_of(self.id) {

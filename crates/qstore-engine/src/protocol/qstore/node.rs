@@ -1755,15 +1755,7 @@ impl QNode {
                 } => self.on_final(batch, rank, aborted),
                 QMsg::Logged { batch, rank } => self.on_logged(batch, rank),
                 QMsg::Stale => self.become_stale("another node of its instance is stale"),
-                QMsg::Raft(msg) => match self.member.get() {
-                    Some(member) => member.receive(env.from, msg),
-                    None => tracing::warn!(
-                        "node {}: a replication message from node {}, but partitions are not \
-                         replicated",
-                        self.id,
-                        env.from
-                    ),
-                },
+                QMsg::Raft(msg) => replication::deliver(self.member.get(), self.id, env.from, msg),
             }
         }
     }

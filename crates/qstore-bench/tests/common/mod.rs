@@ -1,0 +1,57 @@
+//! What the end-to-end tests of replicated and unreplicated runs share.
+
+use qstore_bench::verify::{verify, Verification};
+use qstore_bench::{run, RunOptions};
+use qstore_core::RunConfig;
+
+/// Runs `cfg` (a counted run) with its history recorded: every transaction is answered and
+/// committed; returns the verification and the report.
+pub fn verified(cfg: &RunConfig) -> (Verification, qstore_bench::report::RunReport) {
+    let opts = RunOptions {
+        record_history: true,
+        ..Default::default()
+    };
+    let out = run(cfg, opts).unwrap();
+    let r = &out.report;
+    assert_eq!(
+        (r.committed, r.rejected, r.unfinished),
+        (cfg.client.txns, 0, 0)
+    );
+    let v = verify(cfg, out.workload.as_ref(), &out.cluster, r).unwrap();
+    (v, out.report)
+}
+
+/// Runs a replicated configuration that cuts a server of instance 0 off, with its history
+/// recorded: every transaction answered, something committed, and the verification passed
+/// with instance 0 alone out of service.
+pub fn failed_over(cfg: &RunConfig) -> (Verification, qstore_bench::RunOutcome) {
+    let opts = RunOptions {
+        record_history: true,
+        ..Default::default()
+    };
+    let out = run(cfg, opts).unwrap();
+    let r = &out.report;
+    assert_eq!((r.rejected, r.unfinished), (0, 0), "{r:?}");
+    assert!(r.committed > 0, "{r:?}");
+    let v = verify(cfg, out.workload.as_ref(), &out.cluster, r).unwrap();
+    assert!(v.passed(), "{v}");
+    let fo = v.failover.as_ref().expect("a fail-over happened");
+    assert_eq!(fo.stale, vec![0], "{v}");
+    (v, out)
+}
+
+/// Asserts that a replicated run passed its verification with every copy of every partition
+/// replayed against the oracle, and (but on ycsb, which has none) the workload's invariants.
+pub fn every_copy_checked(v: &Verification, cfg: &RunConfig, case: &str) {
+    let factor = cfg.replication.factor;
+    assert!(v.passed(), "{case}:\n{v}");
+    let oracle = v.oracle.as_ref().unwrap();
+    assert!(
+        oracle.detail.contains(&format!("x {factor} copies")),
+        "{case}: {}",
+        oracle.detail
+    );
+    if cfg.workload.name != "ycsb" {
+        assert!(matches!(v.invariants, Some(Ok(_))), "{case}");
+    }
+}
