@@ -4,26 +4,14 @@
 
 mod common;
 
-use common::{every_copy_checked, failed_over, verified};
+use common::{every_copy_checked, failed_over, small, verified};
 use qstore_core::config::CalvinLocks;
 use qstore_core::RunConfig;
 
 fn config(workload: &str, factor: u32, locks: CalvinLocks) -> RunConfig {
-    let mut c = RunConfig::default();
-    c.protocol.name = "calvin".into();
+    let mut c = small("calvin", workload);
     c.protocol.calvin.locks = locks;
-    c.cluster.nodes = 3;
     c.replication.factor = factor;
-    c.workload.name = workload.into();
-    c.workload.ycsb.records_per_partition = 2_000;
-    c.workload.ycsb.ops_per_txn = 8;
-    c.workload.ycsb.theta = 0.9;
-    c.workload.ycsb.multi_partition_fraction = 0.5;
-    c.workload.bank.accounts_per_partition = 64;
-    c.workload.append.keys_per_partition = 1_000;
-    c.client.clients = 6;
-    c.client.inflight = 20;
-    c.client.txns = 1_500;
     c
 }
 

@@ -4,6 +4,25 @@ use qstore_bench::verify::{verify, Verification};
 use qstore_bench::{run, RunOptions};
 use qstore_core::RunConfig;
 
+/// A small run of `protocol` on `workload`: 3 nodes, small tables, YCSB at theta 0.9 with
+/// half the transactions multi-partition, 6 clients x 20 in flight, 1,500 transactions.
+pub fn small(protocol: &str, workload: &str) -> RunConfig {
+    let mut c = RunConfig::default();
+    c.protocol.name = protocol.into();
+    c.cluster.nodes = 3;
+    c.workload.name = workload.into();
+    c.workload.ycsb.records_per_partition = 2_000;
+    c.workload.ycsb.ops_per_txn = 8;
+    c.workload.ycsb.theta = 0.9;
+    c.workload.ycsb.multi_partition_fraction = 0.5;
+    c.workload.bank.accounts_per_partition = 64;
+    c.workload.append.keys_per_partition = 1_000;
+    c.client.clients = 6;
+    c.client.inflight = 20;
+    c.client.txns = 1_500;
+    c
+}
+
 /// Runs `cfg` (a counted run) with its history recorded: every transaction is answered and
 /// committed; returns the verification and the report.
 pub fn verified(cfg: &RunConfig) -> (Verification, qstore_bench::report::RunReport) {
