@@ -1,6 +1,6 @@
 //! Where a replica group's log lives: behind [`LogStore`], so that the consensus code does not
-//! care whether entries are kept in memory (today) or in segment files on disk (with
-//! durability). Raft reads the log through its own [`raft::Storage`] trait; the writes it
+//! care whether entries are kept in memory ([`MemLog`]) or in segment files on disk
+//! ([`super::disk::DiskLog`]). Raft reads the log through its own [`raft::Storage`] trait; the writes it
 //! asks for in each `Ready` go through the methods here.
 
 use raft::eraftpb::{ConfState, Entry, HardState, Snapshot};
@@ -16,9 +16,9 @@ pub trait LogStore: Storage + Send + 'static {
     /// what an old leader's left uncommitted).
     fn append(&mut self, entries: &[Entry]) -> raft::Result<()>;
     /// Records the vote, term and commit index.
-    fn set_hard_state(&mut self, hs: HardState);
+    fn set_hard_state(&mut self, hs: HardState) -> raft::Result<()>;
     /// Records a new commit index alone (raft's light ready).
-    fn set_commit(&mut self, commit: u64);
+    fn set_commit(&mut self, commit: u64) -> raft::Result<()>;
     /// Replaces the log with a snapshot sent by the leader.
     fn apply_snapshot(&mut self, snapshot: Snapshot) -> raft::Result<()>;
     /// Forgets the entries before index `upto` (applied here, and not needed by any member).
@@ -76,12 +76,14 @@ impl LogStore for MemLog {
         self.inner.wl().append(entries)
     }
 
-    fn set_hard_state(&mut self, hs: HardState) {
-        self.inner.wl().set_hardstate(hs)
+    fn set_hard_state(&mut self, hs: HardState) -> raft::Result<()> {
+        self.inner.wl().set_hardstate(hs);
+        Ok(())
     }
 
-    fn set_commit(&mut self, commit: u64) {
+    fn set_commit(&mut self, commit: u64) -> raft::Result<()> {
         self.inner.wl().mut_hard_state().commit = commit;
+        Ok(())
     }
 
     fn apply_snapshot(&mut self, snapshot: Snapshot) -> raft::Result<()> {

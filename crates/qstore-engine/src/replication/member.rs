@@ -261,7 +261,14 @@ impl<L: LogStore> Driver<L> {
                 next_tick = now + self.tick;
             }
             if self.raw.has_ready() {
-                self.on_ready();
+                if let Err(why) = self.on_ready() {
+                    // It can no longer keep what it promises its group: it leaves it (the
+                    // others go on without it, as without a dead member).
+                    tracing::error!("node {}: {why}; it leaves its replica group", self.me);
+                    self.leading.store(0, Ordering::Release);
+                    self.settled.store(false, Ordering::Release);
+                    return;
+                }
                 self.compact();
             }
             self.settled.store(self.is_settled(), Ordering::Release);
@@ -341,8 +348,9 @@ impl<L: LogStore> Driver<L> {
     }
 
     /// Carries out a ready: raft-rs's order (send what need not wait, persist, apply,
-    /// advance, then what needed the log persisted).
-    fn on_ready(&mut self) {
+    /// advance, then what needed the log persisted). A write the log could not make is an
+    /// error: what raft would send next depends on it.
+    fn on_ready(&mut self) -> Result<(), String> {
         let mut ready = self.raw.ready();
         if let Some(ss) = ready.ss() {
             self.observe_leader(ss.leader_id, ss.raft_state);
@@ -358,21 +366,29 @@ impl<L: LogStore> Driver<L> {
         }
         self.apply(ready.take_committed_entries());
         if !ready.entries().is_empty() {
-            if let Err(e) = self.raw.mut_store().append(ready.entries()) {
-                tracing::error!("node {}: cannot append to the log: {e}", self.me);
-            }
+            let store = self.raw.mut_store();
+            store
+                .append(ready.entries())
+                .map_err(|e| format!("cannot append to the log: {e}"))?;
         }
         if let Some(hs) = ready.hs() {
-            self.raw.mut_store().set_hard_state(hs.clone());
+            let store = self.raw.mut_store();
+            store
+                .set_hard_state(hs.clone())
+                .map_err(|e| format!("cannot record its vote and term: {e}"))?;
         }
         self.send(ready.take_persisted_messages());
         let mut light = self.raw.advance(ready);
         if let Some(commit) = light.commit_index() {
-            self.raw.mut_store().set_commit(commit);
+            let store = self.raw.mut_store();
+            store
+                .set_commit(commit)
+                .map_err(|e| format!("cannot record the commit index: {e}"))?;
         }
         self.send(light.take_messages());
         self.apply(light.take_committed_entries());
         self.raw.advance_apply();
+        Ok(())
     }
 
     /// A leader whose protocol asks it to step aside transfers the leadership to another
@@ -548,7 +564,7 @@ impl slog::Drain for TracingDrain {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::replication::MemLog;
+    use crate::replication::{DiskLog, MemLog};
     use std::sync::OnceLock;
 
     /// Records what a member applied.
@@ -567,6 +583,13 @@ mod tests {
     /// A group of three members (partition 0 of a 1-partition cluster with 3 copies), whose
     /// messages go straight to each other's `receive`.
     fn group() -> (Arc<Placement>, Vec<Arc<GroupMember>>, Vec<Arc<Log>>) {
+        group_on(|voters, _| MemLog::new(voters))
+    }
+
+    /// [`group`], member `n` keeping its log in `log(voters, n)`.
+    fn group_on<L: LogStore>(
+        log: impl Fn(Vec<u64>, u32) -> L,
+    ) -> (Arc<Placement>, Vec<Arc<GroupMember>>, Vec<Arc<Log>>) {
         let placement = Arc::new(Placement::new(1, 3));
         let members: Arc<Vec<OnceLock<Arc<GroupMember>>>> =
             Arc::new((0..3).map(|_| OnceLock::new()).collect());
@@ -584,7 +607,7 @@ mod tests {
                 }
             });
             let voters = placement.group(qstore_core::PartitionId(0));
-            let log = MemLog::new(voters.map(raft_id).collect());
+            let log = log(voters.map(raft_id).collect(), n);
             let m = GroupMember::start(
                 me,
                 placement.clone(),
@@ -705,5 +728,52 @@ mod tests {
         for m in &members {
             m.stop();
         }
+    }
+
+    /// Members that keep their logs on disk come back from a restart of the whole group with
+    /// their votes and entries: the group elects a leader again and goes on after what it
+    /// committed (every member is handed the committed entries again from the start, as raft
+    /// keeps no applied index).
+    #[test]
+    fn a_group_on_disk_logs_restarts_with_what_it_committed() {
+        let base = std::env::temp_dir().join(format!("qstore-group-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&base);
+        let open = |voters, n: u32| DiskLog::open(&base.join(format!("m{n}")), voters).unwrap();
+        let p0 = qstore_core::PartitionId(0);
+        let (placement, members, logs) = group_on(open);
+        wait_for("a leader", || placement.leader(p0).is_some());
+        let leader = placement.leader(p0).unwrap();
+        for i in 0..20u8 {
+            members[leader.index()].propose(vec![i; 3]);
+        }
+        wait_for("every entry applied everywhere", || {
+            logs.iter().all(|l| l.entries.lock().len() == 20)
+        });
+        wait_for("the group to settle", || {
+            members.iter().all(|m| m.settled())
+        });
+        for m in &members {
+            m.stop();
+        }
+        let before = logs[0].entries.lock().clone();
+
+        let (placement, members, logs) = group_on(open);
+        wait_for("a leader after the restart", || {
+            placement.leader(p0).is_some()
+        });
+        let leader = placement.leader(p0).unwrap();
+        members[leader.index()].propose(b"after".to_vec());
+        wait_for("the old entries and the new one everywhere", || {
+            logs.iter().all(|l| l.entries.lock().len() == 21)
+        });
+        for l in &logs {
+            let entries = l.entries.lock();
+            assert_eq!(entries[..20], before[..], "the committed entries, in order");
+            assert_eq!(entries[20].1, b"after");
+        }
+        for m in &members {
+            m.stop();
+        }
+        std::fs::remove_dir_all(&base).unwrap();
     }
 }

@@ -9,12 +9,14 @@
 
 pub mod codec;
 pub mod dedup;
+pub mod disk;
 pub mod log;
 pub mod member;
 pub mod stall;
 pub mod zookeeper;
 
 pub use dedup::Dedup;
+pub use disk::DiskLog;
 pub use log::{LogStore, MemLog};
 pub use member::{Applier, GroupMember, Outbox};
 pub use stall::StallWatch;
