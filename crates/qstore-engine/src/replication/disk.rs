@@ -13,12 +13,12 @@
 //! hard state, and the entries still kept) and drops the segments before it; replay starts
 //! at the first checkpoint of what is left.
 
-use super::log::LogStore;
+use super::log::{storage_from_memory, LogStore};
 use qstore_core::QError;
 use qstore_log::{FsyncPolicy, LogOptions, Lsn, RecordLog, SegmentLog};
 use raft::eraftpb::{ConfState, Entry, HardState, Snapshot, SnapshotMetadata};
 use raft::storage::MemStorage;
-use raft::{GetEntriesContext, RaftState, Storage, StorageError};
+use raft::{GetEntriesContext, Storage, StorageError};
 use std::path::Path;
 
 /// What a record of the file says.
@@ -208,37 +208,7 @@ fn compact(mem: &MemStorage, base: &mut (u64, u64), upto: u64) -> raft::Result<(
     mem.wl().compact(upto)
 }
 
-impl Storage for DiskLog {
-    fn initial_state(&self) -> raft::Result<RaftState> {
-        self.mem.initial_state()
-    }
-
-    fn entries(
-        &self,
-        low: u64,
-        high: u64,
-        max_size: impl Into<Option<u64>>,
-        context: GetEntriesContext,
-    ) -> raft::Result<Vec<Entry>> {
-        self.mem.entries(low, high, max_size, context)
-    }
-
-    fn term(&self, idx: u64) -> raft::Result<u64> {
-        self.mem.term(idx)
-    }
-
-    fn first_index(&self) -> raft::Result<u64> {
-        self.mem.first_index()
-    }
-
-    fn last_index(&self) -> raft::Result<u64> {
-        self.mem.last_index()
-    }
-
-    fn snapshot(&self, request_index: u64, to: u64) -> raft::Result<Snapshot> {
-        self.mem.snapshot(request_index, to)
-    }
-}
+storage_from_memory!(DiskLog, mem);
 
 impl LogStore for DiskLog {
     fn append(&mut self, entries: &[Entry]) -> raft::Result<()> {

@@ -5,7 +5,7 @@
 
 use raft::eraftpb::{ConfState, Entry, HardState, Snapshot};
 use raft::storage::MemStorage;
-use raft::{RaftState, Storage};
+use raft::Storage;
 
 /// A replica group's log: what raft reads ([`Storage`]) and the writes a `Ready` asks for.
 ///
@@ -39,37 +39,50 @@ impl MemLog {
     }
 }
 
-impl Storage for MemLog {
-    fn initial_state(&self) -> raft::Result<RaftState> {
-        self.inner.initial_state()
-    }
+/// Implements raft's [`Storage`] for a log whose reads all go to the [`MemStorage`] in its
+/// field `$mem` (every log here keeps that in-memory view; they differ in what they write).
+macro_rules! storage_from_memory {
+    ($log:ty, $mem:ident) => {
+        impl raft::Storage for $log {
+            fn initial_state(&self) -> raft::Result<raft::RaftState> {
+                self.$mem.initial_state()
+            }
 
-    fn entries(
-        &self,
-        low: u64,
-        high: u64,
-        max_size: impl Into<Option<u64>>,
-        context: raft::GetEntriesContext,
-    ) -> raft::Result<Vec<Entry>> {
-        self.inner.entries(low, high, max_size, context)
-    }
+            fn entries(
+                &self,
+                low: u64,
+                high: u64,
+                max_size: impl Into<Option<u64>>,
+                context: raft::GetEntriesContext,
+            ) -> raft::Result<Vec<raft::eraftpb::Entry>> {
+                self.$mem.entries(low, high, max_size, context)
+            }
 
-    fn term(&self, idx: u64) -> raft::Result<u64> {
-        self.inner.term(idx)
-    }
+            fn term(&self, idx: u64) -> raft::Result<u64> {
+                self.$mem.term(idx)
+            }
 
-    fn first_index(&self) -> raft::Result<u64> {
-        self.inner.first_index()
-    }
+            fn first_index(&self) -> raft::Result<u64> {
+                self.$mem.first_index()
+            }
 
-    fn last_index(&self) -> raft::Result<u64> {
-        self.inner.last_index()
-    }
+            fn last_index(&self) -> raft::Result<u64> {
+                self.$mem.last_index()
+            }
 
-    fn snapshot(&self, request_index: u64, to: u64) -> raft::Result<Snapshot> {
-        self.inner.snapshot(request_index, to)
-    }
+            fn snapshot(
+                &self,
+                request_index: u64,
+                to: u64,
+            ) -> raft::Result<raft::eraftpb::Snapshot> {
+                self.$mem.snapshot(request_index, to)
+            }
+        }
+    };
 }
+pub(super) use storage_from_memory;
+
+storage_from_memory!(MemLog, inner);
 
 impl LogStore for MemLog {
     fn append(&mut self, entries: &[Entry]) -> raft::Result<()> {
