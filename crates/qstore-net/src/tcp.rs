@@ -51,7 +51,7 @@ mod link;
 mod shared;
 
 pub use accept::MAX_PENDING_HANDSHAKES;
-pub use handshake::{dial_as, Handshake};
+pub use handshake::{accept_as, dial_as, Handshake};
 
 use crate::frame::{DEFAULT_FLUSH_BYTES, DEFAULT_MAX_FRAME};
 use crate::{encoded_len, Envelope, NetCounters, Transport};

@@ -5,8 +5,9 @@ use crossbeam_channel::{unbounded, Receiver};
 use qstore_core::config::NetConfig;
 use qstore_core::NodeId;
 use qstore_net::auth::ClusterSecret;
+use qstore_net::frame::goodbye_frame;
 use qstore_net::frame::{FrameEncoder, MAGIC};
-use qstore_net::tcp::dial_as;
+use qstore_net::tcp::{accept_as, dial_as};
 use qstore_net::{
     encoded_len, Envelope, Handshake, PeerEvent, PeerEventKind, TcpConfig, TcpTransport, Transport,
 };
@@ -399,6 +400,50 @@ fn a_node_that_stopped_reading_its_inbox_stops_rather_than_fails() {
     );
     drop(b);
     assert_eq!(next_event(&events).kind, PeerEventKind::Stopped);
+}
+
+/// A peer that stops closes the connections it reads before its goodbye, sent on the one it
+/// writes, has arrived: the node still sees a stop, not a failure, because it waits for the
+/// connection it reads from that peer to end before it judges.
+#[test]
+fn a_goodbye_that_arrives_after_the_other_connection_closed_is_a_stop() {
+    let (mut ls, addrs) = listeners(2);
+    let (events_tx, events) = unbounded();
+    let fake_b = ls.pop().unwrap();
+    let _a = start(config(0, &addrs, 7), ls.pop().unwrap(), Some(events_tx));
+    let (from_a, _) = fake_b.accept().unwrap();
+    let dialer = accept_as(&from_a, &handshake(7), NodeId(1), 1, 2, WAIT).unwrap();
+    assert_eq!(dialer, NodeId(0));
+    let mut to_a = raw_peer(addrs[0], 1);
+    assert_eq!(next_event(&events).kind, PeerEventKind::Up);
+    // Closes the connection node 0 writes to (node 0 notices within its idle check), and only
+    // then says goodbye on the one node 0 reads.
+    from_a.shutdown(Shutdown::Both).unwrap();
+    std::thread::sleep(Duration::from_millis(100));
+    to_a.write_all(&goodbye_frame()).unwrap();
+    to_a.shutdown(Shutdown::Both).unwrap();
+    assert_eq!(next_event(&events).kind, PeerEventKind::Stopped);
+}
+
+/// A peer that crashes closes both connections at once, with no goodbye: a failure.
+#[test]
+fn a_peer_gone_without_a_goodbye_is_down() {
+    let (mut ls, addrs) = listeners(2);
+    let (events_tx, events) = unbounded();
+    let fake_b = ls.pop().unwrap();
+    let _a = start(config(0, &addrs, 7), ls.pop().unwrap(), Some(events_tx));
+    let (from_a, _) = fake_b.accept().unwrap();
+    accept_as(&from_a, &handshake(7), NodeId(1), 1, 2, WAIT).unwrap();
+    let to_a = raw_peer(addrs[0], 1);
+    assert_eq!(next_event(&events).kind, PeerEventKind::Up);
+    let started = Instant::now();
+    to_a.shutdown(Shutdown::Both).unwrap();
+    from_a.shutdown(Shutdown::Both).unwrap();
+    assert!(matches!(next_event(&events).kind, PeerEventKind::Down(_)));
+    assert!(
+        started.elapsed() < Duration::from_secs(1),
+        "noticed at once"
+    );
 }
 
 #[test]

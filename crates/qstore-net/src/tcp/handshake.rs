@@ -402,3 +402,30 @@ pub fn dial_as(
         other => io::Error::new(io::ErrorKind::ConnectionRefused, other.to_string()),
     })
 }
+
+/// Tests and tools: completes the acceptor's side of a handshake as node `me` with
+/// `incarnation`, on an accepted `stream`; returns the dialing node. Lets tests play a peer
+/// that a real node dials.
+pub fn accept_as(
+    stream: &TcpStream,
+    handshake: &Handshake,
+    me: NodeId,
+    incarnation: u64,
+    nodes: usize,
+    timeout: std::time::Duration,
+) -> io::Result<NodeId> {
+    let mut cfg = TcpConfig::new(me, vec![stream.local_addr()?; nodes], handshake.clone());
+    cfg.incarnation = incarnation;
+    cfg.handshake_timeout = timeout;
+    let from = stream.peer_addr()?;
+    accept(
+        stream,
+        &cfg,
+        from,
+        &Incarnations::new(nodes, &cfg.restart_advice),
+    )
+    .map_err(|e| match e {
+        HandshakeError::Failed(e) => e,
+        other => io::Error::new(io::ErrorKind::ConnectionRefused, other.to_string()),
+    })
+}

@@ -191,7 +191,7 @@ impl<M: Serialize> Link<M> {
     fn lost(&mut self, conn: Conn, e: io::Error) {
         let _ = conn.stream.shutdown(Shutdown::Both);
         let (me, peer) = (self.me().0, self.peer.0);
-        let kind = if self.shared.said_goodbye(self.peer) {
+        let kind = if self.shared.peer_stopped(self.peer) {
             tracing::info!("node {me}: peer {peer} ({}) stopped", self.addr);
             PeerEventKind::Stopped
         } else {

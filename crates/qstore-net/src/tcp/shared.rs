@@ -13,6 +13,9 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+/// How long a lost connection waits for the peer's goodbye on its other connection.
+const GOODBYE_WAIT: Duration = Duration::from_millis(250);
+
 pub(super) struct Shared {
     pub cfg: TcpConfig,
     pub stop: StopSignal,
@@ -86,6 +89,21 @@ impl Shared {
         self.goodbyes
             .get(peer.index())
             .is_some_and(|g| g.load(Ordering::Acquire))
+    }
+
+    /// Judges, once the connection to `peer` was lost, whether the peer stopped on purpose.
+    /// Its goodbye comes on the other connection, read by another thread, and a stopping peer
+    /// closes the connection it reads right after sending it: so this waits (briefly) until
+    /// that connection has ended too. A crashed peer's connections end together: no wait.
+    pub fn peer_stopped(&self, peer: NodeId) -> bool {
+        let deadline = Instant::now() + GOODBYE_WAIT;
+        let reading = |p: NodeId| self.incoming.get(p.index()).is_some_and(|s| s.is_open());
+        while !self.said_goodbye(peer) && reading(peer) && Instant::now() < deadline {
+            if self.stop.sleep(Duration::from_millis(1)) {
+                break;
+            }
+        }
+        self.said_goodbye(peer)
     }
 
     /// Records that this node can never join its cluster, and why; wakes waiters.
@@ -215,6 +233,11 @@ pub(super) struct IncomingSlot {
 }
 
 impl IncomingSlot {
+    /// Whether a connection from the peer is being read.
+    pub fn is_open(&self) -> bool {
+        self.current.lock().is_some()
+    }
+
     /// Makes `stream` the peer's connection: closes the previous one, then waits until its
     /// reader has finished. Reading may start while the returned turn is held.
     pub fn take_over(&self, stream: &TcpStream) -> io::Result<ReaderTurn<'_>> {
