@@ -178,14 +178,17 @@ impl<'a> Driver<'a> {
         } = shared;
         let cfg = &run.client;
         let nodes = run.cluster.nodes;
+        // A client of a later start of a recovered cluster is another client than the one
+        // of the same number before: its values and choices differ from those the recovered
+        // log holds.
+        let first_client = cluster.id_generation() as u32 * cfg.clients;
         let clients = client_ids
             .iter()
             .map(|&c| {
                 let home = NodeId(c % nodes);
-                Client {
-                    home,
-                    generator: workload.generator(c, qstore_core::PartitionId(home.0)),
-                }
+                let generator =
+                    workload.generator(first_client + c, qstore_core::PartitionId(home.0));
+                Client { home, generator }
             })
             .collect();
         let next_arrival = (cfg.rate > 0.0).then(|| {
@@ -215,7 +218,8 @@ impl<'a> Driver<'a> {
             spare: None,
             reply_tx,
             reply_rx,
-            next_id: 0,
+            // Past the ids of earlier starts of a cluster that recovered them from its logs.
+            next_id: cluster.id_generation() << 32,
             rng: qstore_core::rng::stream(run.seed, (1 << 32) + index as u64),
             stats: ClientStats::default(),
             next_arrival,

@@ -65,11 +65,21 @@ pub trait Target: Sync {
     fn stages(&self) -> Option<StageSnapshot> {
         None
     }
+    /// How many times the cluster started from its data directories before (see
+    /// `EngineCtx::generation`): clients keep their transaction ids apart from the earlier
+    /// starts' by it. A remote cluster's servers assign the engine's ids themselves.
+    fn id_generation(&self) -> u64 {
+        0
+    }
 }
 
 impl Target for Cluster {
     fn submit(&self, home: NodeId, req: TxnRequest) {
         Cluster::submit(self, home, req)
+    }
+
+    fn id_generation(&self) -> u64 {
+        self.ctx().generation()
     }
 
     fn traffic(&self) -> Vec<(u64, u64)> {

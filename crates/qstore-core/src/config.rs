@@ -21,6 +21,7 @@ pub struct RunConfig {
     pub net: NetConfig,
     pub server: ServerConfig,
     pub replication: ReplicationConfig,
+    pub durability: DurabilityConfig,
 }
 
 impl Default for RunConfig {
@@ -34,6 +35,7 @@ impl Default for RunConfig {
             net: NetConfig::default(),
             server: ServerConfig::default(),
             replication: ReplicationConfig::default(),
+            durability: DurabilityConfig::default(),
         }
     }
 }
@@ -149,6 +151,11 @@ pub struct NodeAddress {
     pub peer: String,
     /// For clients, e.g. "127.0.0.1:7200".
     pub client: String,
+    /// The server's data directory (see [`DurabilityConfig`]); "" = the one
+    /// `durability.data_dir` gives it, if any. A relative path is relative to the cluster
+    /// file.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub data_dir: String,
 }
 
 impl Default for ClusterConfig {
@@ -961,6 +968,47 @@ impl ReplicationConfig {
     }
 }
 
+/// When a server's log calls `fdatasync` (see the README's durability section for exactly
+/// what each promises).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Fsync {
+    /// A transaction is answered only once its log record is on disk: it survives a crash
+    /// of the process and of the machine. Records written meanwhile share one sync.
+    Always,
+    /// Records are written to the operating system before the answer and synced every few
+    /// milliseconds: a process crash loses nothing, a power failure the last moments.
+    Batch,
+    /// Records are written to the operating system before the answer and never synced by
+    /// qstore: a process crash loses nothing, a power failure may lose anything recent.
+    Never,
+}
+
+/// Durability: where each server keeps its log, and how hard it writes. Without a data
+/// directory a server keeps everything in memory and a crash loses it.
+///
+/// With one, the deterministic protocols (qstore, calvin) log their input: every planned
+/// batch or sequenced epoch goes through its replica group's raft log (a group of one
+/// server without replication), kept on disk; a restarted server replays it.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct DurabilityConfig {
+    /// A directory holding one data directory per server, `server-S` for server S ("" = in
+    /// memory, unless the cluster file names a server's own). A relative path is relative
+    /// to the directory the process started in.
+    pub data_dir: String,
+    pub fsync: Fsync,
+}
+
+impl Default for DurabilityConfig {
+    fn default() -> Self {
+        DurabilityConfig {
+            data_dir: String::new(),
+            fsync: Fsync::Always,
+        }
+    }
+}
+
 /// Injected network delay (every message between nodes) and loss (in-process only).
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
@@ -1007,6 +1055,24 @@ impl RunConfig {
         toml::to_string_pretty(self).expect("the configuration always serializes")
     }
 
+    /// Server `server`'s data directory: its own in the cluster file, or `server-S` under
+    /// `durability.data_dir`; `None` when it keeps everything in memory.
+    pub fn data_dir_of(&self, server: u32) -> Option<std::path::PathBuf> {
+        let own = self.cluster.addresses.get(server as usize);
+        match own.map(|a| a.data_dir.as_str()) {
+            Some(dir) if !dir.is_empty() => Some(dir.into()),
+            _ if self.durability.data_dir.is_empty() => None,
+            _ => Some(
+                std::path::Path::new(&self.durability.data_dir).join(format!("server-{server}")),
+            ),
+        }
+    }
+
+    /// Whether any server keeps a data directory.
+    pub fn is_durable(&self) -> bool {
+        (0..self.servers()).any(|s| self.data_dir_of(s).is_some())
+    }
+
     /// Servers of the cluster: every copy of every partition (`cluster.nodes` x
     /// `replication.factor`).
     pub fn servers(&self) -> u32 {
@@ -1019,6 +1085,27 @@ impl RunConfig {
         &self,
     ) -> Result<Vec<(std::net::SocketAddr, std::net::SocketAddr)>, ConfigError> {
         self.cluster.socket_addresses(self.servers())
+    }
+
+    fn validate_durability(&self) -> Result<(), ConfigError> {
+        if !self.is_durable() {
+            return Ok(());
+        }
+        let setting = "durability.data_dir";
+        check(
+            matches!(self.protocol.name.as_str(), "qstore" | "calvin"),
+            setting,
+            &self.durability.data_dir,
+            "only the deterministic protocols (qstore, calvin) keep a log on disk so far; \
+             the interactive protocols' write-ahead log is not built: leave the data \
+             directory out, or use --protocol qstore or calvin",
+        )?;
+        check(
+            self.replication.layer == ReplicationLayer::Raft,
+            setting,
+            &self.durability.data_dir,
+            "ZooKeeper keeps its own log: a data directory goes with --replication-layer raft",
+        )
     }
 
     /// Checks every value against its allowed range. Names (protocol, workload) are checked
@@ -1044,6 +1131,7 @@ impl RunConfig {
             "must be between 0 and 3600 seconds",
         )?;
         self.replication.validate(&self.protocol.name)?;
+        self.validate_durability()?;
         if c.is_distributed() {
             c.socket_addresses(self.servers())?;
         }
@@ -1706,6 +1794,7 @@ mod tests {
         let address = |i: u32| NodeAddress {
             peer: format!("127.0.0.1:{}", 7100 + i),
             client: format!("127.0.0.1:{}", 7200 + i),
+            data_dir: String::new(),
         };
         c.cluster.addresses = (0..2).map(address).collect();
         let e = c.validate().unwrap_err();
@@ -1728,10 +1817,12 @@ mod tests {
                 NodeAddress {
                     peer: a[0].into(),
                     client: a[1].into(),
+                    data_dir: String::new(),
                 },
                 NodeAddress {
                     peer: a[2].into(),
                     client: a[3].into(),
+                    data_dir: String::new(),
                 },
             ];
             c

@@ -1,5 +1,6 @@
 //! An embedded cluster: every node of a cluster in one process.
 
+use crate::data_dir::DataDir;
 use crate::history::HistoryRecorder;
 use crate::protocol::{self, Engine, TxnRequest};
 use crossbeam_channel::Sender;
@@ -58,12 +59,28 @@ pub struct EngineCtx {
     /// When the run records its history: by cluster instance hosted here, the history of
     /// what it ran (every instance runs every committed transaction).
     pub histories: Vec<Arc<HistoryRecorder>>,
+    /// By server id: the data directory of a server hosted here that keeps one.
+    pub data_dirs: Vec<Option<DataDir>>,
 }
 
 impl EngineCtx {
     /// Partitions of the database: the nodes of one cluster instance.
     pub fn nodes(&self) -> u32 {
         self.cfg.cluster.nodes
+    }
+
+    /// Whether the protocol's input goes through its replica groups' logs: with copies to
+    /// keep, or a data directory to log to (a group of one server then).
+    pub fn logged(&self) -> bool {
+        self.placement.replicas() > 1 || self.cfg.is_durable()
+    }
+
+    /// How many times the servers hosted here started with their data directories before
+    /// (0 without): transaction ids carry it, so that those of this start differ from the
+    /// ones a recovered log holds. It wraps after [`MAX_GENERATIONS`] starts.
+    pub fn generation(&self) -> u64 {
+        let starts = self.data_dirs.iter().flatten().map(DataDir::earlier_starts);
+        starts.max().unwrap_or(0) % MAX_GENERATIONS
     }
 
     /// Servers of the cluster: every copy of every partition.
@@ -198,6 +215,7 @@ impl Cluster {
         let mut cfg = cfg;
         cfg.cluster.resolve_workers(local.len() as u32);
         let partitions = load_partitions(&placement, &local, &catalog, load)?;
+        let data_dirs = open_data_dirs(&cfg, &partitions)?;
         let load_time = started.elapsed();
         // One recorder per cluster instance hosted here: each records what it runs.
         let instances = match hosting {
@@ -222,7 +240,14 @@ impl Cluster {
             partitions,
             hosting,
             cfg,
+            data_dirs,
         });
+        if ctx.generation() + 1 == MAX_GENERATIONS {
+            tracing::warn!(
+                "the data directories have seen {MAX_GENERATIONS} starts: transaction ids of the \
+                 next start repeat those of the first"
+            );
+        }
         let engine = start(ctx.clone())?;
         Ok(Cluster {
             ctx,
@@ -283,6 +308,24 @@ impl StoppedCluster {
     pub fn ctx(&self) -> &EngineCtx {
         &self.ctx
     }
+}
+
+/// Starts whose transaction ids differ (see [`EngineCtx::generation`]).
+pub const MAX_GENERATIONS: u64 = 128;
+
+/// Opens the data directory of every server hosted here (its partition just loaded, by
+/// server id) that keeps one.
+fn open_data_dirs(
+    cfg: &RunConfig,
+    partitions: &[Option<Arc<PartitionStore>>],
+) -> Result<Vec<Option<DataDir>>, QError> {
+    let open = |(s, p): (usize, &Option<Arc<PartitionStore>>)| {
+        let (Some(p), Some(path)) = (p, cfg.data_dir_of(s as u32)) else {
+            return Ok(None);
+        };
+        DataDir::open(&path, cfg, s as u32, p.content_hash()).map(Some)
+    };
+    partitions.iter().enumerate().map(open).collect()
 }
 
 /// Creates and loads the partition copies of the nodes in `local`, several at a time (one

@@ -3,6 +3,7 @@
 //! [`Cluster::submit`]; answers come back on the reply channel of each request.
 
 pub mod cluster;
+pub mod data_dir;
 pub mod exec;
 pub mod history;
 pub mod net;

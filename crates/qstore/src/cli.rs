@@ -4,12 +4,12 @@ use crate::sizing;
 use clap::{Args, Parser, Subcommand};
 use qstore_bench::{Progress, RunOptions};
 use qstore_core::config::{
-    CalvinLocks, Isolation, Partitioning, QStoreMode, ReplicationCompression, ReplicationLayer,
-    ReplicationMode, TpccMix,
+    CalvinLocks, Fsync, Isolation, Partitioning, QStoreMode, ReplicationCompression,
+    ReplicationLayer, ReplicationMode, TpccMix,
 };
 use qstore_core::{QError, RunConfig};
 use std::io::{IsTerminal, Write};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 /// Exit code of invalid input (bad flags, bad configuration values).
@@ -292,6 +292,17 @@ struct RunArgs {
     /// (default 127.0.0.1:2181).
     #[arg(long, value_name = "HOST:PORT", help_heading = "Replication")]
     zookeeper: Option<String>,
+    /// Durability: keep each server's log on disk, in DIR/server-S for server S, and recover
+    /// from it on start (qstore and calvin; the embedded cluster keeps everything in memory
+    /// without it). A directory of another cluster or server is refused.
+    #[arg(long, value_name = "DIR", help_heading = "Durability")]
+    data_dir: Option<PathBuf>,
+    /// Durability: when the log is synced to disk: always (default; a transaction is answered
+    /// once its record is on disk, records written meanwhile share one sync), batch (synced
+    /// every 10 ms: a power failure loses the last moments) or never (left to the operating
+    /// system: survives a crash of the process, not of the machine).
+    #[arg(long, value_parser = parse_fsync, help_heading = "Durability")]
+    fsync: Option<Fsync>,
     /// Calvin: lock manager of the schedulers: lock-table (default) or vll.
     #[arg(long, value_parser = parse_calvin_locks, help_heading = "Calvin")]
     calvin_locks: Option<CalvinLocks>,
@@ -542,6 +553,17 @@ fn parse_replication_compression(s: &str) -> Result<ReplicationCompression, Stri
     }
 }
 
+fn parse_fsync(s: &str) -> Result<Fsync, String> {
+    match s {
+        "always" => Ok(Fsync::Always),
+        "batch" => Ok(Fsync::Batch),
+        "never" => Ok(Fsync::Never),
+        _ => Err(format!(
+            "{s:?} is not an fsync policy; use always, batch or never"
+        )),
+    }
+}
+
 fn parse_replication_layer(s: &str) -> Result<ReplicationLayer, String> {
     match s {
         "raft" => Ok(ReplicationLayer::Raft),
@@ -568,6 +590,14 @@ fn parse_partitioning(s: &str) -> Result<Partitioning, String> {
         "hash" => Ok(Partitioning::Hash),
         _ => Err(format!("{s:?} is not a partitioning; use range or hash")),
     }
+}
+
+/// `dir` made absolute (against the directory the process started in), as a string for the
+/// configuration: a cluster file names the same directory whatever the reader's directory.
+fn absolute(dir: &Path) -> Result<String, String> {
+    std::path::absolute(dir)
+        .map(|p| p.to_string_lossy().into_owned())
+        .map_err(|e| format!("--data-dir {}: {e}", dir.display()))
 }
 
 /// Sets `target` to `value` if the flag was given.
@@ -618,6 +648,10 @@ impl RunArgs {
         if let Some(p) = self.replication_point {
             c.replication.point = Some(p);
         }
+        if let Some(dir) = &self.data_dir {
+            c.durability.data_dir = absolute(dir)?;
+        }
+        set(&mut c.durability.fsync, self.fsync);
         set(&mut c.net.delay_us, self.delay_us);
         set(&mut c.net.jitter_us, self.jitter_us);
         set(&mut c.net.drop_fraction, self.drop_fraction);

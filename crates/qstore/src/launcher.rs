@@ -175,6 +175,7 @@ fn with_local_addresses(mut cfg: RunConfig) -> Result<RunConfig, String> {
         .map(|p| NodeAddress {
             peer: format!("127.0.0.1:{}", p[0]),
             client: format!("127.0.0.1:{}", p[1]),
+            data_dir: String::new(),
         })
         .collect();
     if cfg.cluster.cluster_id == 0 {

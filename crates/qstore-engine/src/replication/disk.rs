@@ -55,14 +55,20 @@ impl DiskLog {
     /// Opens the log in `dir`: a new one for a group whose members are `voters` (raft ids),
     /// or the one a member left there, recovered (a torn tail cut; damage elsewhere is an
     /// error that names the file and offset).
-    pub fn open(dir: &Path, voters: Vec<u64>) -> Result<DiskLog, QError> {
-        Self::open_with(dir, voters, SEGMENT_BYTES)
+    /// Writes are on disk before they return as `fsync` says.
+    pub fn open(dir: &Path, voters: Vec<u64>, fsync: FsyncPolicy) -> Result<DiskLog, QError> {
+        Self::open_with(dir, voters, fsync, SEGMENT_BYTES)
     }
 
     /// [`DiskLog::open`] with segment files of `segment_bytes`.
-    fn open_with(dir: &Path, voters: Vec<u64>, segment_bytes: u64) -> Result<DiskLog, QError> {
+    fn open_with(
+        dir: &Path,
+        voters: Vec<u64>,
+        fsync: FsyncPolicy,
+        segment_bytes: u64,
+    ) -> Result<DiskLog, QError> {
         let opts = LogOptions {
-            fsync: FsyncPolicy::Always,
+            fsync,
             segment_bytes,
             ..LogOptions::default()
         };
@@ -211,6 +217,10 @@ fn compact(mem: &MemStorage, base: &mut (u64, u64), upto: u64) -> raft::Result<(
 storage_from_memory!(DiskLog, mem);
 
 impl LogStore for DiskLog {
+    fn replayed_on_restart(&self) -> bool {
+        true
+    }
+
     fn append(&mut self, entries: &[Entry]) -> raft::Result<()> {
         self.write(ENTRIES, &encode_entries(entries))?;
         self.mem.wl().append(entries)
@@ -341,7 +351,7 @@ mod tests {
     fn a_reopened_log_has_its_entries_vote_and_commit() {
         let d = dir("reopen");
         {
-            let mut log = DiskLog::open(&d, vec![1, 2, 3]).unwrap();
+            let mut log = DiskLog::open(&d, vec![1, 2, 3], FsyncPolicy::Always).unwrap();
             log.append(&(1..=10).map(|i| entry(i, 1)).collect::<Vec<_>>())
                 .unwrap();
             // A new leader's entries replace a conflicting suffix.
@@ -354,7 +364,7 @@ mod tests {
             log.set_hard_state(hs).unwrap();
             log.set_commit(7).unwrap();
         }
-        let log = DiskLog::open(&d, vec![9]).unwrap();
+        let log = DiskLog::open(&d, vec![9], FsyncPolicy::Always).unwrap();
         let state = log.initial_state().unwrap();
         assert_eq!(
             state.conf_state.voters,
@@ -382,7 +392,7 @@ mod tests {
         let n = 3 * CHECKPOINT_EVERY;
         let segment = 64 << 10;
         {
-            let mut log = DiskLog::open_with(&d, vec![1], segment).unwrap();
+            let mut log = DiskLog::open_with(&d, vec![1], FsyncPolicy::Always, segment).unwrap();
             for i in 1..=n {
                 log.append(&[entry(i, 1)]).unwrap();
                 log.set_commit(i).unwrap();
@@ -391,7 +401,7 @@ mod tests {
                 }
             }
         }
-        let log = DiskLog::open_with(&d, vec![1], segment).unwrap();
+        let log = DiskLog::open_with(&d, vec![1], FsyncPolicy::Always, segment).unwrap();
         assert_eq!(log.first_index().unwrap(), n - 16);
         assert_eq!(log.last_index().unwrap(), n);
         assert_eq!(

@@ -23,6 +23,11 @@ pub trait LogStore: Storage + Send + 'static {
     fn apply_snapshot(&mut self, snapshot: Snapshot) -> raft::Result<()>;
     /// Forgets the entries before index `upto` (applied here, and not needed by any member).
     fn compact(&mut self, upto: u64) -> raft::Result<()>;
+    /// Whether a member that restarts rebuilds its partition by replaying this log from its
+    /// start, so that no entry may be forgotten (until partitions have checkpoints).
+    fn replayed_on_restart(&self) -> bool {
+        false
+    }
 }
 
 /// Entries in memory, lost with the process (the durability issue brings the disk log).

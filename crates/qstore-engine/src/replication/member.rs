@@ -28,8 +28,11 @@ const SILENT_SLACK: u64 = 8192;
 /// What the protocol does with its group's log.
 pub trait Applier: Send + Sync + 'static {
     /// An entry committed in the log, in log order, on every member. `proposer` is the member
-    /// that proposed it (a leader may act on its proposals before they commit).
-    fn committed(&self, proposer: NodeId, data: &[u8]);
+    /// that proposed it; `proposed_here` says whether this member did, since its process
+    /// started (a leader may act on its proposals before they commit). An entry a restarted
+    /// member replays from its data directory was not proposed here, whoever proposed it:
+    /// nothing of what its proposer did survived the restart.
+    fn committed(&self, proposer: NodeId, proposed_here: bool, data: &[u8]);
     /// The member learnt who leads the group now (`None`: an election is under way).
     fn leader_changed(&self, leader: Option<NodeId>);
     /// Asked of a leading member at every tick: whether it should hand the leadership to
@@ -116,6 +119,10 @@ impl GroupMember {
             .validate()
             .map_err(|e| QError::Other(format!("replication settings: {e}")))?;
         let logger = slog::Logger::root(TracingDrain, slog::o!("node" => me.0));
+        let recovered_term = raft::Storage::initial_state(&log)
+            .map_err(|e| QError::Other(format!("node {me}: cannot read its group log: {e}")))?
+            .hard_state
+            .term;
         let mut raw = RawNode::new(&config, log, &logger)
             .map_err(|e| QError::Other(format!("node {me}: cannot start its raft member: {e}")))?;
         if campaign {
@@ -140,6 +147,7 @@ impl GroupMember {
             settled: settled.clone(),
             tick: Duration::from_millis(cfg.tick_ms as u64),
             leader: None,
+            recovered_term,
         };
         let thread = std::thread::Builder::new()
             .name(format!("r{}", me.0))
@@ -237,6 +245,10 @@ struct Driver<L: LogStore> {
     stepping_aside: Option<(NodeId, u32)>,
     tick: Duration,
     leader: Option<NodeId>,
+    /// The term the member's log was in when its process started: entries of that term or
+    /// before were proposed by an earlier process (a member leads only after an election,
+    /// in a later term).
+    recovered_term: u64,
 }
 
 impl<L: LogStore> Driver<L> {
@@ -487,7 +499,10 @@ impl<L: LogStore> Driver<L> {
                 continue;
             };
             match codec::unpack(codec, &e.data, MAX_RAFT_MESSAGE) {
-                Ok(data) => self.applier.committed(proposer, &data),
+                Ok(data) => {
+                    let here = proposer == self.me && e.term > self.recovered_term;
+                    self.applier.committed(proposer, here, &data)
+                }
                 Err(why) => tracing::error!("node {}: an unreadable log entry: {why}", self.me),
             }
         }
@@ -501,6 +516,9 @@ impl<L: LogStore> Driver<L> {
     /// behind the compacted log, it is sent a snapshot, and its protocol is told
     /// (`Applier::fell_behind`).
     fn compact(&mut self) {
+        if self.raw.store().replayed_on_restart() {
+            return;
+        }
         let raft = &self.raw.raft;
         let mut upto = raft.raft_log.applied;
         if raft.state == StateRole::Leader {
@@ -565,6 +583,7 @@ impl slog::Drain for TracingDrain {
 mod tests {
     use super::*;
     use crate::replication::{DiskLog, MemLog};
+    use qstore_log::FsyncPolicy;
     use std::sync::OnceLock;
 
     /// Records what a member applied.
@@ -574,7 +593,7 @@ mod tests {
     }
 
     impl Applier for Log {
-        fn committed(&self, proposer: NodeId, data: &[u8]) {
+        fn committed(&self, proposer: NodeId, _: bool, data: &[u8]) {
             self.entries.lock().push((proposer, data.to_vec()));
         }
         fn leader_changed(&self, _: Option<NodeId>) {}
@@ -738,7 +757,9 @@ mod tests {
     fn a_group_on_disk_logs_restarts_with_what_it_committed() {
         let base = std::env::temp_dir().join(format!("qstore-group-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&base);
-        let open = |voters, n: u32| DiskLog::open(&base.join(format!("m{n}")), voters).unwrap();
+        let open = |voters, n: u32| {
+            DiskLog::open(&base.join(format!("m{n}")), voters, FsyncPolicy::Always).unwrap()
+        };
         let p0 = qstore_core::PartitionId(0);
         let (placement, members, logs) = group_on(open);
         wait_for("a leader", || placement.leader(p0).is_some());

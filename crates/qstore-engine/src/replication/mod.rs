@@ -4,8 +4,10 @@
 //! of every committed entry on every member ([`member::Applier`]); raft's messages travel in
 //! the protocol's own messages over the protocol's transport.
 //!
-//! The log sits behind [`log::LogStore`], kept in memory for now; its entries may be
-//! compressed ([`codec`]).
+//! The log sits behind [`log::LogStore`]: in memory ([`MemLog`]), or, for a server with a
+//! data directory, on disk ([`DiskLog`]), which is then also the deterministic protocols'
+//! command log (a server without copies runs a group of one); its entries may be compressed
+//! ([`codec`]).
 
 pub mod codec;
 pub mod dedup;
@@ -22,10 +24,13 @@ pub use member::{Applier, GroupMember, Outbox};
 pub use stall::StallWatch;
 
 use crate::cluster::EngineCtx;
+use crate::data_dir::DataDir;
 use crate::protocol::{reply, TxnRequest};
+use qstore_core::config::Fsync;
 use qstore_core::placement::Placement;
 use qstore_core::txn::TxnOutcome;
 use qstore_core::{NodeId, PartitionId, QError};
+use qstore_log::FsyncPolicy;
 use serde::{Deserialize, Serialize};
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
@@ -147,19 +152,30 @@ pub(crate) fn join_groups(
         }
     };
     for (me, applier, seat) in &local {
-        let voters = placement.group(placement.partition_of(*me));
-        let log = MemLog::new(voters.map(|n| n.0 as u64 + 1).collect());
+        let voters: Vec<u64> = placement
+            .group(placement.partition_of(*me))
+            .map(|n| n.0 as u64 + 1)
+            .collect();
         let campaign = placement.instance_of(*me) == 0;
         let cfg = &ctx.cfg.replication;
-        let started = GroupMember::start(
-            *me,
-            placement.clone(),
-            cfg,
-            log,
-            outbox(*me),
-            applier.clone(),
-            campaign,
-        );
+        // A macro, not a closure: the two logs are different types.
+        macro_rules! start {
+            ($log:expr) => {
+                GroupMember::start(
+                    *me,
+                    placement.clone(),
+                    cfg,
+                    $log,
+                    outbox(*me),
+                    applier.clone(),
+                    campaign,
+                )
+            };
+        }
+        let started = match &ctx.data_dirs[me.index()] {
+            None => start!(MemLog::new(voters)),
+            Some(dir) => open_disk_log(ctx, *me, dir, voters).and_then(|log| start!(log)),
+        };
         match started {
             Ok(m) => {
                 let _ = seat.set(m.into());
@@ -189,6 +205,24 @@ pub(crate) fn join_groups(
         std::thread::sleep(Duration::from_millis(1));
     }
     Ok(())
+}
+
+/// Opens server `me`'s group log in its data directory.
+fn open_disk_log(
+    ctx: &EngineCtx,
+    me: NodeId,
+    dir: &DataDir,
+    voters: Vec<u64>,
+) -> Result<DiskLog, QError> {
+    if dir.existed() {
+        tracing::info!("node {me}: recovering from {}", dir.path().display());
+    }
+    let fsync = match ctx.cfg.durability.fsync {
+        Fsync::Always => FsyncPolicy::Always,
+        Fsync::Batch => FsyncPolicy::Batch,
+        Fsync::Never => FsyncPolicy::Never,
+    };
+    DiskLog::open(&dir.group_log(), voters, fsync)
 }
 
 /// Where a transaction submitted for partition `home` goes: without replication, server

@@ -798,7 +798,9 @@ impl Reader {
             return;
         };
         match codec::unpack(entry.codec, &entry.payload, MAX_ENTRY) {
-            Ok(data) => self.applier.committed(entry.proposer, &data),
+            Ok(data) => self
+                .applier
+                .committed(entry.proposer, entry.proposer == me, &data),
             Err(why) => tracing::error!(
                 "node {me}: the entry of {log} from e-{:010} to e-{n:010} skipped: {why}",
                 entry.first
@@ -1055,7 +1057,7 @@ mod tests {
     }
 
     impl Applier for Log {
-        fn committed(&self, proposer: NodeId, data: &[u8]) {
+        fn committed(&self, proposer: NodeId, _: bool, data: &[u8]) {
             self.entries.lock().push((proposer, data.to_vec()));
         }
         fn leader_changed(&self, leader: Option<NodeId>) {

@@ -35,6 +35,8 @@ pub const MAX_ANSWER_FRAME: usize = 1 << 30;
 /// for up to 2047 nodes and 2^37 transactions per node, within the 48 bits a row version
 /// keeps of its writer.
 const NODE_ID_SHIFT: u32 = 37;
+// The top 7 bits of the per-node counter number the start (see `EngineCtx::generation`).
+const _: () = assert!(crate::cluster::MAX_GENERATIONS == 1 << 7);
 
 /// Which peers of this node are unreachable, as the transport reports them, and whether one
 /// came back as a new process that lost its data (after which this node takes nothing new).
@@ -261,13 +263,15 @@ impl ClientEndpoint {
     ) -> std::io::Result<Self> {
         let addr = listener.local_addr()?;
         listener.set_nonblocking(true)?;
+        // Past the ids of earlier starts, which a recovered log holds.
+        let first_id = cluster.ctx().generation() << (NODE_ID_SHIFT - 7);
         let shared = Arc::new(Shared {
             cluster,
             tally,
             me,
             health,
             secret,
-            next_id: AtomicU64::new(0),
+            next_id: AtomicU64::new(first_id),
             open: AtomicUsize::new(0),
             stop: AtomicBool::new(false),
             limits,

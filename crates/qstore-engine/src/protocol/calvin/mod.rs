@@ -114,7 +114,7 @@ pub fn start(ctx: Arc<EngineCtx>) -> Result<Box<dyn Engine>, QError> {
         threads: Mutex::new(threads),
         placement: ctx.placement.clone(),
     };
-    if ctx.placement.replicas() > 1 {
+    if ctx.logged() {
         let joined = match ctx.cfg.replication.layer {
             ReplicationLayer::Raft => calvin.join_groups(&ctx),
             ReplicationLayer::Zookeeper => calvin.join_zookeeper(&ctx),

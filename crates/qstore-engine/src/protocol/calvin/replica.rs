@@ -254,7 +254,7 @@ pub(super) fn lead(node: &CalvinNode, queue: &mut Receiver<Admitted>, epoch_clos
 }
 
 impl Applier for CalvinNode {
-    fn committed(&self, proposer: NodeId, data: &[u8]) {
+    fn committed(&self, _: NodeId, proposed_here: bool, data: &[u8]) {
         let entry = match LoggedEpoch::decode(data) {
             Ok(e) => e,
             Err(why) => return tracing::error!("node {}: {why}", self.id),
@@ -273,7 +273,7 @@ impl Applier for CalvinNode {
         let leader = self.ctx.placement.leader(PartitionId(self.part));
         let own = self
             .group
-            .settle_proposals(proposer == self.id, (entry.term, e), leader);
+            .settle_proposals(proposed_here, (entry.term, e), leader);
         let mut epoch = Epoch::new(self.ctx.nodes());
         let same = own.len() == entry.txns.len()
             && own.iter().zip(&entry.txns).all(|(a, t)| a.req.id == t.id);

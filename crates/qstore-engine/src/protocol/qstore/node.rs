@@ -127,7 +127,7 @@ pub fn start(ctx: Arc<EngineCtx>) -> Result<Box<dyn Engine>, QError> {
         threads: Mutex::new(threads),
         placement: ctx.placement.clone(),
     };
-    if ctx.placement.replicas() > 1 {
+    if ctx.logged() {
         qstore.join_groups(&ctx)?;
     }
     Ok(Box::new(qstore))
@@ -439,9 +439,9 @@ impl QNode {
         let ranks = planners_per_node * ctx.nodes();
         // Which transactions a speculative abort cascades to depends on timing (whether a
         // reader ran before or after the abort rolled back what it read), so two instances
-        // would decide differently: replicated, transactions that may abort run
-        // conservatively, whose fates depend on the data alone.
-        let speculative = q.mode == QStoreMode::Speculative && ctx.placement.replicas() == 1;
+        // would decide differently (and a replay after a restart too): logged, transactions
+        // that may abort run conservatively, whose fates depend on the data alone.
+        let speculative = q.mode == QStoreMode::Speculative && !ctx.logged();
         QNode {
             id,
             part: NodeId(ctx.placement.partition_of(id).0),
@@ -449,10 +449,10 @@ impl QNode {
             dedup: Mutex::new(Dedup::default()),
             stale: AtomicBool::new(false),
             watch: StallWatch::new(Duration::from_millis(ctx.cfg.replication.stall_ms as u64)),
-            synchronous: ctx.placement.replicas() > 1
+            synchronous: ctx.logged()
                 && (ctx.cfg.replication.mode == ReplicationMode::Synchronous
                     || ctx.cfg.replication.point == Some(1)),
-            replicate_inputs: ctx.placement.replicas() > 1 && ctx.cfg.replication.point == Some(1),
+            replicate_inputs: ctx.logged() && ctx.cfg.replication.point == Some(1),
             awaiting_log: Mutex::default(),
             net,
             planners,
@@ -591,6 +591,14 @@ impl QNode {
         }
     }
 
+    /// Whether this node was elected its group's leader but may not plan yet: it has not
+    /// applied every entry of earlier terms.
+    fn catching_up(&self) -> bool {
+        self.ctx.placement.leader(self.part_id()) == Some(self.id)
+            && !self.stale.load(Ordering::Acquire)
+            && !self.leads()
+    }
+
     /// The answer to a request this node cannot plan: who leads its group, if it knows.
     fn not_leader(&self) -> TxnOutcome {
         let leader = self.ctx.placement.leader(self.part_id());
@@ -727,6 +735,11 @@ impl QNode {
     fn plan_if_due(&self, p: usize, early: bool) -> bool {
         let planner = &*self.planners[p];
         if !self.leads() {
+            if self.catching_up() {
+                // Elected, and still applying what earlier leaders logged (after a restart,
+                // the whole log): its requests wait for it.
+                return false;
+            }
             // A follower's plans come from its group's log; requests that reached it go to
             // the leader.
             for Admitted { req, .. } in planner.queue.try_iter() {
@@ -1763,7 +1776,7 @@ impl QNode {
 
 /// Replication: what a node does with its group's log.
 impl Applier for QNode {
-    fn committed(&self, proposer: NodeId, data: &[u8]) {
+    fn committed(&self, proposer: NodeId, proposed_here: bool, data: &[u8]) {
         let logged = match LoggedBatch::decode(data, self.ctx.nodes() as usize) {
             Ok(b) => b,
             Err(why) => {
@@ -1783,7 +1796,7 @@ impl Applier for QNode {
             // Still a voter of its group, but its instance runs nothing more.
             return;
         }
-        if proposer == self.id {
+        if proposed_here {
             // This member planned it and its instance has it (or, synchronous, gets it now).
             if self.synchronous {
                 let eqs = match logged.plan {
