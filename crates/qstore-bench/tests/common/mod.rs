@@ -1,4 +1,6 @@
 //! What the end-to-end tests of replicated and unreplicated runs share.
+// Each test file that includes this module uses part of it.
+#![allow(dead_code)]
 
 use qstore_bench::verify::{verify, Verification};
 use qstore_bench::{run, RunOptions};
