@@ -9,7 +9,9 @@
 #     that has a distributed mode (bank's and TPC-C's final state checked from the servers'
 #     tallies of their partitions);
 #  4. replicated Q-Store and Calvin over TCP (rf 2 and 3), and a group leader killed with
-#     SIGKILL; Calvin replicated through a real ZooKeeper.
+#     SIGKILL; Calvin replicated through a real ZooKeeper;
+#  5. durability: every server of a cluster with data directories killed with SIGKILL, the
+#     cluster restarted on them, and the recovered history checked with the new one.
 # Needs `adya` on PATH (scripts/setup.sh installs it) and a release build.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -162,6 +164,23 @@ for protocol in qstore calvin; do
   expect_exit 0 "" "adya accepts the $protocol killed-leader run's client history ($(wc -l <"$h") events)" -- \
     adya check -m list-append -c serializable "$h"
 done
+
+echo "== durability: every server killed with SIGKILL mid-run, then the cluster restarted"
+# scripts/crash-loop.sh repeats it with random timing.
+for case in "qstore" "calvin" "qstore --replication-factor 3"; do
+  d="$work/crash-${case// /}"
+  mkdir -p "$d"
+  c=(--protocol $case --workload bank --nodes 3 --data-dir "$d" --cluster-file "$d/cluster.toml" -q)
+  "$QSTORE" cluster "${c[@]}" --duration 30 >"$d/crash.txt" 2>&1 &
+  launch=$!
+  sleep 1.5
+  pkill -9 -f "server --cluster $d/cluster.toml" || true
+  wait "$launch" || true
+  expect_exit 0 "^serial oracle: match" "$case: every server killed at 1.5 s, restarted on its data directories --verify" -- \
+    "$QSTORE" cluster "${c[@]}" --txns 2000 --duration 0 --verify
+done
+expect_exit 2 "belongs to cluster" "a data directory of another cluster is refused" -- \
+  "$QSTORE" server --cluster "$work/crash-qstore/cluster.toml" --node 0 --data-dir "$work/crash-calvin/server-0"
 
 echo "== Calvin replicated through ZooKeeper (a standalone server of Debian's zookeeperd)"
 zk_port=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')

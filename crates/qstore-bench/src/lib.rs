@@ -66,8 +66,8 @@ pub trait Target: Sync {
         None
     }
     /// How many times the cluster started from its data directories before (see
-    /// `EngineCtx::generation`): clients keep their transaction ids apart from the earlier
-    /// starts' by it. A remote cluster's servers assign the engine's ids themselves.
+    /// `EngineCtx::generation`): clients keep their transaction ids and their workload's
+    /// values apart from those of earlier starts, which the recovered logs hold, by it.
     fn id_generation(&self) -> u64 {
         0
     }

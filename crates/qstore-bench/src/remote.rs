@@ -45,6 +45,8 @@ pub struct RemoteCluster {
     routes: Arc<Routes>,
     /// The protocol the servers run (from their welcome).
     pub protocol: String,
+    /// The latest start of the servers' data directories (see `Target::id_generation`).
+    generation: u64,
 }
 
 /// One server's connection.
@@ -127,6 +129,7 @@ impl RemoteCluster {
         let routes = Arc::new(Routes::new(cfg.cluster.nodes, cfg.replication.factor));
         let mut conns = Vec::new();
         let mut protocol = String::new();
+        let mut generation = 0;
         for (i, (_, client)) in addrs.into_iter().enumerate() {
             let node = NodeId(i as u32);
             let (stream, welcome) =
@@ -137,6 +140,7 @@ impl RemoteCluster {
                 catalog,
                 nodes,
                 replicas,
+                generation: g,
             } = welcome
             else {
                 unreachable!("handshake returns a welcome")
@@ -155,12 +159,14 @@ impl RemoteCluster {
                 ));
             }
             protocol = p;
+            generation = generation.max(g);
             conns.push(Conn::start(node, stream, routes.clone())?);
         }
         Ok(RemoteCluster {
             conns,
             routes,
             protocol,
+            generation,
         })
     }
 
@@ -222,6 +228,10 @@ impl Drop for RemoteCluster {
 }
 
 impl Target for RemoteCluster {
+    fn id_generation(&self) -> u64 {
+        self.generation
+    }
+
     /// `home` names a partition; the transaction goes to the server believed to lead it.
     fn submit(&self, home: NodeId, req: TxnRequest) {
         if home.0 >= self.routes.partitions {

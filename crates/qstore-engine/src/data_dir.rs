@@ -5,6 +5,7 @@
 //! server, or of a cluster of another shape (its log would be replayed onto the wrong
 //! partition), and a non-empty directory that is not a data directory at all.
 
+use qstore_core::error::ConfigError;
 use qstore_core::{QError, RunConfig};
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -98,13 +99,22 @@ impl DataDir {
         initial_data: u64,
     ) -> Result<DataDir, QError> {
         let want = Identity::of(cfg, server, initial_data);
+        // A directory that is not this server's is a mistake in the configuration; one
+        // that cannot be read or written is a failure.
         let refuse = |why: String| {
+            QError::Config(ConfigError::new(
+                "durability.data_dir",
+                path.display(),
+                format!("server {server} cannot use this data directory: {why}"),
+            ))
+        };
+        let failed = |why: String| {
             QError::Other(format!(
-                "server {server} cannot use the data directory {}: {why}",
+                "server {server}: the data directory {}: {why}",
                 path.display()
             ))
         };
-        std::fs::create_dir_all(path).map_err(|e| refuse(format!("cannot create it: {e}")))?;
+        std::fs::create_dir_all(path).map_err(|e| failed(format!("cannot create it: {e}")))?;
         let file = path.join(IDENTITY);
         match std::fs::read_to_string(&file) {
             Ok(text) => {
@@ -116,7 +126,7 @@ impl DataDir {
                     ..found
                 };
                 write_durably(path, &file, now.to_text().as_bytes())
-                    .map_err(|e| refuse(format!("cannot write {IDENTITY}: {e}")))?;
+                    .map_err(|e| failed(format!("cannot write {IDENTITY}: {e}")))?;
                 Ok(DataDir {
                     path: path.into(),
                     existed: true,
@@ -125,7 +135,7 @@ impl DataDir {
             }
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
                 let empty = std::fs::read_dir(path)
-                    .map_err(|e| refuse(format!("cannot read it: {e}")))?
+                    .map_err(|e| failed(format!("cannot read it: {e}")))?
                     .next()
                     .is_none();
                 if !empty {
@@ -135,14 +145,14 @@ impl DataDir {
                     )));
                 }
                 write_durably(path, &file, want.to_text().as_bytes())
-                    .map_err(|e| refuse(format!("cannot write {IDENTITY}: {e}")))?;
+                    .map_err(|e| failed(format!("cannot write {IDENTITY}: {e}")))?;
                 Ok(DataDir {
                     path: path.into(),
                     existed: false,
                     earlier_starts: 0,
                 })
             }
-            Err(e) => Err(refuse(format!("cannot read {IDENTITY}: {e}"))),
+            Err(e) => Err(failed(format!("cannot read {IDENTITY}: {e}"))),
         }
     }
 

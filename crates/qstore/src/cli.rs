@@ -152,6 +152,10 @@ struct ServerArgs {
     /// Record this node's part of the engine history, for `qstore client --verify`.
     #[arg(long)]
     record_history: bool,
+    /// This server's data directory (overrides the cluster file's; see `qstore run --help`,
+    /// Durability).
+    #[arg(long, value_name = "DIR")]
+    data_dir: Option<PathBuf>,
 }
 
 #[derive(Args)]
@@ -808,12 +812,18 @@ fn load_config(path: &PathBuf) -> Result<RunConfig, String> {
         .map_err(|e| format!("cannot read configuration file {}: {e}", path.display()))?;
     let mut cfg = RunConfig::from_toml(&text)
         .map_err(|e| format!("configuration file {}: {}", path.display(), e.trim_end()))?;
-    // A relative secret file lives beside the file that names it.
-    let secret = std::path::Path::new(&cfg.cluster.secret_file);
-    if !cfg.cluster.secret_file.is_empty() && secret.is_relative() {
-        if let Some(dir) = path.parent() {
-            cfg.cluster.secret_file = dir.join(secret).to_string_lossy().into_owned();
-        }
+    // A relative secret file or data directory lives beside the file that names it.
+    if let Some(dir) = path.parent() {
+        let beside = |p: &mut String| {
+            if !p.is_empty() && Path::new(p.as_str()).is_relative() {
+                *p = dir.join(p.as_str()).to_string_lossy().into_owned();
+            }
+        };
+        beside(&mut cfg.cluster.secret_file);
+        cfg.cluster
+            .addresses
+            .iter_mut()
+            .for_each(|a| beside(&mut a.data_dir));
     }
     Ok(cfg)
 }
@@ -979,6 +989,13 @@ fn server(args: ServerArgs) -> i32 {
             args.cluster.display(),
             cfg.servers() - 1
         ));
+    }
+    let mut cfg = cfg;
+    if let Some(dir) = &args.data_dir {
+        match absolute(dir) {
+            Ok(dir) => cfg.cluster.addresses[args.node as usize].data_dir = dir,
+            Err(e) => return usage_error(&e),
+        }
     }
     let own_partition = sizing::Loads {
         partitions: 1,

@@ -179,7 +179,10 @@ fn with_local_addresses(mut cfg: RunConfig) -> Result<RunConfig, String> {
         })
         .collect();
     if cfg.cluster.cluster_id == 0 {
-        cfg.cluster.cluster_id = random_cluster_id();
+        cfg.cluster.cluster_id = match cfg.durability.data_dir.as_str() {
+            "" => random_cluster_id(),
+            dir => kept_cluster_id(Path::new(dir))?,
+        };
     }
     cfg.validate().map_err(|e| e.to_string())?;
     Ok(cfg)
@@ -197,6 +200,32 @@ fn pick_ports(count: usize) -> io::Result<Vec<u16>> {
         .iter()
         .map(|l| l.local_addr().map(|a| a.port()))
         .collect()
+}
+
+/// The cluster id of the data directories under `dir`: the one a launch on them chose
+/// first (kept in `dir/cluster-id`), so that their servers recognise their cluster when it
+/// is launched again.
+fn kept_cluster_id(dir: &Path) -> Result<u64, String> {
+    let file = dir.join("cluster-id");
+    let failed = |e: io::Error| format!("the cluster id in {}: {e}", file.display());
+    match std::fs::read_to_string(&file) {
+        Ok(text) => text.trim().parse().map_err(|e| {
+            format!(
+                "{} is damaged ({e}): it should hold the cluster's id",
+                file.display()
+            )
+        }),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => {
+            let id = random_cluster_id();
+            std::fs::create_dir_all(dir).map_err(failed)?;
+            let mut f = std::fs::File::create(&file).map_err(failed)?;
+            writeln!(f, "{id}")
+                .and_then(|()| f.sync_all())
+                .map_err(failed)?;
+            Ok(id)
+        }
+        Err(e) => Err(failed(e)),
+    }
 }
 
 /// A random non-zero cluster id, so that processes of two launches on one machine refuse

@@ -473,6 +473,7 @@ impl IoThread {
             replicas: ctx.placement.replicas(),
             protocol: ctx.cfg.protocol.name.clone(),
             catalog: ctx.catalog.fingerprint(),
+            generation: ctx.generation(),
         }
     }
 

@@ -40,7 +40,7 @@ use std::time::Duration;
 const MAX_HANDSHAKE_FRAME: usize = 4096;
 
 /// Version of the client protocol; a client with another version is refused.
-pub const CLIENT_FORMAT_VERSION: u32 = 6;
+pub const CLIENT_FORMAT_VERSION: u32 = 7;
 
 /// Role labels of the client handshake's proofs.
 pub const SERVER_ROLE: &str = "qstore client-port server";
@@ -103,6 +103,9 @@ pub enum ClientResponse {
         protocol: String,
         /// Of the node's catalog: a client built for another workload is told so.
         catalog: u64,
+        /// How many times the server started from its data directory before (see
+        /// `EngineCtx::generation`): a client numbers its clients past the earlier starts'.
+        generation: u64,
     },
     Refused(String),
     Answer {

@@ -586,7 +586,9 @@ impl QNode {
     /// applied what earlier leaders committed, and its instance is not stale.
     fn leads(&self) -> bool {
         match self.member.get() {
-            None => true,
+            // Not logged: every node plans for itself. Logged: its member is not started yet,
+            // and may be replaying the log already; it leads once elected.
+            None => !self.ctx.logged(),
             Some(m) => m.leading() && !self.stale.load(Ordering::Acquire),
         }
     }
@@ -858,7 +860,10 @@ impl QNode {
             .collect();
         let contexts: Vec<TxnContext> = match self.member.get() {
             Some(_) => {
-                let with_call = self.replicate_inputs || self.history().is_some();
+                // A durable log carries the calls too: a later start that records its
+                // history records the replayed transactions with theirs.
+                let with_call =
+                    self.replicate_inputs || self.history().is_some() || self.ctx.cfg.is_durable();
                 txns.iter().map(|t| t.context(with_call)).collect()
             }
             None => Vec::new(),

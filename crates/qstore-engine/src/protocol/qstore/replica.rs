@@ -63,8 +63,8 @@ pub(super) struct TxnContext {
     /// Accesses in its program: the length of its outputs.
     pub n_accesses: u16,
     pub may_abort: bool,
-    /// Its call: at replication point 1 (every member plans it), or when the run keeps
-    /// histories (every instance records what it runs, so that any instance in service has
+    /// Its call: at replication point 1 (every member plans it), in a durable log, or when
+    /// the run keeps histories (every instance records what it runs, so that any instance in service has
     /// the whole history after a fail-over).
     pub call: Option<std::sync::Arc<qstore_core::txn::ProcCall>>,
 }
