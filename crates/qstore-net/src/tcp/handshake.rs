@@ -397,10 +397,16 @@ pub fn dial_as(
         peer,
         &Incarnations::new(n, &cfg.restart_advice),
     )
-    .map_err(|e| match e {
+    .map_err(as_io_error)
+}
+
+/// A handshake's failure as the I/O error a test or tool sees: a refusal is
+/// `ConnectionRefused` with the reason.
+fn as_io_error(e: HandshakeError) -> io::Error {
+    match e {
         HandshakeError::Failed(e) => e,
         other => io::Error::new(io::ErrorKind::ConnectionRefused, other.to_string()),
-    })
+    }
 }
 
 /// Tests and tools: completes the acceptor's side of a handshake as node `me` with
@@ -424,8 +430,5 @@ pub fn accept_as(
         from,
         &Incarnations::new(nodes, &cfg.restart_advice),
     )
-    .map_err(|e| match e {
-        HandshakeError::Failed(e) => e,
-        other => io::Error::new(io::ErrorKind::ConnectionRefused, other.to_string()),
-    })
+    .map_err(as_io_error)
 }
