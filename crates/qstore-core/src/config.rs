@@ -1068,9 +1068,10 @@ impl RunConfig {
         }
     }
 
-    /// Whether any server keeps a data directory.
+    /// Whether any server keeps a data directory (cheap: asked while planning).
     pub fn is_durable(&self) -> bool {
-        (0..self.servers()).any(|s| self.data_dir_of(s).is_some())
+        !self.durability.data_dir.is_empty()
+            || self.cluster.addresses.iter().any(|a| !a.data_dir.is_empty())
     }
 
     /// Servers of the cluster: every copy of every partition (`cluster.nodes` x
