@@ -1071,7 +1071,11 @@ impl RunConfig {
     /// Whether any server keeps a data directory (cheap: asked while planning).
     pub fn is_durable(&self) -> bool {
         !self.durability.data_dir.is_empty()
-            || self.cluster.addresses.iter().any(|a| !a.data_dir.is_empty())
+            || self
+                .cluster
+                .addresses
+                .iter()
+                .any(|a| !a.data_dir.is_empty())
     }
 
     /// Servers of the cluster: every copy of every partition (`cluster.nodes` x
