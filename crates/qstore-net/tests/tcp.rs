@@ -402,20 +402,28 @@ fn a_node_that_stopped_reading_its_inbox_stops_rather_than_fails() {
     assert_eq!(next_event(&events).kind, PeerEventKind::Stopped);
 }
 
+/// Node 0 of a two-node cluster whose node 1 is played on raw sockets, once both links are
+/// up: the node, its peer events, the connection node 0 dialed (node 1 reads it) and the one
+/// node 1 dialed (node 0 reads it).
+fn node_and_raw_peer() -> (Node, Receiver<PeerEvent>, TcpStream, TcpStream) {
+    let (mut ls, addrs) = listeners(2);
+    let (events_tx, events) = unbounded();
+    let fake_b = ls.pop().unwrap();
+    let a = start(config(0, &addrs, 7), ls.pop().unwrap(), Some(events_tx));
+    let (from_a, _) = fake_b.accept().unwrap();
+    let dialer = accept_as(&from_a, &handshake(7), NodeId(1), 1, 2, WAIT).unwrap();
+    assert_eq!(dialer, NodeId(0));
+    let to_a = raw_peer(addrs[0], 1);
+    assert_eq!(next_event(&events).kind, PeerEventKind::Up);
+    (a, events, from_a, to_a)
+}
+
 /// A peer that stops closes the connections it reads before its goodbye, sent on the one it
 /// writes, has arrived: the node still sees a stop, not a failure, because it waits for the
 /// connection it reads from that peer to end before it judges.
 #[test]
 fn a_goodbye_that_arrives_after_the_other_connection_closed_is_a_stop() {
-    let (mut ls, addrs) = listeners(2);
-    let (events_tx, events) = unbounded();
-    let fake_b = ls.pop().unwrap();
-    let _a = start(config(0, &addrs, 7), ls.pop().unwrap(), Some(events_tx));
-    let (from_a, _) = fake_b.accept().unwrap();
-    let dialer = accept_as(&from_a, &handshake(7), NodeId(1), 1, 2, WAIT).unwrap();
-    assert_eq!(dialer, NodeId(0));
-    let mut to_a = raw_peer(addrs[0], 1);
-    assert_eq!(next_event(&events).kind, PeerEventKind::Up);
+    let (_a, events, from_a, mut to_a) = node_and_raw_peer();
     // Closes the connection node 0 writes to (node 0 notices within its idle check), and only
     // then says goodbye on the one node 0 reads.
     from_a.shutdown(Shutdown::Both).unwrap();
@@ -428,14 +436,7 @@ fn a_goodbye_that_arrives_after_the_other_connection_closed_is_a_stop() {
 /// A peer that crashes closes both connections at once, with no goodbye: a failure.
 #[test]
 fn a_peer_gone_without_a_goodbye_is_down() {
-    let (mut ls, addrs) = listeners(2);
-    let (events_tx, events) = unbounded();
-    let fake_b = ls.pop().unwrap();
-    let _a = start(config(0, &addrs, 7), ls.pop().unwrap(), Some(events_tx));
-    let (from_a, _) = fake_b.accept().unwrap();
-    accept_as(&from_a, &handshake(7), NodeId(1), 1, 2, WAIT).unwrap();
-    let to_a = raw_peer(addrs[0], 1);
-    assert_eq!(next_event(&events).kind, PeerEventKind::Up);
+    let (_a, events, from_a, to_a) = node_and_raw_peer();
     let started = Instant::now();
     to_a.shutdown(Shutdown::Both).unwrap();
     from_a.shutdown(Shutdown::Both).unwrap();
