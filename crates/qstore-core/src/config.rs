@@ -989,7 +989,9 @@ pub enum Fsync {
 ///
 /// With one, the deterministic protocols (qstore, calvin) log their input: every planned
 /// batch or sequenced epoch goes through its replica group's raft log (a group of one
-/// server without replication), kept on disk; a restarted server replays it.
+/// server without replication), kept on disk; a restarted server replays it. The
+/// interactive protocols log their effects (write-ahead logging with two-phase commit); a
+/// restarted server puts back what committed and settles what was in doubt.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct DurabilityConfig {
@@ -1098,12 +1100,11 @@ impl RunConfig {
         }
         let setting = "durability.data_dir";
         check(
-            matches!(self.protocol.name.as_str(), "qstore" | "calvin"),
+            self.protocol.name != "serial",
             setting,
             &self.durability.data_dir,
-            "only the deterministic protocols (qstore, calvin) keep a log on disk so far; \
-             the interactive protocols' write-ahead log is not built: leave the data \
-             directory out, or use --protocol qstore or calvin",
+            "the serial bound measures execution alone and keeps nothing on disk: leave the \
+             data directory out, or choose another protocol",
         )?;
         check(
             self.replication.layer == ReplicationLayer::Raft,

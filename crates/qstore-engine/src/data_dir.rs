@@ -5,8 +5,10 @@
 //! server, or of a cluster of another shape (its log would be replayed onto the wrong
 //! partition), and a non-empty directory that is not a data directory at all.
 
+use qstore_core::config::Fsync;
 use qstore_core::error::ConfigError;
 use qstore_core::{QError, RunConfig};
+use qstore_log::FsyncPolicy;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
@@ -156,6 +158,11 @@ impl DataDir {
         }
     }
 
+    /// Where the write-ahead log of an interactive protocol lives.
+    pub fn wal(&self) -> PathBuf {
+        self.path.join("wal")
+    }
+
     /// Where the log of the replica group the server belongs to lives.
     pub fn group_log(&self) -> PathBuf {
         self.path.join("group-log")
@@ -174,6 +181,15 @@ impl DataDir {
 
     pub fn path(&self) -> &Path {
         &self.path
+    }
+}
+
+/// The sync policy of the server's logs, as `durability.fsync` sets it.
+pub fn fsync_policy(cfg: &RunConfig) -> FsyncPolicy {
+    match cfg.durability.fsync {
+        Fsync::Always => FsyncPolicy::Always,
+        Fsync::Batch => FsyncPolicy::Batch,
+        Fsync::Never => FsyncPolicy::Never,
     }
 }
 

@@ -107,6 +107,16 @@ impl UndoLog {
         self.entries.is_empty()
     }
 
+    /// The records the transaction changed, as (table, key), in the order of its changes (a
+    /// record changed twice appears twice).
+    pub fn changed(&self) -> impl Iterator<Item = (TableId, u64)> + '_ {
+        self.entries.iter().map(|e| match *e {
+            UndoEntry::Update { table, key, .. }
+            | UndoEntry::Insert { table, key, .. }
+            | UndoEntry::Delete { table, key, .. } => (table, key),
+        })
+    }
+
     fn save(&mut self, bytes: &[u8]) -> usize {
         let at = self.arena.len();
         self.arena.extend_from_slice(bytes);
@@ -374,6 +384,11 @@ impl WriteBuffer {
     }
 
     /// The writes, in the order they were first made.
+    pub fn iter(&self) -> impl Iterator<Item = &BufferedWrite> + '_ {
+        self.writes.iter()
+    }
+
+    /// The writes, in the order they were first made, taken out.
     pub fn drain(&mut self) -> impl Iterator<Item = BufferedWrite> + '_ {
         self.writes.drain(..)
     }

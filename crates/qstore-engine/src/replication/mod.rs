@@ -24,13 +24,11 @@ pub use member::{Applier, GroupMember, Outbox};
 pub use stall::StallWatch;
 
 use crate::cluster::EngineCtx;
-use crate::data_dir::DataDir;
+use crate::data_dir::{fsync_policy, DataDir};
 use crate::protocol::{reply, TxnRequest};
-use qstore_core::config::Fsync;
 use qstore_core::placement::Placement;
 use qstore_core::txn::TxnOutcome;
 use qstore_core::{NodeId, PartitionId, QError};
-use qstore_log::FsyncPolicy;
 use serde::{Deserialize, Serialize};
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
@@ -217,12 +215,7 @@ fn open_disk_log(
     if dir.existed() {
         tracing::info!("node {me}: recovering from {}", dir.path().display());
     }
-    let fsync = match ctx.cfg.durability.fsync {
-        Fsync::Always => FsyncPolicy::Always,
-        Fsync::Batch => FsyncPolicy::Batch,
-        Fsync::Never => FsyncPolicy::Never,
-    };
-    DiskLog::open(&dir.group_log(), voters, fsync)
+    DiskLog::open(&dir.group_log(), voters, fsync_policy(&ctx.cfg))
 }
 
 /// Where a transaction submitted for partition `home` goes: without replication, server

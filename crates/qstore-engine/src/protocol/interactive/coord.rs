@@ -60,6 +60,10 @@ pub(super) struct CoordTxn {
     range: Option<TsRange>,
     /// Its phases' time and traffic, if it is one of those measured.
     costs: Option<PhaseCosts>,
+    /// Went through two-phase commit (its participants prepared).
+    prepared: bool,
+    /// Its commit decision is in the log (an end record follows the acknowledgements).
+    logged: bool,
 }
 
 /// What a coordinator decided to do, done after its transaction's lock is released (a
@@ -155,6 +159,8 @@ impl<C: Cc> Node<C> {
             order: 0,
             range: None,
             costs: phases::measured(txn).then(PhaseCosts::start),
+            prepared: false,
+            logged: false,
         };
         let actions = if t.to_reserve.is_empty() {
             self.next_wave(&mut t)
@@ -375,6 +381,7 @@ impl<C: Cc> Node<C> {
             return self.decide_commit(t);
         }
         t.phase = Phase::Preparing;
+        t.prepared = true;
         t.outstanding = t.participants.len();
         t.participants
             .iter_mut()
@@ -419,18 +426,26 @@ impl<C: Cc> Node<C> {
     }
 
     /// The transaction commits: it takes its place in the commit order, and the
-    /// participants that hold changes make them permanent.
+    /// participants that hold changes make them permanent; with a log, once the decision is
+    /// on disk (participants that prepared ask for it after a crash).
     fn decide_commit(&self, t: &mut CoordTxn) -> Vec<Action> {
         t.phase = Phase::Committing;
         t.order = self.cc.commit_order(&t.at).unwrap_or_else(|| self.tick());
         t.outstanding = 0;
-        let mut actions = Vec::new();
         for p in t.participants.iter_mut().filter(|p| p.commits) {
             p.owes = true;
             t.outstanding += 1;
-            actions.push(Action::Send(p.node, Body::Commit { ts: t.at.ts }));
         }
-        actions
+        if t.prepared && t.outstanding > 0 && self.log_decision(t.req.id, t.at.ts) {
+            t.logged = true;
+            return Vec::new();
+        }
+        commits(t)
+    }
+
+    /// A logged decision is on disk: its commits go.
+    pub(super) fn send_commits(&self, txn: TxnId) {
+        self.with_coord(txn, 0, |_, t| commits(t));
     }
 
     pub(super) fn on_commit_ack(&self, from: NodeId, txn: TxnId, received: usize) {
@@ -458,6 +473,9 @@ impl<C: Cc> Node<C> {
 
     /// Answers the client of a finished transaction and records its end.
     fn answer(&self, t: &mut CoordTxn) {
+        if t.logged {
+            self.log_end(t.req.id);
+        }
         if let Some(c) = &mut t.costs {
             let (costs, n) = c.close(t.failure.is_none());
             self.phases.record_with_traffic(&costs[..n]);
@@ -513,6 +531,15 @@ impl<C: Cc> NodeShell for Node<C> {
     fn quiescent(&self) -> bool {
         self.coords.all().all(|s| s.lock().is_empty()) && self.parts_idle()
     }
+}
+
+/// The commit messages of a decided transaction, to the participants that voted yes.
+fn commits(t: &CoordTxn) -> Vec<Action> {
+    t.participants
+        .iter()
+        .filter(|p| p.commits)
+        .map(|p| Action::Send(p.node, Body::Commit { ts: t.at.ts }))
+        .collect()
 }
 
 /// The outputs a group needs from accesses outside it (earlier waves).

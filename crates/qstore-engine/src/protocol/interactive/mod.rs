@@ -34,6 +34,7 @@ mod msg;
 mod part;
 mod phases;
 pub(crate) mod prewrites;
+mod wal;
 
 pub(crate) use deadlock::WaitEdge;
 pub(crate) use msg::{Age, Attempt, TsRange, Vote};
@@ -42,6 +43,7 @@ use self::coord::CoordTxn;
 use self::msg::{Body, GroupEnd, IMsg};
 use self::part::PartShard;
 use crate::cluster::EngineCtx;
+use crate::data_dir::fsync_policy;
 use crate::exec::{RowCopy, RowInstall};
 use crate::net::NodeNet;
 use crate::protocol::shell::shut_down;
@@ -261,11 +263,20 @@ pub(crate) fn start<C: Cc>(
     let NodeNet { transport, inboxes } = crate::net::open::<IMsg>(&ctx)?;
     let mut nodes: Vec<Option<Arc<Node<C>>>> = (0..ctx.nodes()).map(|_| None).collect();
     let mut threads = Vec::new();
-    let workers = ctx.cfg.cluster.workers as usize;
-    for (local, (id, inbox)) in inboxes.into_iter().enumerate() {
+    let mut hosted = Vec::new();
+    let mut recovered = Vec::new();
+    for (id, inbox) in inboxes {
         let cc = make_cc(ctx.server_store(id));
+        let (wal, to_sync) = match &ctx.data_dirs[id.index()] {
+            Some(dir) => {
+                let (wal, rx) = wal::Wal::open(&dir.wal(), fsync_policy(&ctx.cfg))?;
+                (Some(wal), Some(rx))
+            }
+            None => (None, None),
+        };
         let (admission, requests) = bounded(ctx.cfg.protocol.admission_queue as usize);
         let (wake_tx, wakeups) = unbounded();
+        let (durable_tx, durable) = unbounded();
         // Node 0 runs the deadlock detector of protocols that need one.
         let (detector, answers) = if id.0 == 0 && cc.detects_deadlocks() {
             let (tx, rx) = unbounded();
@@ -288,29 +299,52 @@ pub(crate) fn start<C: Cc>(
             stop: AtomicBool::new(false),
             detector,
             phases: StageClock::per_transaction(phases::PHASES),
+            wal,
+            durable_tx,
+            decided: Mutex::default(),
         });
+        let mut r = node.recover()?;
+        *node.decided.lock() = std::mem::take(&mut r.decided);
+        recovered.push(r);
         nodes[id.index()] = Some(node.clone());
-        if let Some(answers) = answers {
-            let n = node.clone();
-            threads.push(
-                std::thread::Builder::new()
-                    .name(format!("{label}-deadlocks"))
-                    .spawn(move || deadlock::detector(n, answers))
-                    .map_err(|e| {
-                        QError::Other(format!("cannot start the deadlock detector: {e}"))
-                    })?,
-            );
-        }
         let queues = Queues {
             wakeups,
+            durable,
             inbox,
             requests,
         };
+        hosted.push((node, queues, answers, to_sync));
+    }
+    // Nothing is served before every transaction in doubt here is settled.
+    let pairs: Vec<_> = hosted
+        .iter()
+        .map(|(n, q, ..)| (n.clone(), q.inbox.clone()))
+        .collect();
+    let stashed = wal::settle_in_doubt(&pairs, recovered)?;
+    let workers = ctx.cfg.cluster.workers as usize;
+    for (local, ((node, queues, answers, syncer), stash)) in
+        hosted.into_iter().zip(stashed).enumerate()
+    {
+        if let Some(answers) = answers {
+            let n = node.clone();
+            threads.push(spawn_named(format!("{label}-deadlocks"), move || {
+                deadlock::detector(n, answers)
+            })?);
+        }
+        if let Some(to_sync) = syncer {
+            let n = node.clone();
+            threads.push(spawn_named(format!("{label}{}-wal", n.id.0), move || {
+                n.sync_loop(to_sync)
+            })?);
+        }
+        for env in stash {
+            node.handle(env.from, env.msg);
+        }
         for w in 0..workers {
             let (n, q) = (node.clone(), queues.clone());
             let pin = ctx.cfg.cluster.pin_threads;
             threads.push(spawn_worker(
-                format!("{label}{}-w{w}", id.0),
+                format!("{label}{}-w{w}", node.id.0),
                 pin,
                 local * workers + w,
                 move || n.work(q),
@@ -355,14 +389,29 @@ impl<C: Cc> Engine for Interactive<C> {
     fn shutdown(&self) {
         let nodes: Vec<&Node<C>> = self.nodes.iter().flatten().map(|n| &**n).collect();
         shut_down(&nodes, &self.threads, QUIESCE_TIMEOUT);
+        for n in nodes {
+            if let Some(wal) = &n.wal {
+                wal.report(n.id);
+            }
+        }
     }
 }
 
+/// Starts a thread of the protocol's own (not a worker).
+fn spawn_named(name: String, f: impl FnOnce() + Send + 'static) -> Result<JoinHandle<()>, QError> {
+    std::thread::Builder::new()
+        .name(name.clone())
+        .spawn(f)
+        .map_err(|e| QError::Other(format!("cannot start thread {name}: {e}")))
+}
+
 /// The queues a worker serves, most urgent first: resumed waits (they hold locks others
-/// wait for), messages from other nodes, then new client transactions.
+/// wait for), work whose log record is on disk (it holds them too), messages from other
+/// nodes, then new client transactions.
 #[derive(Clone)]
 struct Queues {
     wakeups: Receiver<TxnId>,
+    durable: Receiver<wal::Durable>,
     inbox: Receiver<Envelope<IMsg>>,
     requests: Receiver<Admitted>,
 }
@@ -391,6 +440,13 @@ pub(crate) struct Node<C: Cc> {
     detector: Option<Sender<deadlock::Answer>>,
     /// Time and traffic per phase of the transactions coordinated here.
     phases: StageClock,
+    /// With a data directory: the node's write-ahead log.
+    wal: Option<wal::Wal>,
+    /// Where the syncer hands back work whose record is on disk.
+    durable_tx: Sender<wal::Durable>,
+    /// After a restart: the commit decisions of transactions coordinated here before it
+    /// that a participant may still ask about (see `wal`).
+    decided: Mutex<FxHashMap<TxnId, u64>>,
 }
 
 impl<C: Cc> Node<C> {
@@ -398,6 +454,8 @@ impl<C: Cc> Node<C> {
         while !self.stop.load(Ordering::Acquire) {
             if let Ok(txn) = q.wakeups.try_recv() {
                 self.resume(txn);
+            } else if let Ok(d) = q.durable.try_recv() {
+                self.on_durable(d);
             } else if let Ok(env) = q.inbox.try_recv() {
                 self.handle(env.from, env.msg);
             } else if let Ok(Admitted { req, .. }) = q.requests.try_recv() {
@@ -412,6 +470,7 @@ impl<C: Cc> Node<C> {
     fn wait_for_work(&self, q: &Queues) {
         let mut sel = Select::new();
         sel.recv(&q.wakeups);
+        sel.recv(&q.durable);
         sel.recv(&q.inbox);
         sel.recv(&q.requests);
         let _ = sel.ready_timeout(IDLE_WAIT);
@@ -463,6 +522,7 @@ impl<C: Cc> Node<C> {
             Body::WaitsForRequest { round } => self.on_waits_for_request(from, round),
             Body::WaitsFor { round, edges } => self.on_waits_for(round, edges),
             Body::Victim { txn } => self.on_victim(txn),
+            Body::Resolve => self.on_resolve(from, txn),
         }
     }
 

@@ -81,6 +81,11 @@ pub enum Body {
     Victim {
         txn: TxnId,
     },
+
+    // Recovery.
+    /// A participant that restarted with the transaction prepared asks its coordinator for
+    /// the decision; the answer is `Commit` or `Abort`.
+    Resolve,
 }
 
 /// How a group of accesses ended at a participant.

@@ -3,7 +3,7 @@
 
 use super::absent::Refused;
 use super::msg::{Attempt, Body, GroupEnd, Vote};
-use super::{Cc, Execution, Gate, Node, RowAccess};
+use super::{wal, Cc, Execution, Gate, Node, RowAccess};
 use crate::exec::{
     run_access, run_on_copy, BufferedWrite, RowCopy, RowInstall, UndoLog, WriteBuffer,
 };
@@ -90,6 +90,8 @@ pub(super) struct PartTxn<H> {
     read_absent: Vec<(TableId, Key)>,
     trace: TxnTrace,
     wrote: bool,
+    /// Voted yes with its prepare record logged: its outcome is logged too.
+    prepared: bool,
     waiting: Option<Waiting>,
 }
 
@@ -105,6 +107,7 @@ impl<H: Default> PartTxn<H> {
             read_absent: Vec::new(),
             trace: TxnTrace::default(),
             wrote: false,
+            prepared: false,
             waiting: None,
         }
     }
@@ -432,7 +435,8 @@ impl<C: Cc> Node<C> {
         Some(Step::Ran(out))
     }
 
-    /// Phase one: a participant that wrote nothing is done and says so.
+    /// Phase one: a participant that wrote nothing is done and says so; with a log, a yes
+    /// vote waits for its prepare record.
     pub(super) fn on_prepare(&self, coord: NodeId, txn: TxnId) {
         let Some(mut t) = self.take_part(txn) else {
             return self.send(coord, txn, Body::Vote(Vote::ReadOnly));
@@ -443,18 +447,64 @@ impl<C: Cc> Node<C> {
         if vote == Vote::ReadOnly {
             self.finish(txn, t);
         } else {
+            if matches!(vote, Vote::Yes | Vote::YesWithin(_)) && self.wal.is_some() {
+                // SAFETY: a transaction that votes yes holds its grants until the decision.
+                let redo = unsafe { self.redo(&t) };
+                if !redo.is_empty() {
+                    t.prepared = true;
+                    let at = t.at;
+                    // Back in place before the vote can go (and the decision come back).
+                    self.put_part(txn, t);
+                    return self.log_prepare(coord, txn, at, redo, vote);
+                }
+            }
             // A no vote keeps the state too: the abort that follows releases it.
             self.put_part(txn, t);
         }
         self.send(coord, txn, Body::Vote(vote));
     }
 
+    /// The redo of the transaction's changes here (see `wal::redo_of`).
+    ///
+    /// # Safety
+    /// `txn` still holds its grants here.
+    unsafe fn redo(&self, t: &PartTxn<C::Held>) -> Vec<wal::RowImage> {
+        // SAFETY: passed on from the caller.
+        unsafe { wal::redo_of(C::EXECUTION, self.store(), &t.undo, &t.writes) }
+    }
+
+    /// Phase two (or the one phase of a transaction with a single participant) reached this
+    /// participant: its changes become permanent, after its commit record is on disk when
+    /// nothing else logged them.
     pub(super) fn on_commit(&self, txn: TxnId, ts: u64) {
         let Some(mut t) = self.take_part(txn) else {
             return;
         };
         t.at.ts = ts;
         self.cc.commit(txn, &t.at, &mut t.held);
+        if t.prepared {
+            self.log_outcome(txn, Some(ts));
+        } else if self.wal.is_some() {
+            // SAFETY: the transaction holds its grants until `finish`.
+            let redo = unsafe { self.redo(&t) };
+            if !redo.is_empty() {
+                let at = t.at;
+                // Back in place before its record can be on disk (and the commit go on).
+                self.put_part(txn, t);
+                return self.log_commit(txn, at, redo);
+            }
+        }
+        self.finish_and_ack(txn, t);
+    }
+
+    /// A one-phase commit whose record is on disk.
+    pub(super) fn complete_commit(&self, txn: TxnId) {
+        if let Some(t) = self.take_part(txn) {
+            self.finish_and_ack(txn, t);
+        }
+    }
+
+    fn finish_and_ack(&self, txn: TxnId, t: PartTxn<C::Held>) {
         let coord = t.coord;
         self.finish(txn, t);
         self.send(coord, txn, Body::CommitAck);
@@ -503,6 +553,9 @@ impl<C: Cc> Node<C> {
         let Some(mut t) = self.take_part(txn) else {
             return;
         };
+        if t.prepared {
+            self.log_outcome(txn, None);
+        }
         let store = self.store();
         // SAFETY: the transaction's grants here, exclusive on every record it changed, are
         // released only below, after the rollback; none of its accesses is running (its
