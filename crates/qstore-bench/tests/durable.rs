@@ -1,11 +1,18 @@
-//! Durability of the deterministic protocols: a cluster whose servers keep data directories
-//! logs its input, and a cluster started again on them replays it. Each start runs more
-//! transactions; after each, the history holds every transaction of every start (replayed
-//! ones included), is serializable, and replaying it serially gives every copy's hash.
+//! Durability: a cluster whose servers keep data directories logs what it commits, and a
+//! cluster started again on them comes back with it.
+//!
+//! - The deterministic protocols log their input and replay it. Each start runs more
+//!   transactions; after each, the history holds every transaction of every start (replayed
+//!   ones included), is serializable, and replaying it serially gives every copy's hash.
+//! - The interactive protocols log their effects (write-ahead logging with two-phase
+//!   commit). A start comes back with exactly the partitions the last one ended with, and its
+//!   own history (which begins from that state) is serializable.
 
 mod common;
 
 use common::{small, verified};
+use qstore_bench::run;
+use qstore_bench::verify::verify;
 use qstore_core::RunConfig;
 use std::path::PathBuf;
 
@@ -53,6 +60,54 @@ fn replicated_copies_recover_together() {
     let mut cfg = small("qstore", "append");
     cfg.replication.factor = 2;
     restarts(cfg, "qstore-rf2");
+}
+
+/// Runs `cfg` on its data directories: verified, and every transaction committed; returns
+/// the partitions' hashes when it stopped.
+fn verified_hashes(cfg: &RunConfig, case: &str) -> Vec<u64> {
+    let opts = qstore_bench::RunOptions {
+        record_history: true,
+        ..Default::default()
+    };
+    let out = run(cfg, opts).unwrap();
+    assert_eq!(out.report.committed, cfg.client.txns, "{case}");
+    let v = verify(cfg, out.workload.as_ref(), &out.cluster, &out.report).unwrap();
+    assert!(v.passed(), "{case}:\n{v}");
+    out.cluster.partition_hashes()
+}
+
+#[test]
+fn interactive_protocols_come_back_with_what_they_committed() {
+    let protocols = [
+        ("no_wait", "bank"),
+        ("wait_die", "append"),
+        ("dl_detect", "bank"),
+        ("hstore", "append"),
+        ("timestamp", "bank"),
+        ("mvcc", "append"),
+        ("occ", "bank"),
+        ("maat", "append"),
+    ];
+    for (protocol, workload) in protocols {
+        let case = format!("{protocol} {workload}");
+        let dir = data_dir(protocol);
+        let mut cfg = small(protocol, workload);
+        cfg.durability.data_dir = dir.to_string_lossy().into_owned();
+        cfg.client.txns = 300;
+        let first = verified_hashes(&cfg, &case);
+        let second = verified_hashes(&cfg, &case);
+        assert_ne!(first, second, "{case}: the second start changed the data");
+        // A start that only reads shows what recovery brought back.
+        cfg.client.txns = 20;
+        cfg.workload.bank.audit_fraction = 1.0;
+        cfg.workload.append.read_fraction = 1.0;
+        let third = verified_hashes(&cfg, &case);
+        assert_eq!(
+            third, second,
+            "{case}: recovered exactly what was committed"
+        );
+        let _ = std::fs::remove_dir_all(&dir);
+    }
 }
 
 #[test]
