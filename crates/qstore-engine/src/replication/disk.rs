@@ -60,6 +60,11 @@ impl DiskLog {
         Self::open_with(dir, voters, fsync, SEGMENT_BYTES)
     }
 
+    /// A reader of the file log's counters.
+    pub fn stats_reader(&self) -> qstore_log::StatsReader {
+        self.file.stats_reader()
+    }
+
     /// [`DiskLog::open`] with segment files of `segment_bytes`.
     fn open_with(
         dir: &Path,
@@ -72,14 +77,7 @@ impl DiskLog {
             segment_bytes,
             ..LogOptions::default()
         };
-        let file = SegmentLog::open(dir, opts)
-            .map_err(|e| QError::Other(format!("the group log in {}: {e}", dir.display())))?;
-        if let Some(cut) = &file.recovery_report().tail_cut {
-            tracing::warn!(
-                "the group log in {}: a torn tail was cut: {cut:?}",
-                dir.display()
-            );
-        }
+        let file = crate::data_dir::open_log("group log", dir, opts)?;
         let mut log = DiskLog {
             mem: MemStorage::new(),
             base: (0, 0),

@@ -62,8 +62,6 @@ pub(super) struct CoordTxn {
     costs: Option<PhaseCosts>,
     /// Went through two-phase commit (its participants prepared).
     prepared: bool,
-    /// Its commit decision is in the log (an end record follows the acknowledgements).
-    logged: bool,
 }
 
 /// What a coordinator decided to do, done after its transaction's lock is released (a
@@ -160,7 +158,6 @@ impl<C: Cc> Node<C> {
             range: None,
             costs: phases::measured(txn).then(PhaseCosts::start),
             prepared: false,
-            logged: false,
         };
         let actions = if t.to_reserve.is_empty() {
             self.next_wave(&mut t)
@@ -437,7 +434,6 @@ impl<C: Cc> Node<C> {
             t.outstanding += 1;
         }
         if t.prepared && t.outstanding > 0 && self.log_decision(t.req.id, t.at.ts) {
-            t.logged = true;
             return Vec::new();
         }
         commits(t)
@@ -473,9 +469,6 @@ impl<C: Cc> Node<C> {
 
     /// Answers the client of a finished transaction and records its end.
     fn answer(&self, t: &mut CoordTxn) {
-        if t.logged {
-            self.log_end(t.req.id);
-        }
         if let Some(c) = &mut t.costs {
             let (costs, n) = c.close(t.failure.is_none());
             self.phases.record_with_traffic(&costs[..n]);

@@ -4,8 +4,9 @@
 //! - A participant that votes yes first forces a **prepare** record with the redo of its
 //!   writes here: the after-image of every record it changed, and the version it leaves.
 //! - A coordinator forces its **commit decision** before it sends any commit. A transaction
-//!   without a decision record aborted (presumed abort). Once every participant acknowledged,
-//!   it writes an **end** record (not forced): the decision is no longer needed.
+//!   without a decision record aborted (presumed abort). The decision stays in the log, so
+//!   that a participant whose outcome record was lost can ask again: participants do not
+//!   force their outcome before they acknowledge, so the coordinator cannot forget.
 //! - A participant writes the **outcome** of a prepared transaction (not forced: the
 //!   coordinator's record decides) when the decision arrives, before it makes the changes
 //!   visible, so that the log's order is the order of installs.
@@ -71,8 +72,6 @@ enum Record {
     },
     /// The coordinator decided to commit, at this timestamp (forced first).
     Decided { txn: TxnId, ts: u64 },
-    /// Every participant acknowledged the commit.
-    Ended { txn: TxnId },
     /// The node started (recovered) again: the commit order starts again too (timestamps
     /// need not grow across starts), after everything before.
     Started,
@@ -102,7 +101,7 @@ pub(super) struct InDoubt {
 }
 
 /// What a node's log held: transactions in doubt here, and the commit decisions of
-/// transactions coordinated here that some participant may not have heard of.
+/// transactions coordinated here (which a participant may ask about).
 #[derive(Default)]
 pub(super) struct Recovered {
     pub in_doubt: FxHashMap<TxnId, InDoubt>,
@@ -129,8 +128,7 @@ impl Wal {
             fsync,
             ..LogOptions::default()
         };
-        let log = SegmentLog::open(dir, opts)
-            .map_err(|e| QError::Other(format!("the write-ahead log in {}: {e}", dir.display())))?;
+        let log = crate::data_dir::open_log("write-ahead log", dir, opts)?;
         let (to_sync, synced) = crossbeam_channel::unbounded();
         let wal = Wal {
             log,
@@ -173,6 +171,10 @@ impl Wal {
             // The syncer holds the receiver until the node stops.
             let _ = self.to_sync.send((lsn, then));
         }
+    }
+
+    pub fn stats_reader(&self) -> qstore_log::StatsReader {
+        self.log.stats_reader()
     }
 
     /// Reports what the log did since it was opened (at the end of a run).
@@ -362,10 +364,6 @@ impl<C: Cc> Node<C> {
                     out.decided.insert(txn, ts);
                     Ok(())
                 }
-                Record::Ended { txn } => {
-                    out.decided.remove(&txn);
-                    Ok(())
-                }
                 Record::Started => {
                     start += 1;
                     Ok(())
@@ -434,13 +432,6 @@ impl<C: Cc> Node<C> {
                 true
             }
             None => false,
-        }
-    }
-
-    /// Every participant acknowledged a logged decision.
-    pub(super) fn log_end(&self, txn: TxnId) {
-        if let Some(wal) = &self.wal {
-            wal.append(&Record::Ended { txn });
         }
     }
 
