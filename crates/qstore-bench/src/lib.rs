@@ -14,7 +14,9 @@ use driver::{Control, Driver};
 use qstore_core::{NodeId, QError, RunConfig};
 use qstore_engine::stages::{StageSnapshot, StageSummary};
 use qstore_engine::{Cluster, StoppedCluster, TxnRequest};
+use qstore_log::LogStats;
 use qstore_workload::Workload;
+use report::LogActivity;
 use report::{RunReport, Traffic};
 use stats::ClientStats;
 use std::sync::atomic::Ordering;
@@ -71,6 +73,10 @@ pub trait Target: Sync {
     fn id_generation(&self) -> u64 {
         0
     }
+    /// What the servers' logs did so far (with data directories).
+    fn log_stats(&self) -> Option<LogStats> {
+        None
+    }
 }
 
 impl Target for Cluster {
@@ -91,6 +97,10 @@ impl Target for Cluster {
     fn stages(&self) -> Option<StageSnapshot> {
         Cluster::stages(self)
     }
+
+    fn log_stats(&self) -> Option<LogStats> {
+        self.ctx().log_stats()
+    }
 }
 
 /// The client side of a run: statistics, the measurement window, traffic and the timeline.
@@ -101,6 +111,8 @@ pub(crate) struct Driven {
     pub timeline: Vec<u64>,
     /// Time per stage over the measurement window, where the protocol measures it.
     pub stages: Vec<StageSummary>,
+    /// What the servers' logs did during the window (runs with data directories).
+    pub log: Option<LogStats>,
 }
 
 /// Runs the configured clients against `target` until the run ends.
@@ -135,18 +147,11 @@ pub(crate) fn drive(
                     .expect("spawn client thread")
             })
             .collect();
-        let (window_s, traffic, timeline, stages) = control_run(cfg, target, &control, progress);
-        let mut stats = ClientStats::default();
+        let mut d = control_run(cfg, target, &control, progress);
         for h in handles {
-            stats.merge(&h.join().expect("client thread panicked"));
+            d.stats.merge(&h.join().expect("client thread panicked"));
         }
-        Driven {
-            stats,
-            window_s,
-            traffic,
-            timeline,
-            stages,
-        }
+        d
     })
 }
 
@@ -169,6 +174,9 @@ pub fn run(cfg: &RunConfig, opts: RunOptions<'_>) -> Result<RunOutcome, QError> 
     let d = drive(cfg, &cluster, workload.as_ref(), &mut progress, opts.elle);
     let mut report = RunReport::new(cfg, &d.stats, d.window_s, load_s, d.traffic, d.timeline);
     report.stages = d.stages;
+    report.log = d
+        .log
+        .map(|l| LogActivity::over(&l, d.window_s, report.committed));
     let stopped = cluster.stop();
     if opts.state_hashes {
         report.state_hashes = Some(
@@ -218,6 +226,9 @@ pub fn run_remote(cfg: &RunConfig, opts: RunOptions<'_>) -> Result<RemoteOutcome
     let d = drive(&cfg, &remote, workload.as_ref(), &mut progress, opts.elle);
     let mut report = RunReport::new(&cfg, &d.stats, d.window_s, 0.0, d.traffic, d.timeline);
     report.stages = d.stages;
+    report.log = d
+        .log
+        .map(|l| LogActivity::over(&l, d.window_s, report.committed));
     // With replication a server lost during the run is survived: its groups elected other
     // leaders, and what it held is checked on the other copies.
     let (failures, lost) = match remote.failures() {
@@ -303,14 +314,14 @@ fn copies_agree(
 /// passes or the transaction count is reached, whichever comes first), progress every
 /// second. A run bounded by its count alone also ends once nothing has committed for the
 /// drain timeout (every transaction logic-aborting, or retried forever, would otherwise keep
-/// it going). Returns the window length, the traffic during the window, and commits per
-/// second.
+/// it going). Returns what the server side did in the window (the clients' statistics are
+/// the caller's to add).
 fn control_run(
     cfg: &RunConfig,
     target: &dyn Target,
     control: &Control,
     progress: &mut Option<&mut dyn FnMut(&Progress)>,
-) -> (f64, Traffic, Vec<u64>, Vec<StageSummary>) {
+) -> Driven {
     let start = Instant::now();
     let snapshot = || target.traffic();
     let by_count = cfg.client.txns > 0;
@@ -320,6 +331,7 @@ fn control_run(
     }
     let before = snapshot();
     let stages_before = target.stages();
+    let log_before = target.log_stats();
     let window_start = if by_count { start } else { Instant::now() };
     control.measuring.store(true, Ordering::Relaxed);
     let mut timeline = Vec::new();
@@ -349,7 +361,14 @@ fn control_run(
         .zip(before.iter().chain(std::iter::repeat(&(0, 0))))
         .map(|(a, b)| (a.0.saturating_sub(b.0), a.1.saturating_sub(b.1)))
         .collect();
-    (window_s, traffic, timeline, stages)
+    Driven {
+        stats: ClientStats::default(),
+        window_s,
+        traffic,
+        timeline,
+        stages,
+        log: target.log_stats().zip(log_before).map(|(a, b)| a.since(b)),
+    }
 }
 
 /// How long [`wait_with_progress`] waits.

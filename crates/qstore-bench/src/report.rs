@@ -94,7 +94,37 @@ pub struct RunReport {
     /// (protocols that measure it; over TCP from the servers' totals, without percentiles).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub stages: Vec<StageSummary>,
+    /// What the servers' logs did over the measurement window (runs with data directories).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub log: Option<LogActivity>,
     pub config: RunConfig,
+}
+
+/// The servers' logs over a measurement window, summed over the servers: how hard
+/// durability worked, and how well group commit shared its syncs.
+#[derive(Clone, Copy, Debug, Serialize, PartialEq)]
+pub struct LogActivity {
+    pub records_per_s: f64,
+    pub mb_per_s: f64,
+    pub fsyncs_per_s: f64,
+    /// Records one `fdatasync` made durable, on average.
+    pub records_per_fsync: f64,
+    /// Committed transactions per `fdatasync` (every server's syncs counted).
+    pub txns_per_fsync: f64,
+}
+
+impl LogActivity {
+    pub fn over(l: &qstore_log::LogStats, window_s: f64, committed: u64) -> LogActivity {
+        let per_s = |n: u64| n as f64 / window_s.max(1e-9);
+        let per_sync = |n: u64| n as f64 / l.syncs.max(1) as f64;
+        LogActivity {
+            records_per_s: per_s(l.appends),
+            mb_per_s: per_s(l.written_bytes) / 1e6,
+            fsyncs_per_s: per_s(l.syncs),
+            records_per_fsync: per_sync(l.appends),
+            txns_per_fsync: per_sync(committed),
+        }
+    }
 }
 
 /// Network traffic during the measurement window: (messages, bytes) per node.
@@ -226,6 +256,7 @@ impl RunReport {
             timeline_tps,
             state_hashes: None,
             stages: Vec::new(),
+            log: None,
             config: cfg.clone(),
         }
     }
@@ -351,6 +382,21 @@ impl RunReport {
         }
         if self.missed_arrivals > 0 {
             rows.push(("missed arrivals", group(self.missed_arrivals)));
+        }
+        if let Some(l) = &self.log {
+            rows.push((
+                "log: records/s, MB/s",
+                format!("{}, {:.1}", group(l.records_per_s as u64), l.mb_per_s),
+            ));
+            rows.push((
+                "log: fsyncs/s, records and txns per fsync",
+                format!(
+                    "{}, {:.1}, {:.1}",
+                    group(l.fsyncs_per_s as u64),
+                    l.records_per_fsync,
+                    l.txns_per_fsync
+                ),
+            ));
         }
         let mut rows: Vec<(String, String)> =
             rows.into_iter().map(|(k, v)| (k.to_string(), v)).collect();

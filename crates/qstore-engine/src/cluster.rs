@@ -64,6 +64,14 @@ pub struct EngineCtx {
 }
 
 impl EngineCtx {
+    /// What the logs of the servers hosted here did since they started; `None` without data
+    /// directories.
+    pub fn log_stats(&self) -> Option<qstore_log::LogStats> {
+        let dirs = self.data_dirs.iter().flatten();
+        dirs.map(DataDir::log_stats)
+            .reduce(qstore_log::LogStats::plus)
+    }
+
     /// Partitions of the database: the nodes of one cluster instance.
     pub fn nodes(&self) -> u32 {
         self.cfg.cluster.nodes

@@ -5,10 +5,11 @@
 //! server, or of a cluster of another shape (its log would be replayed onto the wrong
 //! partition), and a non-empty directory that is not a data directory at all.
 
+use parking_lot::Mutex;
 use qstore_core::config::Fsync;
 use qstore_core::error::ConfigError;
 use qstore_core::{QError, RunConfig};
-use qstore_log::FsyncPolicy;
+use qstore_log::{FsyncPolicy, LogOptions, LogStats, SegmentLog, StatsReader};
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
@@ -81,13 +82,15 @@ impl Identity {
 }
 
 /// A server's data directory, checked to be its own.
-#[derive(Clone, Debug)]
+#[derive(Debug)]
 pub struct DataDir {
     path: PathBuf,
     /// Whether it held a server's data already (the server recovers from it).
     existed: bool,
     /// Starts of a server with this directory before this one.
     earlier_starts: u64,
+    /// The counters of the logs the server keeps here.
+    logs: Mutex<Vec<StatsReader>>,
 }
 
 impl DataDir {
@@ -133,6 +136,7 @@ impl DataDir {
                     path: path.into(),
                     existed: true,
                     earlier_starts: found.starts,
+                    logs: Mutex::default(),
                 })
             }
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
@@ -152,10 +156,24 @@ impl DataDir {
                     path: path.into(),
                     existed: false,
                     earlier_starts: 0,
+                    logs: Mutex::default(),
                 })
             }
             Err(e) => Err(failed(format!("cannot read {IDENTITY}: {e}"))),
         }
+    }
+
+    /// Counts the work of a log kept here in [`DataDir::log_stats`].
+    pub fn add_log(&self, log: StatsReader) {
+        self.logs.lock().push(log);
+    }
+
+    /// What the logs kept here did since the server started.
+    pub fn log_stats(&self) -> LogStats {
+        self.logs
+            .lock()
+            .iter()
+            .fold(LogStats::default(), |sum, l| sum.plus(l.stats()))
     }
 
     /// Where the write-ahead log of an interactive protocol lives.
@@ -182,6 +200,26 @@ impl DataDir {
     pub fn path(&self) -> &Path {
         &self.path
     }
+}
+
+/// Opens `what` (a log of a data directory, named in messages) in `dir`: a torn tail is cut
+/// and reported; damage elsewhere is an error naming the file and offset.
+pub fn open_log(what: &str, dir: &Path, opts: LogOptions) -> Result<SegmentLog, QError> {
+    let log = SegmentLog::open(dir, opts)
+        .map_err(|e| QError::Other(format!("the {what} in {}: {e}", dir.display())))?;
+    if let Some(cut) = &log.recovery_report().tail_cut {
+        tracing::warn!(
+            "the {what} in {}: cut a torn tail at byte {} of {} ({} bytes from record {} on: \
+             {}); records before it are intact",
+            dir.display(),
+            cut.offset,
+            cut.path.display(),
+            cut.bytes_cut,
+            cut.lsn,
+            cut.reason
+        );
+    }
+    Ok(log)
 }
 
 /// The sync policy of the server's logs, as `durability.fsync` sets it.

@@ -28,7 +28,7 @@ pub use error::LogError;
 pub use mem_log::MemLog;
 pub use options::{FsyncPolicy, LogOptions, MAX_RECORD_SIZE_LIMIT};
 pub use recovery::{RecoveryReport, TailCut};
-pub use segment_log::SegmentLog;
+pub use segment_log::{SegmentLog, StatsReader};
 
 /// Log sequence number: the number of a record, consecutive from 0 for the first record ever
 /// appended to a log. Never reused, except that [`RecordLog::truncate_after`] gives the numbers
@@ -51,6 +51,28 @@ pub struct LogStats {
     /// `fdatasync` calls on segment files. With group commit, `appends / syncs` is the average
     /// number of records one sync made durable. Always 0 for [`MemLog`].
     pub syncs: u64,
+}
+
+impl LogStats {
+    /// The sum of two logs' counters.
+    pub fn plus(self, o: LogStats) -> LogStats {
+        LogStats {
+            appends: self.appends + o.appends,
+            appended_bytes: self.appended_bytes + o.appended_bytes,
+            written_bytes: self.written_bytes + o.written_bytes,
+            syncs: self.syncs + o.syncs,
+        }
+    }
+
+    /// The work done since `before`, an earlier reading of the same logs.
+    pub fn since(self, before: LogStats) -> LogStats {
+        LogStats {
+            appends: self.appends.saturating_sub(before.appends),
+            appended_bytes: self.appended_bytes.saturating_sub(before.appended_bytes),
+            written_bytes: self.written_bytes.saturating_sub(before.written_bytes),
+            syncs: self.syncs.saturating_sub(before.syncs),
+        }
+    }
 }
 
 /// A durable, append-only sequence of records: what the engine's logs are written to.

@@ -147,6 +147,11 @@ impl SegmentLog {
         })
     }
 
+    /// A reader of the log's counters that can be kept apart from the log.
+    pub fn stats_reader(&self) -> StatsReader {
+        StatsReader(self.shared.clone())
+    }
+
     /// What opening the log found and repaired.
     pub fn recovery_report(&self) -> &RecoveryReport {
         &self.report
@@ -381,7 +386,25 @@ impl RecordLog for SegmentLog {
     }
 
     fn stats(&self) -> LogStats {
-        let c = &self.shared.counters;
+        self.stats_reader().stats()
+    }
+}
+
+/// Reads a [`SegmentLog`]'s counters from wherever the log itself went (e.g. into the
+/// storage of a raft member); see [`SegmentLog::stats_reader`].
+#[derive(Clone)]
+pub struct StatsReader(Arc<Shared>);
+
+impl std::fmt::Debug for StatsReader {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "StatsReader({})", self.0.dir.display())
+    }
+}
+
+impl StatsReader {
+    /// The log's counters now ([`RecordLog::stats`]).
+    pub fn stats(&self) -> LogStats {
+        let c = &self.0.counters;
         LogStats {
             appends: c.appends.load(Ordering::Relaxed),
             appended_bytes: c.appended_bytes.load(Ordering::Relaxed),

@@ -215,7 +215,9 @@ fn open_disk_log(
     if dir.existed() {
         tracing::info!("node {me}: recovering from {}", dir.path().display());
     }
-    DiskLog::open(&dir.group_log(), voters, fsync_policy(&ctx.cfg))
+    let log = DiskLog::open(&dir.group_log(), voters, fsync_policy(&ctx.cfg))?;
+    dir.add_log(log.stats_reader());
+    Ok(log)
 }
 
 /// Where a transaction submitted for partition `home` goes: without replication, server

@@ -270,6 +270,7 @@ pub(crate) fn start<C: Cc>(
         let (wal, to_sync) = match &ctx.data_dirs[id.index()] {
             Some(dir) => {
                 let (wal, rx) = wal::Wal::open(&dir.wal(), fsync_policy(&ctx.cfg))?;
+                dir.add_log(wal.stats_reader());
                 (Some(wal), Some(rx))
             }
             None => (None, None),
