@@ -11,7 +11,9 @@
 #  4. replicated Q-Store and Calvin over TCP (rf 2 and 3), and a group leader killed with
 #     SIGKILL; Calvin replicated through a real ZooKeeper;
 #  5. durability: every server of a cluster with data directories killed with SIGKILL, the
-#     cluster restarted on them, and the recovered history checked with the new one.
+#     cluster restarted on them, and the recovered history checked with the new one (Q-Store,
+#     Calvin, and NO_WAIT and MaaT with their write-ahead logs); a torn log tail cut, a
+#     corrupt middle refused.
 # Needs `adya` on PATH (scripts/setup.sh installs it) and a release build.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -182,6 +184,19 @@ for case in "qstore" "calvin" "qstore --replication-factor 3" "no_wait" "maat"; 
   expect_exit 0 "$want" "$case: every server killed at 1.5 s, restarted on its data directories --verify" -- \
     "$QSTORE" cluster "${c[@]}" --txns 2000 --duration 0 --verify
 done
+# Damaged logs: a torn tail is cut at the last whole record (the cluster starts and its
+# checks hold); damage in the middle refuses the start, naming the file and the offset.
+c=(--protocol no_wait --workload bank --nodes 3 --data-dir "$work/crash-no_wait"
+  --cluster-file "$work/crash-no_wait/cluster.toml" -q)
+seg=$(ls "$work"/crash-no_wait/server-0/wal/*.log | tail -n 1)
+truncate -s $(($(stat -c %s "$seg") - 3)) "$seg"
+expect_exit 0 "cut a torn tail" "no_wait: a write-ahead log's last 3 bytes torn off, restarted --verify" -- \
+  "$QSTORE" cluster "${c[@]}" --txns 500 --duration 0 --verify
+seg=$(ls "$work"/crash-maat/server-1/wal/*.log | tail -n 1)
+printf '\377' | dd of="$seg" bs=1 seek=$(($(stat -c %s "$seg") / 2)) conv=notrunc 2>/dev/null
+expect_exit 1 "corrupt log segment .*server-1/wal/.* at byte offset" "maat: a byte flipped in the middle of a write-ahead log refuses the restart" -- \
+  "$QSTORE" cluster --protocol maat --workload bank --nodes 3 --data-dir "$work/crash-maat" \
+  --cluster-file "$work/crash-maat/cluster.toml" -q --txns 500 --duration 0
 expect_exit 2 "belongs to cluster" "a data directory of another cluster is refused" -- \
   "$QSTORE" server --cluster "$work/crash-qstore/cluster.toml" --node 0 --data-dir "$work/crash-calvin/server-0"
 

@@ -107,16 +107,16 @@ pub struct LogActivity {
     pub records_per_s: f64,
     pub mb_per_s: f64,
     pub fsyncs_per_s: f64,
-    /// Records one `fdatasync` made durable, on average.
-    pub records_per_fsync: f64,
+    /// Records one `fdatasync` made durable, on average (`None`: no sync, `--fsync never`).
+    pub records_per_fsync: Option<f64>,
     /// Committed transactions per `fdatasync` (every server's syncs counted).
-    pub txns_per_fsync: f64,
+    pub txns_per_fsync: Option<f64>,
 }
 
 impl LogActivity {
     pub fn over(l: &qstore_log::LogStats, window_s: f64, committed: u64) -> LogActivity {
         let per_s = |n: u64| n as f64 / window_s.max(1e-9);
-        let per_sync = |n: u64| n as f64 / l.syncs.max(1) as f64;
+        let per_sync = |n: u64| (l.syncs > 0).then(|| n as f64 / l.syncs as f64);
         LogActivity {
             records_per_s: per_s(l.appends),
             mb_per_s: per_s(l.written_bytes) / 1e6,
@@ -391,10 +391,11 @@ impl RunReport {
             rows.push((
                 "log: fsyncs/s, records and txns per fsync",
                 format!(
-                    "{}, {:.1}, {:.1}",
+                    "{}, {}, {}",
                     group(l.fsyncs_per_s as u64),
-                    l.records_per_fsync,
-                    l.txns_per_fsync
+                    l.records_per_fsync
+                        .map_or("-".into(), |r| format!("{r:.1}")),
+                    l.txns_per_fsync.map_or("-".into(), |r| format!("{r:.1}"))
                 ),
             ));
         }
