@@ -181,7 +181,7 @@ impl<'a> Driver<'a> {
         // A client of a later start of a recovered cluster is another client than the one
         // of the same number before: its values and choices differ from those the recovered
         // log holds.
-        let first_client = cluster.id_generation() as u32 * cfg.clients;
+        let first_client = cluster.id_generation() as u32 * cfg.effective_clients(nodes);
         let clients = client_ids
             .iter()
             .map(|&c| {

@@ -127,3 +127,17 @@ fn a_data_directory_of_another_cluster_shape_is_refused() {
     );
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[test]
+fn a_later_start_with_the_default_clients_appends_values_of_its_own() {
+    // Clients left to their default number (one per node): a later start's clients are
+    // still others than the earlier start's, so no value is appended to a list twice.
+    let dir = data_dir("default-clients");
+    let mut cfg = small("no_wait", "append");
+    cfg.client.clients = 0;
+    cfg.client.txns = 300;
+    cfg.durability.data_dir = dir.to_string_lossy().into_owned();
+    verified_hashes(&cfg, "first start");
+    verified_hashes(&cfg, "second start");
+    let _ = std::fs::remove_dir_all(&dir);
+}
