@@ -11,30 +11,47 @@
 # Prints one line per round (when the crash struck, how many transactions the recovered
 # history holds) and a summary.
 #
-# usage: scripts/crash-loop.sh [ROUNDS] [SEED] [PROTOCOLS...]   (default: qstore calvin
-#        no_wait occ maat; needs a release build)
+# With WORKLOAD=append the clients also write their histories (Elle JSON lines), and the
+# crashed run's history joined with the restart's (scripts/join-histories.py) must satisfy
+# adya's strict serializability: every append acknowledged before the crash is in every
+# later read of its list, and none twice. (The timestamp protocols, TIMESTAMP, MVCC and
+# MaaT, order transactions by timestamps rather than real time: for them adya checks
+# serializability, which sees a lost append only through reads that disagree.)
+#
+# usage: [WORKLOAD=bank|append] scripts/crash-loop.sh [ROUNDS] [SEED] [PROTOCOLS...]
+#        (default: qstore calvin no_wait occ maat; needs a release build)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 rounds=${1:-20}
 RANDOM=${2:-$$}
 shift $(($# < 2 ? $# : 2))
 protocols=("$@")
+workload=${WORKLOAD:-bank}
+# The consistency model adya holds protocol $1's history to.
+model_of() {
+  case "$1" in timestamp | mvcc | maat) echo serializable ;; *) echo strict-serializable ;; esac
+}
 [ ${#protocols[@]} -gt 0 ] || protocols=(qstore calvin no_wait occ maat)
 . scripts/checks.sh
 for protocol in "${protocols[@]}"; do
   for i in $(seq 1 "$rounds"); do
     d="$work/$protocol-$i" after=$((500 + RANDOM % 3000))
     mkdir -p "$d"
-    common=(--protocol "$protocol" --workload bank --nodes 3 --data-dir "$d"
+    common=(--protocol "$protocol" --workload "$workload" --nodes 3 --data-dir "$d"
       --cluster-file "$d/cluster.toml" -q)
+    crash_history=() restart_history=()
+    if [ "$workload" = append ]; then
+      crash_history=(--history "$d/crash.jsonl") restart_history=(--history "$d/restart.jsonl")
+    fi
     # The client fails when its servers vanish: that is the crash, not a failure here.
-    "$QSTORE" cluster "${common[@]}" --duration 30 >"$d/crash.txt" 2>&1 &
+    "$QSTORE" cluster "${common[@]}" "${crash_history[@]}" --duration 30 >"$d/crash.txt" 2>&1 &
     launch=$!
     sleep "$(awk "BEGIN { print $after / 1000 }")"
     pkill -9 -f "server --cluster $d/cluster.toml" || true
     wait "$launch" || true
     rc=0
-    "$QSTORE" cluster "${common[@]}" --txns 2000 --duration 0 --verify >"$d/restart.txt" 2>&1 || rc=$?
+    "$QSTORE" cluster "${common[@]}" "${restart_history[@]}" --txns 2000 --duration 0 --verify \
+      >"$d/restart.txt" 2>&1 || rc=$?
     recovered=$(sed -n 's/^serializable: yes (\([0-9]*\) transactions.*/\1/p' "$d/restart.txt")
     verdict=ok
     if [ "$rc" != 0 ]; then
@@ -45,6 +62,11 @@ for protocol in "${protocols[@]}"; do
       verdict="FAIL (serial oracle)"
     elif ! grep -q "^invariants: ok" "$d/restart.txt"; then
       verdict="FAIL (invariants)"
+    elif [ "$workload" = append ] && ! {
+      scripts/join-histories.py "$d/crash.jsonl" "$d/restart.jsonl" >"$d/joined.jsonl" &&
+        adya check -m list-append -c "$(model_of "$protocol")" "$d/joined.jsonl" >>"$d/restart.txt" 2>&1
+    }; then
+      verdict="FAIL (adya across the crash)"
     fi
     printf '%-7s round %2d: all servers killed at %4d ms; after the restart the history holds %s transactions: %s\n' \
       "$protocol" "$i" "$after" "${recovered:-?}" "$verdict"

@@ -483,16 +483,21 @@ impl<'a> Driver<'a> {
                 self.retry(p, now);
             }
             TxnOutcome::LogicAbort(why) => self.logic_abort(p, &why, now),
-            TxnOutcome::Rejected(why) => {
-                // A refused request means a misconfigured run or a cluster going away:
-                // end the run and show the reason rather than spin on refusals.
-                self.elle_complete(&p, Completion::Fail, None);
-                self.stats.rejected += 1;
-                self.stats.first_rejection.get_or_insert(why);
-                self.last_finished = now;
-                self.control.stop.store(true, Ordering::Relaxed);
-            }
+            TxnOutcome::Rejected(why) => self.refused(&p, Completion::Fail, why, now),
+            // It may have committed: its list-append history says so.
+            TxnOutcome::Unknown(why) => self.refused(&p, Completion::Info, why, now),
         }
+    }
+
+    /// `p` was refused, or lost with its connection (`how` says which, to the history): a
+    /// misconfigured run or a cluster going away. The run ends and shows the reason rather
+    /// than spin on refusals.
+    fn refused(&mut self, p: &Pending, how: Completion, why: String, now: Instant) {
+        self.elle_complete(p, how, None);
+        self.stats.rejected += 1;
+        self.stats.first_rejection.get_or_insert(why);
+        self.last_finished = now;
+        self.control.stop.store(true, Ordering::Relaxed);
     }
 
     /// Submits `p` again after a randomised back-off that grows with its retries.

@@ -392,8 +392,8 @@ impl Conn {
     }
 }
 
-/// Marks the connection failed and answers everything in flight on it: `Rejected`, or with
-/// replication `NotLeader` (the client resubmits each to another member of the group, which
+/// Marks the connection failed and answers everything in flight on it: `Unknown` (it was
+/// sent, and may have committed), or with replication `NotLeader` (the client resubmits each to another member of the group, which
 /// answers a transaction that did run with its outcome).
 fn fail(node: NodeId, state: &Mutex<ConnState>, why: String, routes: &Routes) {
     let mut s = state.lock();
@@ -408,14 +408,16 @@ fn fail(node: NodeId, state: &Mutex<ConnState>, why: String, routes: &Routes) {
         tracing::error!("{why}");
     }
     for (id, reply) in s.pending.drain() {
-        if routes.replicated() {
-            let _ = reply.send(TxnResponse {
-                id: TxnId(id),
-                outcome: TxnOutcome::NotLeader { leader: None },
-            });
+        let outcome = if routes.replicated() {
+            TxnOutcome::NotLeader { leader: None }
         } else {
-            reject(&reply, TxnId(id), why.clone());
-        }
+            // Sent: it may have run.
+            TxnOutcome::Unknown(why.clone())
+        };
+        let _ = reply.send(TxnResponse {
+            id: TxnId(id),
+            outcome,
+        });
     }
     s.down = Some(why);
 }
@@ -489,6 +491,30 @@ fn read_loop(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_transaction_in_flight_on_a_lost_connection_has_an_unknown_outcome() {
+        // Sent, then the server vanished: it may have committed (a durable cluster brings it
+        // back), so it is not a failure.
+        let (tx, rx) = crossbeam_channel::unbounded();
+        let state = Mutex::new(ConnState {
+            pending: FxHashMap::default(),
+            down: None,
+        });
+        state.lock().pending.insert(7, ReplyTo::from(tx));
+        fail(
+            NodeId(0),
+            &state,
+            "reset by peer".into(),
+            &Routes::new(3, 1),
+        );
+        let answer = rx.try_recv().expect("answered");
+        assert!(
+            matches!(&answer.outcome, TxnOutcome::Unknown(why) if why.contains("reset by peer")),
+            "{:?}",
+            answer.outcome
+        );
+    }
 
     #[test]
     fn routes_follow_named_leaders_and_move_past_silent_members() {

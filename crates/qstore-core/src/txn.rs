@@ -650,6 +650,10 @@ pub enum TxnOutcome {
     /// after a short wait: a replicated cluster answers a transaction it already ran with
     /// the original outcome instead of running it twice.
     NotLeader { leader: Option<NodeId> },
+    /// The client lost its connection to the server after it sent the request: the
+    /// transaction may or may not have committed (a cluster with data directories keeps it
+    /// if it did). Only clients answer this; a server never sends it.
+    Unknown(String),
 }
 
 /// The client's name for one attempt at a transaction: the same on every resubmission after

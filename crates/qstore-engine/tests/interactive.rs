@@ -177,7 +177,9 @@ fn contended_transfers_keep_the_total_and_never_overdraw() {
                     let id = c.submit(home, &call, Some(birth));
                     live.insert(id, (call, home, birth));
                 }
-                TxnOutcome::Rejected(why) => panic!("{protocol}: rejected: {why}"),
+                TxnOutcome::Rejected(why) | TxnOutcome::Unknown(why) => {
+                    panic!("{protocol}: rejected: {why}")
+                }
                 TxnOutcome::NotLeader { .. } => panic!("{protocol}: unreplicated, yet not leader"),
             }
         }
