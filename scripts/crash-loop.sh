@@ -39,6 +39,9 @@ for protocol in "${protocols[@]}"; do
     mkdir -p "$d"
     common=(--protocol "$protocol" --workload "$workload" --nodes 3 --data-dir "$d"
       --cluster-file "$d/cluster.toml" -q)
+    # The interactive protocols checkpoint every second: the kill strikes before, during or
+    # after one, and recovery starts from the checkpoint in place.
+    case "$protocol" in qstore | calvin) ;; *) common+=(--checkpoint-interval-s 1) ;; esac
     crash_history=() restart_history=()
     if [ "$workload" = append ]; then
       crash_history=(--history "$d/crash.jsonl") restart_history=(--history "$d/restart.jsonl")

@@ -88,13 +88,24 @@ fn interactive_protocols_come_back_with_what_they_committed() {
         ("occ", "bank"),
         ("maat", "append"),
     ];
-    for (protocol, workload) in protocols {
+    for (i, (protocol, workload)) in protocols.into_iter().enumerate() {
         let case = format!("{protocol} {workload}");
         let dir = data_dir(protocol);
         let mut cfg = small(protocol, workload);
         cfg.durability.data_dir = dir.to_string_lossy().into_owned();
         cfg.client.txns = 300;
+        // Half of them recover from their log alone, half from the checkpoint a server
+        // takes when it stops, and the log after it.
+        let checkpoints = i % 2 == 1;
+        if !checkpoints {
+            cfg.durability.checkpoint_interval_s = Some(0);
+        }
         let first = verified_hashes(&cfg, &case);
+        assert_eq!(
+            dir.join("server-0/checkpoint").exists(),
+            checkpoints,
+            "{case}: a checkpoint when asked for"
+        );
         let second = verified_hashes(&cfg, &case);
         assert_ne!(first, second, "{case}: the second start changed the data");
         // A start that only reads shows what recovery brought back.
@@ -139,5 +150,21 @@ fn a_later_start_with_the_default_clients_appends_values_of_its_own() {
     cfg.durability.data_dir = dir.to_string_lossy().into_owned();
     verified_hashes(&cfg, "first start");
     verified_hashes(&cfg, "second start");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn a_deterministic_protocol_refuses_checkpoints_it_cannot_take() {
+    let dir = data_dir("no-checkpoints");
+    let mut cfg = small("calvin", "bank");
+    cfg.durability.data_dir = dir.to_string_lossy().into_owned();
+    cfg.durability.checkpoint_interval_s = Some(5);
+    let err = qstore_bench::run(&cfg, Default::default())
+        .err()
+        .expect("refused");
+    assert!(
+        err.to_string().contains("does not take checkpoints yet"),
+        "{err}"
+    );
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -1000,6 +1000,27 @@ pub struct DurabilityConfig {
     /// to the directory the process started in.
     pub data_dir: String,
     pub fsync: Fsync,
+    /// Seconds between two checkpoints of a server's write-ahead log (interactive
+    /// protocols): the log so far is folded into the last checkpoint, and dropped. Unset:
+    /// every `DEFAULT_CHECKPOINT_INTERVAL_S`; 0: never. The deterministic protocols do not
+    /// take checkpoints yet (their command log is replayed from the start), and refuse it.
+    pub checkpoint_interval_s: Option<u64>,
+}
+
+/// Seconds between two checkpoints when `durability.checkpoint_interval_s` is unset.
+pub const DEFAULT_CHECKPOINT_INTERVAL_S: u64 = 60;
+
+impl DurabilityConfig {
+    /// How often a server with a write-ahead log checkpoints it; `None`: never.
+    pub fn checkpoint_interval(&self) -> Option<std::time::Duration> {
+        match self
+            .checkpoint_interval_s
+            .unwrap_or(DEFAULT_CHECKPOINT_INTERVAL_S)
+        {
+            0 => None,
+            s => Some(std::time::Duration::from_secs(s)),
+        }
+    }
 }
 
 impl Default for DurabilityConfig {
@@ -1007,6 +1028,7 @@ impl Default for DurabilityConfig {
         DurabilityConfig {
             data_dir: String::new(),
             fsync: Fsync::Always,
+            checkpoint_interval_s: None,
         }
     }
 }
@@ -1111,6 +1133,13 @@ impl RunConfig {
             setting,
             &self.durability.data_dir,
             "ZooKeeper keeps its own log: a data directory goes with --replication-layer raft",
+        )?;
+        let every = self.durability.checkpoint_interval_s.unwrap_or_default();
+        check(
+            every <= 24 * 3600,
+            "durability.checkpoint_interval_s",
+            every,
+            "must be at most a day (86400 seconds); 0 takes no checkpoints",
         )
     }
 

@@ -181,6 +181,11 @@ impl DataDir {
         self.path.join("wal")
     }
 
+    /// Where the checkpoint of the write-ahead log lives.
+    pub fn checkpoint(&self) -> PathBuf {
+        self.path.join("checkpoint")
+    }
+
     /// Where the log of the replica group the server belongs to lives.
     pub fn group_log(&self) -> PathBuf {
         self.path.join("group-log")

@@ -60,6 +60,20 @@ pub enum LogError {
         /// What is wrong there.
         reason: String,
     },
+    /// A damaged snapshot (a checkpoint): it was complete when renamed into place, so any
+    /// damage is the disk's or someone's, never a crash's.
+    #[error(
+        "corrupt snapshot {path} at byte offset {offset}: {reason}. It cannot be used: restore \
+         it from a replica or a backup (the log no longer holds what it covers)"
+    )]
+    CorruptSnapshot {
+        /// The snapshot file.
+        path: PathBuf,
+        /// Byte offset of the damage.
+        offset: u64,
+        /// What is wrong there.
+        reason: String,
+    },
     /// `append` was given a payload above [`LogOptions::max_record_size`](crate::LogOptions).
     #[error(
         "record of {size} bytes exceeds the maximum record size of {max} bytes; split the \

@@ -22,6 +22,7 @@ mod options;
 mod reader;
 mod recovery;
 mod segment_log;
+pub mod snapshot;
 mod writer;
 
 pub use error::LogError;
@@ -29,6 +30,7 @@ pub use mem_log::MemLog;
 pub use options::{FsyncPolicy, LogOptions, MAX_RECORD_SIZE_LIMIT};
 pub use recovery::{RecoveryReport, TailCut};
 pub use segment_log::{SegmentLog, StatsReader};
+pub use snapshot::{open_snapshot, SnapshotReader, SnapshotWriter};
 
 /// Log sequence number: the number of a record, consecutive from 0 for the first record ever
 /// appended to a log. Never reused, except that [`RecordLog::truncate_after`] gives the numbers

@@ -308,6 +308,12 @@ struct RunArgs {
     /// system: survives a crash of the process, not of the machine).
     #[arg(long, value_parser = parse_fsync, help_heading = "Durability")]
     fsync: Option<Fsync>,
+    /// Durability: seconds between two checkpoints of a server's write-ahead log (default
+    /// 60; 0 = never): the log is folded into the checkpoint in the background and dropped,
+    /// so it stops growing and recovery reads less. Interactive protocols only: qstore and
+    /// calvin replay their command log from the start and refuse it.
+    #[arg(long, value_name = "SECONDS", help_heading = "Durability")]
+    checkpoint_interval_s: Option<u64>,
     /// Calvin: lock manager of the schedulers: lock-table (default) or vll.
     #[arg(long, value_parser = parse_calvin_locks, help_heading = "Calvin")]
     calvin_locks: Option<CalvinLocks>,
@@ -657,6 +663,9 @@ impl RunArgs {
             c.durability.data_dir = absolute(dir)?;
         }
         set(&mut c.durability.fsync, self.fsync);
+        if self.checkpoint_interval_s.is_some() {
+            c.durability.checkpoint_interval_s = self.checkpoint_interval_s;
+        }
         set(&mut c.net.delay_us, self.delay_us);
         set(&mut c.net.jitter_us, self.jitter_us);
         set(&mut c.net.drop_fraction, self.drop_fraction);

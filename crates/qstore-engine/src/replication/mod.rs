@@ -212,6 +212,17 @@ fn open_disk_log(
     dir: &DataDir,
     voters: Vec<u64>,
 ) -> Result<DiskLog, QError> {
+    if let Some(s) = ctx.cfg.durability.checkpoint_interval_s.filter(|&s| s > 0) {
+        return Err(QError::Config(qstore_core::error::ConfigError::new(
+            "durability.checkpoint_interval_s",
+            s,
+            format!(
+                "{} does not take checkpoints yet: its command log is replayed from the \
+                 start; leave the setting out (or 0)",
+                ctx.cfg.protocol.name
+            ),
+        )));
+    }
     if dir.existed() {
         tracing::info!("node {me}: recovering from {}", dir.path().display());
     }

@@ -62,6 +62,9 @@ pub(super) struct CoordTxn {
     costs: Option<PhaseCosts>,
     /// Went through two-phase commit (its participants prepared).
     prepared: bool,
+    /// Its commit decision is in the log (and stays there until every participant
+    /// acknowledged).
+    logged_decision: bool,
 }
 
 /// What a coordinator decided to do, done after its transaction's lock is released (a
@@ -158,6 +161,7 @@ impl<C: Cc> Node<C> {
             range: None,
             costs: phases::measured(txn).then(PhaseCosts::start),
             prepared: false,
+            logged_decision: false,
         };
         let actions = if t.to_reserve.is_empty() {
             self.next_wave(&mut t)
@@ -434,6 +438,7 @@ impl<C: Cc> Node<C> {
             t.outstanding += 1;
         }
         if t.prepared && t.outstanding > 0 && self.log_decision(t.req.id, t.at.ts) {
+            t.logged_decision = true;
             return Vec::new();
         }
         commits(t)
@@ -446,8 +451,9 @@ impl<C: Cc> Node<C> {
 
     pub(super) fn on_commit_ack(&self, from: NodeId, txn: TxnId, received: usize) {
         self.with_coord(txn, received, |_, t| {
-            if t.phase == Phase::Committing {
-                t.answered(from);
+            if t.phase == Phase::Committing && t.answered(from) && t.logged_decision {
+                // Nobody will ask about it again.
+                self.log_end(txn);
             }
             Vec::new()
         });

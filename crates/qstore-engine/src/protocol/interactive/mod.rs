@@ -28,6 +28,7 @@
 //! clock, so the order (clock, node) agrees with the order of versions.
 
 mod absent;
+mod checkpoint;
 mod coord;
 mod deadlock;
 mod msg;
@@ -269,7 +270,8 @@ pub(crate) fn start<C: Cc>(
         let cc = make_cc(ctx.server_store(id));
         let (wal, to_sync) = match &ctx.data_dirs[id.index()] {
             Some(dir) => {
-                let (wal, rx) = wal::Wal::open(&dir.wal(), fsync_policy(&ctx.cfg))?;
+                let (wal, rx) =
+                    wal::Wal::open(&dir.wal(), &dir.checkpoint(), fsync_policy(&ctx.cfg))?;
                 dir.add_log(wal.stats_reader());
                 (Some(wal), Some(rx))
             }
@@ -305,7 +307,7 @@ pub(crate) fn start<C: Cc>(
             decided: Mutex::default(),
         });
         let mut r = node.recover()?;
-        *node.decided.lock() = std::mem::take(&mut r.decided);
+        *node.decided.lock() = std::mem::take(&mut r.folded.decided);
         recovered.push(r);
         nodes[id.index()] = Some(node.clone());
         let queues = Queues {
@@ -337,6 +339,12 @@ pub(crate) fn start<C: Cc>(
             threads.push(spawn_named(format!("{label}{}-wal", n.id.0), move || {
                 n.sync_loop(to_sync)
             })?);
+            if let Some(every) = ctx.cfg.durability.checkpoint_interval() {
+                let n = node.clone();
+                threads.push(spawn_named(format!("{label}{}-ckpt", n.id.0), move || {
+                    n.checkpoint_loop(every)
+                })?);
+            }
         }
         for env in stash {
             node.handle(env.from, env.msg);
@@ -392,6 +400,9 @@ impl<C: Cc> Engine for Interactive<C> {
         shut_down(&nodes, &self.threads, QUIESCE_TIMEOUT);
         for n in nodes {
             if let Some(wal) = &n.wal {
+                if n.ctx.cfg.durability.checkpoint_interval().is_some() {
+                    n.checkpoint_and_report();
+                }
                 wal.report(n.id);
             }
         }

@@ -483,7 +483,11 @@ impl<C: Cc> Node<C> {
         t.at.ts = ts;
         self.cc.commit(txn, &t.at, &mut t.held);
         if t.prepared {
-            self.log_outcome(txn, Some(ts));
+            let outcome = self.log_outcome(txn, Some(ts));
+            let coord = t.coord;
+            // Installed before it is acknowledged: the client may go on at once.
+            self.finish(txn, t);
+            return self.ack_commit(coord, txn, outcome);
         } else if self.wal.is_some() {
             // SAFETY: the transaction holds its grants until `finish`.
             let redo = unsafe { self.redo(&t) };

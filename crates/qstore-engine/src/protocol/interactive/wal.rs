@@ -4,12 +4,14 @@
 //! - A participant that votes yes first forces a **prepare** record with the redo of its
 //!   writes here: the after-image of every record it changed, and the version it leaves.
 //! - A coordinator forces its **commit decision** before it sends any commit. A transaction
-//!   without a decision record aborted (presumed abort). The decision stays in the log, so
-//!   that a participant whose outcome record was lost can ask again: participants do not
-//!   force their outcome before they acknowledge, so the coordinator cannot forget.
-//! - A participant writes the **outcome** of a prepared transaction (not forced: the
-//!   coordinator's record decides) when the decision arrives, before it makes the changes
-//!   visible, so that the log's order is the order of installs.
+//!   without a decision record aborted (presumed abort).
+//! - A participant writes the **outcome** of a prepared transaction when the decision
+//!   arrives, before it makes the changes visible, so that the log's order is the order of
+//!   installs. It acknowledges a commit only once the outcome is on disk: from then on it
+//!   will never ask about the transaction again.
+//! - With every acknowledgement in, the coordinator writes that the transaction **ended**
+//!   (not forced): its decision is forgotten at the next checkpoint. (A decision whose end
+//!   record a crash lost is kept, which is safe.)
 //! - A transaction with a single participant commits in one phase: the participant forces a
 //!   **commit** record with its redo before it makes the changes visible and acknowledges.
 //!
@@ -20,8 +22,11 @@
 //! installed) until their record is durable, so no transaction anywhere can depend on a
 //! change a crash could lose.
 //!
+//! Every so often the log is folded into a **checkpoint** and dropped (see [`super::checkpoint`]).
+//!
 //! **Recovery**, before the node serves anything: the partition is loaded as at the first
-//! start, then the after-images of every committed transaction are put back, each record's
+//! start, then the checkpoint's rows are put back, then the after-images of every
+//! transaction the log holds as committed, each record's
 //! in the protocol's commit order (its timestamps when it has them, otherwise the order of
 //! the log, which under locks is the order of installs). Prepared transactions without an
 //! outcome are *in doubt*: the node asks their coordinators, which answer from their own
@@ -37,23 +42,23 @@ use qstore_net::Envelope;
 use qstore_storage::{PartitionStore, RowVersion};
 use rustc_hash::FxHashMap;
 use serde::{Deserialize, Serialize};
-use std::path::Path;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// The after-image of one record a transaction changed.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub(super) struct RowImage {
-    table: TableId,
-    key: Key,
+    pub table: TableId,
+    pub key: Key,
     /// The record's bytes, or `None` if the transaction deleted it.
-    bytes: Option<Vec<u8>>,
+    pub bytes: Option<Vec<u8>>,
 }
 
 /// A record of the log.
 #[derive(Debug, Serialize, Deserialize)]
-enum Record {
+pub(super) enum Record {
     /// A participant votes yes (forced first).
     Prepared {
         txn: TxnId,
@@ -75,6 +80,9 @@ enum Record {
     /// The node started (recovered) again: the commit order starts again too (timestamps
     /// need not grow across starts), after everything before.
     Started,
+    /// Every participant of a transaction decided here has its outcome on disk: nobody will
+    /// ask about it again.
+    Ended { txn: TxnId },
 }
 
 /// What waits for a record to be on disk.
@@ -89,9 +97,12 @@ pub(super) enum Durable {
     Commit { txn: TxnId },
     /// A coordinator's commits, once its decision record is.
     Decision { txn: TxnId },
+    /// A participant's acknowledgement of a commit, once its outcome record is.
+    Ack { coord: NodeId, txn: TxnId },
 }
 
 /// A prepared transaction whose outcome the log does not hold.
+#[derive(Debug, Serialize, Deserialize)]
 pub(super) struct InDoubt {
     /// The start it was prepared in.
     start: u64,
@@ -100,46 +111,135 @@ pub(super) struct InDoubt {
     redo: Vec<RowImage>,
 }
 
+/// What a prefix of the log amounts to, besides the after-images of what committed (which
+/// go to an [`Images`]): the transactions in doubt at its end, the commit decisions of
+/// transactions coordinated here that a participant may still ask about, and how many
+/// times the node started.
+#[derive(Debug, Default, Serialize, Deserialize)]
+pub(super) struct Folded {
+    pub starts: u64,
+    /// Transactions whose changes were put back.
+    pub redone: u64,
+    pub in_doubt: FxHashMap<TxnId, InDoubt>,
+    pub decided: FxHashMap<TxnId, u64>,
+}
+
+/// Where the after-images of committed transactions go, with their place in the commit order.
+pub(super) trait Images {
+    fn put(&mut self, images: Vec<RowImage>, place: Place) -> Result<(), String>;
+}
+
+impl Folded {
+    /// Adds record `lsn` of the log; `commit_order` is the protocol's.
+    pub fn fold(
+        &mut self,
+        lsn: Lsn,
+        record: Record,
+        commit_order: impl Fn(&Attempt) -> Option<u128>,
+        images: &mut impl Images,
+    ) -> Result<(), String> {
+        // Without timestamps, the order of the log is the order of installs.
+        let order = |at: &Attempt| commit_order(at).unwrap_or(u128::from(lsn));
+        let start = self.starts;
+        match record {
+            Record::Prepared {
+                txn,
+                coord,
+                at,
+                redo,
+            } => {
+                let t = InDoubt {
+                    start,
+                    coord,
+                    at,
+                    redo,
+                };
+                self.in_doubt.insert(txn, t);
+            }
+            Record::Outcome { txn, commit_ts } => {
+                if let (Some(mut t), Some(ts)) = (self.in_doubt.remove(&txn), commit_ts) {
+                    t.at.ts = ts;
+                    self.redone += 1;
+                    let place = (t.start, order(&t.at));
+                    images.put(t.redo, place)?;
+                }
+            }
+            Record::Committed { at, redo, .. } => {
+                self.redone += 1;
+                images.put(redo, (start, order(&at)))?;
+            }
+            Record::Decided { txn, ts } => {
+                self.decided.insert(txn, ts);
+            }
+            Record::Ended { txn } => {
+                self.decided.remove(&txn);
+            }
+            Record::Started => self.starts += 1,
+        }
+        Ok(())
+    }
+}
+
 /// What a node's log held: transactions in doubt here, and the commit decisions of
 /// transactions coordinated here (which a participant may ask about).
 #[derive(Default)]
 pub(super) struct Recovered {
-    pub in_doubt: FxHashMap<TxnId, InDoubt>,
-    pub decided: FxHashMap<TxnId, u64>,
-    /// Transactions whose changes were put back.
-    pub redone: u64,
+    pub folded: Folded,
     /// Where the changes put back stand in the commit order.
     pub redo: Redo,
 }
 
+/// Segment files of the log: a checkpoint frees the segments before it, so smaller ones
+/// are freed sooner (at most this much is kept beyond the checkpoint).
+const SEGMENT_BYTES: u64 = 16 << 20;
+
 /// A node's write-ahead log.
 pub(super) struct Wal {
-    log: SegmentLog,
+    pub(super) log: SegmentLog,
     to_sync: Sender<(Lsn, Durable)>,
     /// Set once a write failed: nothing more is acknowledged.
     failed: AtomicBool,
+    /// Where its checkpoint is kept, and the first record the checkpoint does not hold.
+    pub(super) checkpoint: PathBuf,
+    pub(super) checkpointed: AtomicU64,
 }
 
 impl Wal {
     /// Opens the log in `dir` (recovering a torn tail; damage elsewhere is an error naming
     /// the file and offset), and returns it with the queue its syncer thread serves.
-    pub fn open(dir: &Path, fsync: FsyncPolicy) -> Result<(Wal, Receiver<(Lsn, Durable)>), QError> {
+    pub fn open(
+        dir: &Path,
+        checkpoint: &Path,
+        fsync: FsyncPolicy,
+    ) -> Result<(Wal, Receiver<(Lsn, Durable)>), QError> {
         let opts = LogOptions {
             fsync,
+            segment_bytes: SEGMENT_BYTES,
             ..LogOptions::default()
         };
+        Wal::open_with(dir, checkpoint, opts)
+    }
+
+    /// [`Wal::open`] with other options of the log.
+    pub(super) fn open_with(
+        dir: &Path,
+        checkpoint: &Path,
+        opts: LogOptions,
+    ) -> Result<(Wal, Receiver<(Lsn, Durable)>), QError> {
         let log = crate::data_dir::open_log("write-ahead log", dir, opts)?;
         let (to_sync, synced) = crossbeam_channel::unbounded();
         let wal = Wal {
             log,
             to_sync,
             failed: AtomicBool::new(false),
+            checkpoint: checkpoint.into(),
+            checkpointed: AtomicU64::new(0),
         };
         Ok((wal, synced))
     }
 
     /// Appends `r`; `None` if the log failed (the error is reported once).
-    fn append(&self, r: &Record) -> Option<Lsn> {
+    pub(super) fn append(&self, r: &Record) -> Option<Lsn> {
         if self.failed.load(Ordering::Relaxed) {
             return None;
         }
@@ -168,9 +268,14 @@ impl Wal {
     /// stops, rather than be acknowledged without its record.
     fn append_then(&self, r: &Record, then: Durable) {
         if let Some(lsn) = self.append(r) {
-            // The syncer holds the receiver until the node stops.
-            let _ = self.to_sync.send((lsn, then));
+            self.after(lsn, then);
         }
+    }
+
+    /// Hands `then` to the syncer, to be done once record `lsn` is on disk.
+    fn after(&self, lsn: Lsn, then: Durable) {
+        // The syncer holds the receiver until the node stops.
+        let _ = self.to_sync.send((lsn, then));
     }
 
     pub fn stats_reader(&self) -> qstore_log::StatsReader {
@@ -190,24 +295,30 @@ impl Wal {
         );
     }
 
-    /// Every record from the first kept, decoded.
-    fn records(&self) -> Result<Vec<(Lsn, Record)>, QError> {
-        let dir = self.log.dir().display();
-        let read = |e: qstore_log::LogError| {
-            QError::Other(format!("cannot read the write-ahead log in {dir}: {e}"))
+    /// The records from `from` to the last one appended, decoded, one at a time.
+    pub(super) fn records(
+        &self,
+        from: Lsn,
+    ) -> Result<impl Iterator<Item = Result<(Lsn, Record), QError>> + '_, QError> {
+        let dir = self.log.dir();
+        let read = move |e: qstore_log::LogError| {
+            QError::Other(format!(
+                "cannot read the write-ahead log in {}: {e}",
+                dir.display()
+            ))
         };
-        let mut out = Vec::new();
-        for item in self.log.read_from(self.log.first_lsn()).map_err(read)? {
+        let items = self.log.read_from(from).map_err(read)?;
+        Ok(items.map(move |item| {
             let (lsn, bytes) = item.map_err(read)?;
             let r = postcard::from_bytes(&bytes).map_err(|e| {
                 QError::Other(format!(
-                    "the write-ahead log in {dir}: record {lsn} passed its checksum but is \
-                     not a log record ({e}): written by another version of qstore?"
+                    "the write-ahead log in {}: record {lsn} passed its checksum but is not a \
+                     log record ({e}): written by another version of qstore?",
+                    dir.display()
                 ))
             })?;
-            out.push((lsn, r));
-        }
-        Ok(out)
+            Ok((lsn, r))
+        }))
     }
 }
 
@@ -253,7 +364,7 @@ pub(super) unsafe fn redo_of(
 }
 
 /// A place in the commit order across starts: the start, then the place within it.
-type Place = (u64, u128);
+pub(super) type Place = (u64, u128);
 
 /// Puts after-images back into a store nothing else uses yet, keeping for every record the
 /// image latest in the protocol's commit order.
@@ -264,6 +375,11 @@ pub(super) struct Redo {
 }
 
 impl Redo {
+    /// Notes that the image of `row` in place is at `place` (put back from a checkpoint).
+    pub(super) fn seed(&mut self, row: (TableId, Key), place: Place) {
+        self.latest.insert(row, place);
+    }
+
     fn apply(
         &mut self,
         store: &PartitionStore,
@@ -282,9 +398,21 @@ impl Redo {
     }
 }
 
+/// Recovery's [`Images`]: into the store.
+struct Restore<'a> {
+    store: &'a PartitionStore,
+    redo: &'a mut Redo,
+}
+
+impl Images for Restore<'_> {
+    fn put(&mut self, images: Vec<RowImage>, place: Place) -> Result<(), String> {
+        self.redo.apply(self.store, &images, place)
+    }
+}
+
 /// Puts `img` in place, as a record of the initial state: the history of a start begins
 /// with the state recovered (the writers of earlier starts are not part of it).
-fn put(store: &PartitionStore, img: &RowImage) -> Result<(), String> {
+pub(super) fn put(store: &PartitionStore, img: &RowImage) -> Result<(), String> {
     let table = store
         .tables()
         .get(img.table as usize)
@@ -319,70 +447,48 @@ fn put(store: &PartitionStore, img: &RowImage) -> Result<(), String> {
 }
 
 impl<C: Cc> Node<C> {
-    /// Replays the node's log onto its freshly loaded partition (see the module's
-    /// documentation); what is still undecided is returned.
+    /// Puts the node's checkpoint back and replays the log after it onto its freshly loaded
+    /// partition (see the module's documentation); what is still undecided is returned.
     pub(super) fn recover(&self) -> Result<Recovered, QError> {
         let Some(wal) = &self.wal else {
             return Ok(Recovered::default());
         };
+        let began = Instant::now();
         let store = self.store();
         let mut out = Recovered::default();
+        let loaded = super::checkpoint::load(wal, store, &mut out)?;
+        let from = loaded.map_or(0, |c| c.upto);
         let dir = wal.log.dir().display();
-        let mut start = 0;
-        for (lsn, record) in wal.records()? {
-            let order = |at: &Attempt| (start, self.cc.commit_order(at).unwrap_or(u128::from(lsn)));
-            let redone = match record {
-                Record::Prepared {
-                    txn,
-                    coord,
-                    at,
-                    redo,
-                } => {
-                    let t = InDoubt {
-                        start,
-                        coord,
-                        at,
-                        redo,
-                    };
-                    out.in_doubt.insert(txn, t);
-                    Ok(())
-                }
-                Record::Outcome { txn, commit_ts } => match out.in_doubt.remove(&txn) {
-                    Some(mut t) if commit_ts.is_some() => {
-                        t.at.ts = commit_ts.unwrap_or_default();
-                        out.redone += 1;
-                        let place = (t.start, order(&t.at).1);
-                        out.redo.apply(store, &t.redo, place)
-                    }
-                    _ => Ok(()),
-                },
-                Record::Committed { at, redo, .. } => {
-                    out.redone += 1;
-                    out.redo.apply(store, &redo, order(&at))
-                }
-                Record::Decided { txn, ts } => {
-                    out.decided.insert(txn, ts);
-                    Ok(())
-                }
-                Record::Started => {
-                    start += 1;
-                    Ok(())
-                }
-            };
-            redone.map_err(|why| {
-                QError::Other(format!(
-                    "the write-ahead log in {dir}: record {lsn} holds {why}: the directory \
-                     is not this cluster's"
-                ))
-            })?;
+        let mut replayed = 0u64;
+        let mut restore = Restore {
+            store,
+            redo: &mut out.redo,
+        };
+        for item in wal.records(from)? {
+            let (lsn, record) = item?;
+            replayed += 1;
+            let order = |at: &Attempt| self.cc.commit_order(at);
+            out.folded
+                .fold(lsn, record, order, &mut restore)
+                .map_err(|why| {
+                    QError::Other(format!(
+                        "the write-ahead log in {dir}: record {lsn} holds {why}: the directory \
+                         is not this cluster's"
+                    ))
+                })?;
         }
         wal.append(&Record::Started);
-        if out.redone > 0 || !out.in_doubt.is_empty() {
+        if loaded.is_some() || replayed > 0 {
+            let f = &out.folded;
+            let rows = loaded.map_or(0, |c| c.rows);
             tracing::info!(
-                "node {}: redid {} committed transactions from {dir}; {} in doubt",
+                "node {}: recovered in {:.1?}: a checkpoint of {rows} rows up to record \
+                 {from}, then {replayed} log records from {dir} ({} committed transactions \
+                 redone in all, {} in doubt)",
                 self.id,
-                out.redone,
-                out.in_doubt.len()
+                began.elapsed(),
+                f.redone,
+                f.in_doubt.len()
             );
         }
         Ok(out)
@@ -417,10 +523,29 @@ impl<C: Cc> Node<C> {
         self.wal.as_ref().expect("only a node with a log logs")
     }
 
-    /// The outcome of a prepared transaction, as it reaches its participant.
-    pub(super) fn log_outcome(&self, txn: TxnId, commit_ts: Option<u64>) {
+    /// The outcome of a prepared transaction, as it reaches its participant; where it is in
+    /// the log.
+    pub(super) fn log_outcome(&self, txn: TxnId, commit_ts: Option<u64>) -> Option<Lsn> {
+        self.wal
+            .as_ref()
+            .and_then(|wal| wal.append(&Record::Outcome { txn, commit_ts }))
+    }
+
+    /// Acknowledges the commit of `txn` to `coord` once its outcome, record `outcome`, is on
+    /// disk (at once without a log).
+    pub(super) fn ack_commit(&self, coord: NodeId, txn: TxnId, outcome: Option<Lsn>) {
+        match (&self.wal, outcome) {
+            (Some(wal), Some(lsn)) => wal.after(lsn, Durable::Ack { coord, txn }),
+            // A log that failed acknowledges nothing more.
+            (Some(_), None) => {}
+            (None, _) => self.send(coord, txn, Body::CommitAck),
+        }
+    }
+
+    /// Every participant of `txn`, decided here, has its outcome on disk.
+    pub(super) fn log_end(&self, txn: TxnId) {
         if let Some(wal) = &self.wal {
-            wal.append(&Record::Outcome { txn, commit_ts });
+            wal.append(&Record::Ended { txn });
         }
     }
 
@@ -464,6 +589,7 @@ impl<C: Cc> Node<C> {
             Durable::Vote { coord, txn, vote } => self.send(coord, txn, Body::Vote(vote)),
             Durable::Commit { txn } => self.complete_commit(txn),
             Durable::Decision { txn } => self.send_commits(txn),
+            Durable::Ack { coord, txn } => self.send(coord, txn, Body::CommitAck),
         }
     }
 
@@ -490,6 +616,7 @@ impl<C: Cc> Node<C> {
         commit_ts: Option<u64>,
         redo: &mut Redo,
     ) -> Result<(), QError> {
+        // Not waited for: nothing is acknowledged, and the coordinator keeps its decision.
         self.log_outcome(txn, commit_ts);
         let Some(ts) = commit_ts else { return Ok(()) };
         let at = Attempt { ts, ..t.at };
@@ -515,8 +642,10 @@ pub(super) fn settle_in_doubt<C: Cc>(
     nodes: &[Hosted<C>],
     recovered: Vec<Recovered>,
 ) -> Result<Vec<Vec<Envelope<IMsg>>>, QError> {
-    let (mut in_doubt, mut redo): (Vec<_>, Vec<_>) =
-        recovered.into_iter().map(|r| (r.in_doubt, r.redo)).unzip();
+    let (mut in_doubt, mut redo): (Vec<_>, Vec<_>) = recovered
+        .into_iter()
+        .map(|r| (r.folded.in_doubt, r.redo))
+        .unzip();
     let mut stash: Vec<Vec<Envelope<IMsg>>> = nodes.iter().map(|_| Vec::new()).collect();
     if in_doubt.iter().all(|d| d.is_empty()) {
         return Ok(stash);
@@ -620,7 +749,8 @@ mod tests {
     }
 
     fn append(dir: &Path, r: &Record) {
-        let (wal, _) = Wal::open(dir, FsyncPolicy::Always).unwrap();
+        let (wal, _) =
+            Wal::open(dir, &dir.with_file_name("checkpoint"), FsyncPolicy::Always).unwrap();
         let lsn = wal.append(r).unwrap();
         wal.log.sync_to(lsn).unwrap();
     }
