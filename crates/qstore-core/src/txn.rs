@@ -33,7 +33,8 @@ pub enum Value {
     #[default]
     Null,
     Int(i64),
-    Bytes(Vec<u8>),
+    /// Decoded as one buffer, not byte by byte.
+    Bytes(#[serde(with = "serde_bytes")] Vec<u8>),
 }
 
 impl Value {

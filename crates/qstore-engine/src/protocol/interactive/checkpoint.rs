@@ -16,14 +16,14 @@
 //! record may still hold an earlier commit of the same row under timestamp ordering).
 
 use super::msg::Attempt;
-use super::wal::{put, Folded, Images, Place, Recovered, RowImage, Wal};
+use super::wal::{put, Folded, ImageView, Images, Place, Recovered, Wal};
 use super::{Cc, Node};
 use qstore_core::{Key, QError, TableId};
 use qstore_log::{open_snapshot, Lsn, RecordLog, SnapshotReader, SnapshotWriter};
 use qstore_storage::PartitionStore;
+use rustc_hash::FxHashMap;
 use serde::{Deserialize, Serialize};
-use std::collections::btree_map::Entry;
-use std::collections::BTreeMap;
+use std::collections::hash_map::Entry;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
@@ -44,6 +44,7 @@ struct Row {
     table: TableId,
     key: Key,
     place: Place,
+    #[serde(with = "serde_bytes")]
     bytes: Option<Vec<u8>>,
 }
 
@@ -126,7 +127,8 @@ pub(super) fn load(
             place,
             bytes,
         } = row?;
-        put(store, &RowImage { table, key, bytes })
+        let bytes = bytes.as_deref();
+        put(store, &ImageView { table, key, bytes })
             .map_err(|why| failed(wal, format!("it holds {why}: not this cluster's")))?;
         out.redo.seed((table, key), place);
         count += 1;
@@ -138,25 +140,33 @@ pub(super) fn load(
     }))
 }
 
-/// A checkpoint's [`Images`]: the latest image of each row, in the commit order.
+/// A checkpoint's [`Images`]: the latest image of each row, in the commit order (hashed while
+/// the log is folded, sorted once to be written). A row written again reuses its buffer.
 #[derive(Default)]
-struct Latest(BTreeMap<(TableId, Key), Row>);
+struct Latest(FxHashMap<(TableId, Key), Row>);
 
 impl Images for Latest {
-    fn put(&mut self, images: Vec<RowImage>, place: Place) -> Result<(), String> {
-        for RowImage { table, key, bytes } in images {
-            let row = Row {
-                table,
-                key,
-                place,
-                bytes,
-            };
-            match self.0.entry((table, key)) {
+    fn put(&mut self, images: &[ImageView<'_>], place: Place) -> Result<(), String> {
+        for img in images {
+            match self.0.entry((img.table, img.key)) {
                 Entry::Vacant(slot) => {
-                    slot.insert(row);
+                    slot.insert(Row {
+                        table: img.table,
+                        key: img.key,
+                        place,
+                        bytes: img.bytes.map(<[u8]>::to_vec),
+                    });
                 }
                 Entry::Occupied(mut slot) if slot.get().place <= place => {
-                    slot.insert(row);
+                    let row = slot.get_mut();
+                    row.place = place;
+                    match (&mut row.bytes, img.bytes) {
+                        (Some(buf), Some(b)) => {
+                            buf.clear();
+                            buf.extend_from_slice(b);
+                        }
+                        (kept, b) => *kept = b.map(<[u8]>::to_vec),
+                    }
                 }
                 Entry::Occupied(_) => {} // a later commit's image is kept
             }
@@ -240,22 +250,30 @@ fn take(
                     "it does not end where the last one taken ended",
                 ));
             }
-            (h.folded, Some(rows(wal, snap)))
+            let records = usize::try_from(snap.len()).unwrap_or(usize::MAX);
+            (h.folded, Some((records * ROWS_PER_RECORD, rows(wal, snap))))
         }
         None => (Folded::default(), None),
     };
-    let mut latest = Latest::default();
+    // Sized for the rows the last checkpoint held: most are written again.
+    let rows_before = prev_rows.as_ref().map_or(0, |(n, _)| *n);
+    let mut latest = Latest(FxHashMap::with_capacity_and_hasher(
+        rows_before,
+        Default::default(),
+    ));
     let mut records = 0;
     for item in wal.records(from)? {
-        let (lsn, record) = item?;
+        let (lsn, bytes) = item?;
         if lsn >= upto {
             break;
         }
+        let record = wal.decode(lsn, &bytes)?;
         records += 1;
         folded
             .fold(lsn, record, &commit_order, &mut latest)
             .map_err(|why| failed(wal, why))?;
     }
+    let prev_rows = prev_rows.map(|(_, rows)| rows);
     let (rows, bytes) = write(wal, Head { upto, folded }, prev_rows, latest)?;
     wal.checkpointed.store(upto, Ordering::Relaxed);
     wal.log
@@ -288,7 +306,9 @@ fn write(
         chunk.clear();
         out.push(&bytes).map(|()| n).map_err(|e| failed(wal, e))
     };
-    let mut new = latest.0.into_values();
+    let mut sorted: Vec<Row> = latest.0.into_values().collect();
+    sorted.sort_unstable_by_key(|r| (r.table, r.key));
+    let mut new = sorted.into_iter();
     let mut old = prev.into_iter().flatten();
     let (mut a, mut b) = (old.next().transpose()?, new.next());
     loop {
@@ -336,7 +356,7 @@ fn write(
 #[cfg(test)]
 mod tests {
     use super::super::msg::Age;
-    use super::super::wal::Record;
+    use super::super::wal::{Record, RowImage};
     use super::*;
     use qstore_core::txn::TableSchema;
     use qstore_core::{NodeId, PartitionId, TxnId};

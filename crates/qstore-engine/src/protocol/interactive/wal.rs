@@ -53,18 +53,50 @@ pub(super) struct RowImage {
     pub table: TableId,
     pub key: Key,
     /// The record's bytes, or `None` if the transaction deleted it.
+    #[serde(with = "serde_bytes")]
     pub bytes: Option<Vec<u8>>,
 }
 
-/// A record of the log.
+impl RowImage {
+    pub fn view(&self) -> ImageView<'_> {
+        ImageView {
+            table: self.table,
+            key: self.key,
+            bytes: self.bytes.as_deref(),
+        }
+    }
+}
+
+/// A [`RowImage`] read back from the log, its bytes borrowed from the record's (the same
+/// encoding): folding the log copies only the images it keeps.
+#[derive(Clone, Copy, Debug, Deserialize)]
+pub(super) struct ImageView<'a> {
+    pub table: TableId,
+    pub key: Key,
+    #[serde(borrow)]
+    pub bytes: Option<&'a [u8]>,
+}
+
+impl ImageView<'_> {
+    fn to_owned(self) -> RowImage {
+        RowImage {
+            table: self.table,
+            key: self.key,
+            bytes: self.bytes.map(<[u8]>::to_vec),
+        }
+    }
+}
+
+/// A record of the log: written with owned images ([`RowImage`]), read back with borrowed
+/// ones ([`ImageView`]).
 #[derive(Debug, Serialize, Deserialize)]
-pub(super) enum Record {
+pub(super) enum Record<I = RowImage> {
     /// A participant votes yes (forced first).
     Prepared {
         txn: TxnId,
         coord: NodeId,
         at: Attempt,
-        redo: Vec<RowImage>,
+        redo: Vec<I>,
     },
     /// The decision about a prepared transaction reached its participant: committed at this
     /// timestamp, or aborted (`None`).
@@ -73,7 +105,7 @@ pub(super) enum Record {
     Committed {
         txn: TxnId,
         at: Attempt,
-        redo: Vec<RowImage>,
+        redo: Vec<I>,
     },
     /// The coordinator decided to commit, at this timestamp (forced first).
     Decided { txn: TxnId, ts: u64 },
@@ -126,7 +158,7 @@ pub(super) struct Folded {
 
 /// Where the after-images of committed transactions go, with their place in the commit order.
 pub(super) trait Images {
-    fn put(&mut self, images: Vec<RowImage>, place: Place) -> Result<(), String>;
+    fn put(&mut self, images: &[ImageView<'_>], place: Place) -> Result<(), String>;
 }
 
 impl Folded {
@@ -134,7 +166,7 @@ impl Folded {
     pub fn fold(
         &mut self,
         lsn: Lsn,
-        record: Record,
+        record: Record<ImageView<'_>>,
         commit_order: impl Fn(&Attempt) -> Option<u128>,
         images: &mut impl Images,
     ) -> Result<(), String> {
@@ -148,6 +180,7 @@ impl Folded {
                 at,
                 redo,
             } => {
+                let redo = redo.into_iter().map(ImageView::to_owned).collect();
                 let t = InDoubt {
                     start,
                     coord,
@@ -161,12 +194,13 @@ impl Folded {
                     t.at.ts = ts;
                     self.redone += 1;
                     let place = (t.start, order(&t.at));
-                    images.put(t.redo, place)?;
+                    let views: Vec<_> = t.redo.iter().map(RowImage::view).collect();
+                    images.put(&views, place)?;
                 }
             }
             Record::Committed { at, redo, .. } => {
                 self.redone += 1;
-                images.put(redo, (start, order(&at)))?;
+                images.put(&redo, (start, order(&at)))?;
             }
             Record::Decided { txn, ts } => {
                 self.decided.insert(txn, ts);
@@ -299,7 +333,7 @@ impl Wal {
     pub(super) fn records(
         &self,
         from: Lsn,
-    ) -> Result<impl Iterator<Item = Result<(Lsn, Record), QError>> + '_, QError> {
+    ) -> Result<impl Iterator<Item = Result<(Lsn, Vec<u8>), QError>> + '_, QError> {
         let dir = self.log.dir();
         let read = move |e: qstore_log::LogError| {
             QError::Other(format!(
@@ -308,17 +342,22 @@ impl Wal {
             ))
         };
         let items = self.log.read_from(from).map_err(read)?;
-        Ok(items.map(move |item| {
-            let (lsn, bytes) = item.map_err(read)?;
-            let r = postcard::from_bytes(&bytes).map_err(|e| {
-                QError::Other(format!(
-                    "the write-ahead log in {}: record {lsn} passed its checksum but is not a \
-                     log record ({e}): written by another version of qstore?",
-                    dir.display()
-                ))
-            })?;
-            Ok((lsn, r))
-        }))
+        Ok(items.map(move |item| item.map_err(read)))
+    }
+
+    /// Decodes record `lsn`, borrowing its images from `bytes`.
+    pub(super) fn decode<'a>(
+        &self,
+        lsn: Lsn,
+        bytes: &'a [u8],
+    ) -> Result<Record<ImageView<'a>>, QError> {
+        postcard::from_bytes(bytes).map_err(|e| {
+            QError::Other(format!(
+                "the write-ahead log in {}: record {lsn} passed its checksum but is not a log \
+                 record ({e}): written by another version of qstore?",
+                self.log.dir().display()
+            ))
+        })
     }
 }
 
@@ -383,7 +422,7 @@ impl Redo {
     fn apply(
         &mut self,
         store: &PartitionStore,
-        images: &[RowImage],
+        images: &[ImageView<'_>],
         order: Place,
     ) -> Result<(), String> {
         for img in images {
@@ -405,19 +444,19 @@ struct Restore<'a> {
 }
 
 impl Images for Restore<'_> {
-    fn put(&mut self, images: Vec<RowImage>, place: Place) -> Result<(), String> {
-        self.redo.apply(self.store, &images, place)
+    fn put(&mut self, images: &[ImageView<'_>], place: Place) -> Result<(), String> {
+        self.redo.apply(self.store, images, place)
     }
 }
 
 /// Puts `img` in place, as a record of the initial state: the history of a start begins
 /// with the state recovered (the writers of earlier starts are not part of it).
-pub(super) fn put(store: &PartitionStore, img: &RowImage) -> Result<(), String> {
+pub(super) fn put(store: &PartitionStore, img: &ImageView<'_>) -> Result<(), String> {
     let table = store
         .tables()
         .get(img.table as usize)
         .ok_or_else(|| format!("a change to table {}, which does not exist", img.table))?;
-    let Some(bytes) = &img.bytes else {
+    let Some(bytes) = img.bytes else {
         table.remove(img.key);
         return Ok(());
     };
@@ -465,7 +504,8 @@ impl<C: Cc> Node<C> {
             redo: &mut out.redo,
         };
         for item in wal.records(from)? {
-            let (lsn, record) = item?;
+            let (lsn, bytes) = item?;
+            let record = wal.decode(lsn, &bytes)?;
             replayed += 1;
             let order = |at: &Attempt| self.cc.commit_order(at);
             out.folded
@@ -480,11 +520,13 @@ impl<C: Cc> Node<C> {
         wal.append(&Record::Started);
         if loaded.is_some() || replayed > 0 {
             let f = &out.folded;
-            let rows = loaded.map_or(0, |c| c.rows);
+            let checkpoint = match loaded {
+                Some(c) => format!("a checkpoint of {} rows up to log record {from}", c.rows),
+                None => "no checkpoint".into(),
+            };
             tracing::info!(
-                "node {}: recovered in {:.1?}: a checkpoint of {rows} rows up to record \
-                 {from}, then {replayed} log records from {dir} ({} committed transactions \
-                 redone in all, {} in doubt)",
+                "node {}: recovered in {:.1?}: {checkpoint}, then {replayed} log records from \
+                 {dir} ({} committed transactions redone in all, {} in doubt)",
                 self.id,
                 began.elapsed(),
                 f.redone,
@@ -623,7 +665,8 @@ impl<C: Cc> Node<C> {
         // Without timestamps, nothing committed after it changed its records here: it held
         // them until its decision.
         let order = self.cc.commit_order(&at).unwrap_or(u128::MAX);
-        redo.apply(self.store(), &t.redo, (t.start, order))
+        let views: Vec<_> = t.redo.iter().map(RowImage::view).collect();
+        redo.apply(self.store(), &views, (t.start, order))
             .map_err(|why| QError::Other(format!("transaction {txn:?} in doubt holds {why}")))
     }
 }
