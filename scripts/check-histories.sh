@@ -13,7 +13,8 @@
 #  5. durability: every server of a cluster with data directories killed with SIGKILL, the
 #     cluster restarted on them, and the recovered history checked with the new one (Q-Store,
 #     Calvin, and NO_WAIT and MaaT with their write-ahead logs); a torn log tail cut, a
-#     corrupt middle refused.
+#     corrupt middle refused; a checkpoint write cut short dropped, a checkpoint deleted or
+#     damaged refused.
 # Needs `adya` on PATH (scripts/setup.sh installs it) and a release build.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -214,6 +215,26 @@ printf '\377' | dd of="$seg" bs=1 seek=$(($(stat -c %s "$seg") / 2)) conv=notrun
 expect_exit 1 "corrupt log segment .*server-1/wal/.* at byte offset" "maat: a byte flipped in the middle of a write-ahead log refuses the restart" -- \
   "$QSTORE" cluster --protocol maat --workload bank --nodes 3 --data-dir "$work/crash-maat" \
   --cluster-file "$work/crash-maat/cluster.toml" -q --txns 500 --duration 0
+# Checkpoints: a checkpoint's write a crash cut short is dropped (the one before it is used);
+# a checkpoint deleted once the log before it is gone, or damaged, refuses the start.
+d="$work/checkpoints"
+mkdir -p "$d"
+c=(--protocol occ --workload ycsb --nodes 2 --data-dir "$d" --cluster-file "$d/cluster.toml" -q)
+expect_exit 0 "" "occ: 3 s of YCSB, a checkpoint every second" -- \
+  "$QSTORE" cluster "${c[@]}" --duration 3 --checkpoint-interval-s 1
+expect_exit 0 "" "occ: the log before the checkpoint was dropped" -- \
+  test ! -e "$d/server-0/wal/00000000000000000000.log"
+head -c 4096 "$d/server-0/checkpoint" >"$d/server-0/checkpoint.tmp"
+expect_exit 0 "^serializable: yes" "occ: a checkpoint write cut short by a crash is dropped, restarted --verify" -- \
+  "$QSTORE" cluster "${c[@]}" --txns 500 --duration 0 --verify
+mv "$d/server-0/checkpoint" "$d/server-0-checkpoint"
+expect_exit 1 "no checkpoint .* holding what came before" "occ: a checkpoint deleted after the log before it was dropped refuses the restart" -- \
+  "$QSTORE" cluster "${c[@]}" --txns 500 --duration 0
+mv "$d/server-0-checkpoint" "$d/server-0/checkpoint"
+ckpt="$d/server-1/checkpoint"
+printf '\377' | dd of="$ckpt" bs=1 seek=$(($(stat -c %s "$ckpt") / 2)) conv=notrunc 2>/dev/null
+expect_exit 1 "corrupt snapshot .*server-1/checkpoint at byte offset" "occ: a byte flipped in a checkpoint refuses the restart" -- \
+  "$QSTORE" cluster "${c[@]}" --txns 500 --duration 0
 expect_exit 2 "belongs to cluster" "a data directory of another cluster is refused" -- \
   "$QSTORE" server --cluster "$work/crash-qstore/cluster.toml" --node 0 --data-dir "$work/crash-calvin/server-0"
 

@@ -64,7 +64,7 @@ pub enum LogError {
     /// damage is the disk's or someone's, never a crash's.
     #[error(
         "corrupt snapshot {path} at byte offset {offset}: {reason}. It cannot be used: restore \
-         it from a replica or a backup (the log no longer holds what it covers)"
+         it from a replica or a backup"
     )]
     CorruptSnapshot {
         /// The snapshot file.

@@ -89,8 +89,16 @@ pub(super) fn load(
     store: &PartitionStore,
     out: &mut Recovered,
 ) -> Result<Option<Loaded>, QError> {
-    let snap = open_snapshot(&wal.checkpoint).map_err(|e| failed(wal, e))?;
     let (first, next) = (wal.log.first_lsn(), wal.log.next_lsn());
+    // A damaged checkpoint is not needed while the log still holds everything.
+    let damaged = |e: QError| match first {
+        0 => QError::Other(format!(
+            "{e}; the write-ahead log still holds every record from the first: move the \
+             checkpoint away, and the server recovers from the log alone"
+        )),
+        _ => e,
+    };
+    let snap = open_snapshot(&wal.checkpoint).map_err(|e| damaged(failed(wal, e)))?;
     let Some(mut snap) = snap else {
         if first > 0 {
             return Err(QError::Other(format!(
@@ -103,7 +111,7 @@ pub(super) fn load(
         }
         return Ok(None);
     };
-    let head = head(wal, &mut snap)?;
+    let head = head(wal, &mut snap).map_err(damaged)?;
     if first > head.upto || next < head.upto {
         return Err(QError::Other(format!(
             "the write-ahead log in {} holds records {first} to {next} (excluded), which do not \
@@ -126,7 +134,7 @@ pub(super) fn load(
             key,
             place,
             bytes,
-        } = row?;
+        } = row.map_err(damaged)?;
         let bytes = bytes.as_deref();
         put(store, &ImageView { table, key, bytes })
             .map_err(|why| failed(wal, format!("it holds {why}: not this cluster's")))?;
