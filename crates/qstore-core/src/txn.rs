@@ -608,6 +608,14 @@ pub enum CcAbortCause {
     /// OLLP: the keys its reconnaissance read had changed by the time it ran (counted by the
     /// client, which restarts it with a fresh reconnaissance; see [`OLLP_RESTART`]).
     OllpRestart,
+    /// Sundial, case (a) of its figure 6: a lease it must renew is of a version since
+    /// replaced by one written at or after its commit timestamp.
+    LeaseNewerVersion,
+    /// Sundial, case (b): the version it read was replaced before its commit timestamp.
+    LeaseOverwritten,
+    /// Sundial, case (c): the lease cannot be extended while another transaction holds the
+    /// row's lock.
+    LeaseLocked,
 }
 
 /// The logic abort of a transaction whose reconnaissance guess turned out wrong when it ran
@@ -630,6 +638,9 @@ impl CcAbortCause {
             CcAbortCause::FrozenRange => "frozen_range",
             CcAbortCause::RangeEmpty => "range_empty",
             CcAbortCause::OllpRestart => "ollp_restart",
+            CcAbortCause::LeaseNewerVersion => "lease_newer_version",
+            CcAbortCause::LeaseOverwritten => "lease_overwritten",
+            CcAbortCause::LeaseLocked => "lease_locked",
         }
     }
 }

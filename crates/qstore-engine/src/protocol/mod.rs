@@ -9,6 +9,7 @@ pub mod occ;
 pub mod qstore;
 pub mod serial;
 mod shell;
+pub mod sundial;
 #[cfg(test)]
 pub(crate) mod testing;
 pub mod timestamp;
@@ -220,6 +221,12 @@ pub const PROTOCOLS: &[ProtocolInfo] = &[
         deterministic: false,
         summary: "MaaT: commit-timestamp ranges per transaction, shrunk at validation to order conflicts; commit at the smallest common timestamp, 2PC",
         start: maat::start,
+    },
+    ProtocolInfo {
+        name: "sundial",
+        deterministic: false,
+        summary: "Sundial: logical leases per row; commit at a timestamp inside every lease, renewed at prepare; write locks WAIT_DIE, 2PC",
+        start: sundial::start,
     },
 ];
 

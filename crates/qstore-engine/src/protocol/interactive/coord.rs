@@ -2,7 +2,7 @@
 //! or abort, then the answer to the client.
 
 use super::msg::{Age, Attempt, Body, GroupEnd, TsRange, Vote};
-use super::part::Group;
+use super::part::{Group, Ran};
 use super::phases::{self, PhaseCosts, COMMIT, EXECUTION, PREPARE};
 use super::{Cc, Node};
 use crate::history::TxnTrace;
@@ -343,15 +343,16 @@ impl<C: Cc> Node<C> {
         from: NodeId,
         txn: TxnId,
         outputs: Vec<Value>,
-        end: GroupEnd,
-        wrote: bool,
+        ran: Ran,
         received: usize,
     ) {
+        let Ran { end, wrote, floor } = ran;
         self.with_coord(txn, received, |node, t| {
             // A refused reservation also answers `Executed`.
             if !matches!(t.phase, Phase::Walking | Phase::Reserving) {
                 return Vec::new();
             }
+            t.at.ts = t.at.ts.max(floor);
             let p = t.participant(from);
             p.wrote |= wrote;
             let group = std::mem::take(&mut p.group);
@@ -384,11 +385,12 @@ impl<C: Cc> Node<C> {
         t.phase = Phase::Preparing;
         t.prepared = true;
         t.outstanding = t.participants.len();
+        let ts = t.at.ts;
         t.participants
             .iter_mut()
             .map(|p| {
                 p.owes = true;
-                Action::Send(p.node, Body::Prepare)
+                Action::Send(p.node, Body::Prepare { ts })
             })
             .collect()
     }

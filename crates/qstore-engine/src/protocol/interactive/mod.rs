@@ -205,9 +205,18 @@ pub(crate) trait Cc: Send + Sync + 'static {
         Self::USES_TIMESTAMPS.then(|| u128::from(at.ts))
     }
 
-    /// Phase one here: `Yes` keeps what the transaction holds until the decision,
-    /// `ReadOnly` (it wrote nothing here) releases it at once and skips phase two, `No`
-    /// aborts it. By default a participant that wrote votes yes, one that did not read-only.
+    /// Buffered: the smallest commit timestamp the accesses `held` records allow (reported
+    /// to the coordinator with each group's outputs, which commits at the largest floor of
+    /// its participants unless the votes choose the timestamp); 0 when the protocol computes
+    /// none during execution.
+    fn commit_floor(&self, _held: &Self::Held) -> u64 {
+        0
+    }
+
+    /// Phase one here, for a commit at `at.ts` as far as the coordinator knows it: `Yes`
+    /// keeps what the transaction holds until the decision, `ReadOnly` (it wrote nothing
+    /// here) releases it at once and skips phase two, `No` aborts it. By default a
+    /// participant that wrote votes yes, one that did not read-only.
     fn prepare(
         &self,
         _txn: TxnId,
@@ -516,11 +525,12 @@ impl<C: Cc> Node<C> {
                         outputs: Vec::new(),
                         end,
                         wrote: false,
+                        floor: 0,
                     };
                     self.send(from, txn, body);
                 }
             },
-            Body::Prepare => self.on_prepare(from, txn),
+            Body::Prepare { ts } => self.on_prepare(from, txn, ts),
             Body::Commit { ts } => self.on_commit(txn, ts),
             Body::Abort => self.on_abort(txn),
             Body::Reserved => self.on_reserved(from, txn, received),
@@ -528,7 +538,11 @@ impl<C: Cc> Node<C> {
                 outputs,
                 end,
                 wrote,
-            } => self.on_executed(from, txn, outputs, end, wrote, received),
+                floor,
+            } => {
+                let ran = part::Ran { end, wrote, floor };
+                self.on_executed(from, txn, outputs, ran, received)
+            }
             Body::Vote(v) => self.on_vote(from, txn, v, received),
             Body::CommitAck => self.on_commit_ack(from, txn, received),
             Body::WaitsForRequest { round } => self.on_waits_for_request(from, round),

@@ -44,8 +44,12 @@ pub enum Body {
         accesses: Vec<(u16, Access)>,
         inputs: Vec<(u16, Value)>,
     },
-    /// Two-phase commit, phase one.
-    Prepare,
+    /// Two-phase commit, phase one, for a commit at timestamp `ts` as far as the coordinator
+    /// knows it (the largest floor its participants reported; 0 for protocols that do not
+    /// compute commit timestamps during execution).
+    Prepare {
+        ts: u64,
+    },
     /// Make the transaction's changes here permanent, at commit timestamp `ts` (the
     /// attempt's own, or the one the coordinator chose from the votes' ranges). The
     /// message's clock is at least the decision's, which keeps later writers of these
@@ -58,11 +62,14 @@ pub enum Body {
 
     // Participant to coordinator.
     Reserved,
-    /// The outputs of an `Exec`'s accesses that ran, in order, and how the group ended.
+    /// The outputs of an `Exec`'s accesses that ran, in order, and how the group ended;
+    /// `floor`: the smallest commit timestamp the transaction's accesses here allow so far
+    /// (Sundial: after the versions it read and the leases of the records it locked).
     Executed {
         outputs: Vec<Value>,
         end: GroupEnd,
         wrote: bool,
+        floor: u64,
     },
     Vote(Vote),
     CommitAck,

@@ -200,7 +200,12 @@ impl<C: Cc> Node<C> {
                     let coord = t.coord;
                     self.put_part(txn, t);
                     let end = GroupEnd::CcAbort(cause);
-                    return self.send(coord, txn, executed(Vec::new(), end, false));
+                    let ran = Ran {
+                        end,
+                        wrote: false,
+                        floor: 0,
+                    };
+                    return self.send(coord, txn, ran.with(Vec::new()));
                 }
             }
         }
@@ -262,9 +267,14 @@ impl<C: Cc> Node<C> {
             }
             g.at += 1;
         }
-        let (coord, wrote) = (t.coord, t.wrote);
+        let ran = Ran {
+            end,
+            wrote: t.wrote,
+            floor: self.cc.commit_floor(&t.held),
+        };
+        let coord = t.coord;
         self.put_part(txn, t);
-        self.send(coord, txn, executed(g.into_results(), end, wrote));
+        self.send(coord, txn, ran.with(g.into_results()));
     }
 
     /// The access with its key resolved ([`AccessRef::resolve`]), or its settled failure
@@ -437,10 +447,15 @@ impl<C: Cc> Node<C> {
 
     /// Phase one: a participant that wrote nothing is done and says so; with a log, a yes
     /// vote waits for its prepare record.
-    pub(super) fn on_prepare(&self, coord: NodeId, txn: TxnId) {
+    pub(super) fn on_prepare(&self, coord: NodeId, txn: TxnId, ts: u64) {
         let Some(mut t) = self.take_part(txn) else {
             return self.send(coord, txn, Body::Vote(Vote::ReadOnly));
         };
+        if !C::USES_TIMESTAMPS {
+            // The commit timestamp as the coordinator computed it so far (the attempt's own
+            // for the protocols that order attempts by timestamp).
+            t.at.ts = ts;
+        }
         let vote = self
             .cc
             .prepare(txn, &t.at, &mut t.held, t.wrote, self.store());
@@ -606,10 +621,22 @@ fn stopped_by(gate: Gate) -> Option<Step> {
     }
 }
 
-fn executed(outputs: Vec<Value>, end: GroupEnd, wrote: bool) -> Body {
-    Body::Executed {
-        outputs,
-        end,
-        wrote,
+/// How a group of accesses went at a participant, besides its outputs.
+pub(super) struct Ran {
+    pub end: GroupEnd,
+    /// It wrote here.
+    pub wrote: bool,
+    /// See [`Cc::commit_floor`].
+    pub floor: u64,
+}
+
+impl Ran {
+    fn with(self, outputs: Vec<Value>) -> Body {
+        Body::Executed {
+            outputs,
+            end: self.end,
+            wrote: self.wrote,
+            floor: self.floor,
+        }
     }
 }

@@ -1,0 +1,385 @@
+//! Sundial (Yu et al., VLDB 2018, section 3): logical leases, on the interactive skeleton with
+//! two-phase commit.
+//!
+//! Every row keeps a **logical lease** `[wts, rts]`: the version was written at logical time
+//! `wts` and may be read at any time up to `rts`. A transaction commits at one logical
+//! timestamp inside the lease of everything it accessed, computed from those leases alone:
+//! - **Execution** (Algorithm 1): a read copies the row with its lease, and the commit
+//!   timestamp must be at least its `wts`; a write first takes the row's lock (write-write
+//!   conflicts are 2PL's, with WAIT_DIE: an older requester waits, a younger one aborts,
+//!   `wait_die`), and the commit timestamp must be past the lease, at least `rts + 1`. A row
+//!   read earlier at another version than the one it locks aborts (`conflict`). Reads never
+//!   wait for a lock and never block a writer. Each participant reports its *floor* (the
+//!   largest of these bounds) with its outputs; the coordinator's commit timestamp is the
+//!   largest floor.
+//! - **Prepare** (Algorithm 2, at every participant, even a transaction's only one): each row
+//!   read but not written whose lease ends before the commit timestamp has its lease renewed
+//!   to it, which fails, aborting, in the three cases of the paper's figure 6: the row was
+//!   written since, at or after the commit timestamp (`lease_newer_version`, case a) or
+//!   before it (`lease_overwritten`, case b), or another transaction holds its lock
+//!   (`lease_locked`, case c). A participant that wrote nothing then votes read-only: it
+//!   takes no part in the commit phase (the paper's optimisation).
+//! - **Commit** (Algorithm 3): install the writes with the lease `[ts, ts]` and release the
+//!   locks; an abort only releases them.
+//!
+//! Serializable in the order of commit timestamps: a transaction's reads and writes are all
+//! valid at its timestamp (`wts <= ts <= rts` for every row read, renewed under the row's
+//! latch; rows written are locked from before their lease was read until the install, and a
+//! lease cannot be extended while its row is locked), and versions of a row are installed in
+//! increasing timestamps, each past every lease handed out for the version before.
+
+use crate::cluster::EngineCtx;
+use crate::exec::{RowCopy, RowInstall};
+use crate::protocol::interactive::{self, Age, Attempt, Cc, Execution, Gate, RowAccess, Vote};
+use crate::protocol::Engine;
+use parking_lot::Mutex;
+use qstore_core::txn::CcAbortCause;
+use qstore_core::{QError, TableId, TxnId};
+use qstore_storage::{MetaColumn, PartitionStore, RowId};
+use std::sync::Arc;
+
+/// A row's lease and its write lock (the paper's tuple: wts, rts, owner, waitlist).
+#[derive(Default)]
+struct RowLease {
+    wts: u64,
+    rts: u64,
+    owner: Option<(TxnId, Age)>,
+    /// Waiting for the lock, each older than everyone before it (WAIT_DIE).
+    waiters: Vec<(TxnId, Age)>,
+}
+
+impl RowLease {
+    /// Renews the lease of the version written at `read_wts` to cover commit timestamp `ts`
+    /// (Algorithm 2, `renew_lease`), or names which of the paper's three cases prevents it.
+    fn renew(&mut self, read_wts: u64, ts: u64) -> Result<(), CcAbortCause> {
+        if self.wts != read_wts {
+            return Err(if self.wts >= ts {
+                CcAbortCause::LeaseNewerVersion
+            } else {
+                CcAbortCause::LeaseOverwritten
+            });
+        }
+        if ts > self.rts {
+            if self.owner.is_some() {
+                return Err(CcAbortCause::LeaseLocked);
+            }
+            self.rts = ts;
+        }
+        Ok(())
+    }
+
+    /// Hands the lock to the first waiter, if any.
+    fn unlock(&mut self, woken: &mut Vec<TxnId>) {
+        self.owner = None;
+        if !self.waiters.is_empty() {
+            let next = self.waiters.remove(0);
+            self.owner = Some(next);
+            woken.push(next.0);
+        }
+    }
+}
+
+/// A row read, with the lease it had then.
+#[derive(Clone, Copy, Debug)]
+struct Read {
+    table: TableId,
+    rid: RowId,
+    wts: u64,
+    rts: u64,
+}
+
+/// A transaction at one partition: its read set (with leases), the rows it locked, and the
+/// smallest commit timestamp they allow.
+#[derive(Default)]
+struct Held {
+    floor: u64,
+    reads: Vec<Read>,
+    locked: Vec<(TableId, RowId)>,
+    /// The row whose lock it waits for.
+    waiting: Option<(TableId, RowId)>,
+}
+
+impl Held {
+    fn locks(&self, table: TableId, rid: RowId) -> bool {
+        self.locked.contains(&(table, rid))
+    }
+}
+
+struct Sundial {
+    rows: MetaColumn<Mutex<RowLease>>,
+    /// Check leases (renewal at prepare, and a locked row's version against the one read);
+    /// off only in the test that shows the history checker catches what the check prevents.
+    check_leases: bool,
+}
+
+/// Takes the row's write lock for the access, WAIT_DIE; `None` once it holds it.
+fn lock(row: &mut RowLease, a: &RowAccess, held: &mut Held) -> Option<Gate> {
+    let (txn, age, at) = (a.txn, a.at.age, (a.table, a.rid));
+    match row.owner {
+        // Granted while it waited (or already its own).
+        Some((owner, _)) if owner == txn => {
+            if held.waiting == Some(at) {
+                held.waiting = None;
+                held.locked.push(at);
+            }
+            return None;
+        }
+        None => {
+            row.owner = Some((txn, age));
+            held.locked.push(at);
+            return None;
+        }
+        Some(_) => {}
+    }
+    if held.waiting == Some(at) {
+        return Some(Gate::Wait);
+    }
+    let older = row.owner.iter().chain(&row.waiters).all(|&(_, o)| age < o);
+    if !older {
+        return Some(Gate::Abort(CcAbortCause::WaitDie));
+    }
+    row.waiters.push((txn, age));
+    held.waiting = Some(at);
+    Some(Gate::Wait)
+}
+
+impl Cc for Sundial {
+    type Held = Held;
+
+    const EXECUTION: Execution = Execution::Buffered;
+
+    const VALIDATES: bool = true;
+
+    fn read_copy(&self, a: &RowAccess, held: &mut Held, copy: &mut RowCopy<'_>) -> Gate {
+        let mut row = self.rows.get(a.table, a.rid).lock();
+        if a.write {
+            if let Some(gate) = lock(&mut row, a, held) {
+                return gate;
+            }
+        }
+        // SAFETY: under the row's latch, which every install takes.
+        unsafe { copy.current() };
+        let (wts, rts) = (row.wts, row.rts);
+        if !a.write {
+            held.reads.push(Read {
+                table: a.table,
+                rid: a.rid,
+                wts,
+                rts,
+            });
+            held.floor = held.floor.max(wts);
+            return Gate::Go;
+        }
+        let read_before = held
+            .reads
+            .iter()
+            .any(|r| (r.table, r.rid) == (a.table, a.rid) && r.wts != wts);
+        if read_before && self.check_leases {
+            // Algorithm 1, line 21: it read a version that is no longer the row's.
+            return Gate::Abort(CcAbortCause::Conflict);
+        }
+        held.floor = held.floor.max(rts + 1);
+        Gate::Go
+    }
+
+    fn commit_floor(&self, held: &Held) -> u64 {
+        held.floor
+    }
+
+    fn prepare(
+        &self,
+        _txn: TxnId,
+        at: &Attempt,
+        held: &mut Held,
+        wrote: bool,
+        _store: &PartitionStore,
+    ) -> Vote {
+        debug_assert!(at.ts >= held.floor, "the coordinator saw this floor");
+        if self.check_leases {
+            // Rows it also wrote are locked at the version it read: valid at any timestamp
+            // past their lease, which the floor is.
+            let to_renew = held
+                .reads
+                .iter()
+                .filter(|r| at.ts > r.rts && !held.locks(r.table, r.rid));
+            for r in to_renew {
+                let renewed = self.rows.get(r.table, r.rid).lock().renew(r.wts, at.ts);
+                if let Err(cause) = renewed {
+                    return Vote::No(cause);
+                }
+            }
+        }
+        if wrote {
+            Vote::Yes
+        } else {
+            Vote::ReadOnly
+        }
+    }
+
+    fn install(
+        &self,
+        a: &RowAccess,
+        _held: &mut Held,
+        install: &mut RowInstall<'_>,
+        _woken: &mut Vec<TxnId>,
+    ) {
+        let mut row = self.rows.get(a.table, a.rid).lock();
+        debug_assert!(
+            a.at.ts > row.rts || !self.check_leases,
+            "a locked row's lease cannot grow past its writer's timestamp"
+        );
+        // SAFETY: under the row's latch, which every copy takes; Sundial owns the table.
+        unsafe { install.install() };
+        (row.wts, row.rts) = (a.at.ts, a.at.ts);
+    }
+
+    fn created(&self, a: &RowAccess) {
+        let mut row = self.rows.get(a.table, a.rid).lock();
+        *row = RowLease {
+            wts: a.at.ts,
+            rts: a.at.ts,
+            ..RowLease::default()
+        };
+    }
+
+    fn absent_mark(&self, at: &Attempt) -> u64 {
+        at.ts // the commit timestamp, by the time the reader ends
+    }
+
+    fn insert_after(
+        &self,
+        _txn: TxnId,
+        _at: &Attempt,
+        held: &mut Held,
+        mark: u64,
+    ) -> Result<(), CcAbortCause> {
+        // Past the committed readers of the key's absence, as a write is past a lease.
+        held.floor = held.floor.max(mark + 1);
+        Ok(())
+    }
+
+    fn commit_order(&self, at: &Attempt) -> Option<u128> {
+        // Transactions that do not conflict may share a commit timestamp; the attempt's id
+        // breaks the tie (writers of one row never share one).
+        Some((u128::from(at.ts) << 64) | u128::from(at.age.id.0))
+    }
+
+    fn release(&self, txn: TxnId, held: &mut Held, woken: &mut Vec<TxnId>) {
+        if let Some((table, rid)) = held.waiting.take() {
+            let mut row = self.rows.get(table, rid).lock();
+            row.waiters.retain(|&(t, _)| t != txn);
+            // Granted on the way, but it never came back for it.
+            if row.owner.is_some_and(|(o, _)| o == txn) {
+                row.unlock(woken);
+            }
+        }
+        for (table, rid) in held.locked.drain(..) {
+            let mut row = self.rows.get(table, rid).lock();
+            debug_assert!(row.owner.is_some_and(|(o, _)| o == txn));
+            row.unlock(woken);
+        }
+        held.reads.clear();
+        held.floor = 0;
+    }
+}
+
+pub fn start(ctx: Arc<EngineCtx>) -> Result<Box<dyn Engine>, QError> {
+    start_checking(ctx, true)
+}
+
+fn start_checking(ctx: Arc<EngineCtx>, check_leases: bool) -> Result<Box<dyn Engine>, QError> {
+    let make = |store: &PartitionStore| Sundial {
+        rows: MetaColumn::for_partition(store),
+        check_leases,
+    };
+    interactive::start(ctx, make, "sundial")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::protocol::interactive::Age;
+    use crate::protocol::testing::assert_checks_bite;
+
+    #[test]
+    fn the_history_checker_catches_what_the_lease_check_prevents() {
+        assert_checks_bite(&|ctx| start_checking(ctx, false), &start);
+    }
+
+    fn access(txn: u64, birth_us: u64, write: bool) -> RowAccess {
+        let age = Age {
+            birth_us,
+            id: TxnId(txn),
+        };
+        RowAccess {
+            txn: TxnId(txn),
+            at: Attempt { age, ts: 0 },
+            table: 0,
+            rid: 7,
+            write,
+        }
+    }
+
+    #[test]
+    fn an_older_writer_waits_a_younger_one_dies_and_the_lock_passes_on() {
+        let mut row = RowLease::default();
+        let (young, old, older) = (
+            access(1, 30, true),
+            access(2, 20, true),
+            access(3, 10, true),
+        );
+        let mut held = [Held::default(), Held::default(), Held::default()];
+        assert_eq!(lock(&mut row, &young, &mut held[0]), None, "free: taken");
+        assert_eq!(lock(&mut row, &old, &mut held[1]), Some(Gate::Wait));
+        assert_eq!(
+            lock(&mut row, &old, &mut held[1]),
+            Some(Gate::Wait),
+            "asked again"
+        );
+        assert_eq!(lock(&mut row, &older, &mut held[2]), Some(Gate::Wait));
+        let youngest = access(4, 40, true);
+        assert_eq!(
+            lock(&mut row, &youngest, &mut Held::default()),
+            Some(Gate::Abort(CcAbortCause::WaitDie))
+        );
+        let mut woken = Vec::new();
+        row.unlock(&mut woken);
+        assert_eq!(woken, vec![TxnId(2)], "the first waiter");
+        assert_eq!(lock(&mut row, &old, &mut held[1]), None, "granted");
+        assert_eq!(held[1].locked, vec![(0, 7)]);
+        assert_eq!(held[1].waiting, None);
+    }
+
+    #[test]
+    fn a_lease_renews_unless_the_row_changed_or_is_locked() {
+        let row = |wts, rts| RowLease {
+            wts,
+            rts,
+            ..RowLease::default()
+        };
+        // Within the lease: nothing to extend.
+        let mut r = row(5, 9);
+        assert_eq!(r.renew(5, 8), Ok(()));
+        assert_eq!(r.rts, 9);
+        // Past it: extended.
+        assert_eq!(r.renew(5, 12), Ok(()));
+        assert_eq!(r.rts, 12);
+        // Figure 6: (a) rewritten at or after the commit timestamp, (b) before it, (c) locked.
+        assert_eq!(
+            row(14, 14).renew(5, 12),
+            Err(CcAbortCause::LeaseNewerVersion)
+        );
+        assert_eq!(
+            row(10, 10).renew(5, 12),
+            Err(CcAbortCause::LeaseOverwritten)
+        );
+        let mut locked = row(5, 9);
+        locked.owner = Some((TxnId(1), access(1, 1, true).at.age));
+        assert_eq!(locked.renew(5, 12), Err(CcAbortCause::LeaseLocked));
+        assert_eq!(
+            locked.renew(5, 9),
+            Ok(()),
+            "no extension needed: a lock is no bar"
+        );
+    }
+}
