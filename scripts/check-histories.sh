@@ -12,7 +12,7 @@
 #     SIGKILL; Calvin replicated through a real ZooKeeper;
 #  5. durability: every server of a cluster with data directories killed with SIGKILL, the
 #     cluster restarted on them, and the recovered history checked with the new one (Q-Store,
-#     Calvin, and NO_WAIT and MaaT with their write-ahead logs); a torn log tail cut, a
+#     Calvin, and NO_WAIT, MaaT and Sundial with their write-ahead logs); a torn log tail cut, a
 #     corrupt middle refused; a checkpoint write cut short dropped, a checkpoint deleted or
 #     damaged refused.
 # Needs `adya` on PATH (scripts/setup.sh installs it) and a release build.
@@ -170,7 +170,7 @@ done
 
 echo "== durability: every server killed with SIGKILL mid-run, then the cluster restarted"
 # scripts/crash-loop.sh repeats it with random timing.
-for case in "qstore" "calvin" "qstore --replication-factor 3" "no_wait" "maat"; do
+for case in "qstore" "calvin" "qstore --replication-factor 3" "no_wait" "maat" "sundial"; do
   d="$work/crash-${case// /}"
   # The deterministic protocols replay every start's transactions; the interactive ones put
   # back what committed (the bank's total must hold) and start a new history from it.

@@ -14,12 +14,12 @@
 # With WORKLOAD=append the clients also write their histories (Elle JSON lines), and the
 # crashed run's history joined with the restart's (scripts/join-histories.py) must satisfy
 # adya's strict serializability: every append acknowledged before the crash is in every
-# later read of its list, and none twice. (The timestamp protocols, TIMESTAMP, MVCC and
-# MaaT, order transactions by timestamps rather than real time: for them adya checks
+# later read of its list, and none twice. (The timestamp protocols, TIMESTAMP, MVCC, MaaT
+# and Sundial, order transactions by timestamps rather than real time: for them adya checks
 # serializability, which sees a lost append only through reads that disagree.)
 #
 # usage: [WORKLOAD=bank|append] scripts/crash-loop.sh [ROUNDS] [SEED] [PROTOCOLS...]
-#        (default: qstore calvin no_wait occ maat; needs a release build)
+#        (default: qstore calvin no_wait occ maat sundial; needs a release build)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 rounds=${1:-20}
@@ -29,9 +29,12 @@ protocols=("$@")
 workload=${WORKLOAD:-bank}
 # The consistency model adya holds protocol $1's history to.
 model_of() {
-  case "$1" in timestamp | mvcc | maat) echo serializable ;; *) echo strict-serializable ;; esac
+  case "$1" in
+    timestamp | mvcc | maat | sundial) echo serializable ;;
+    *) echo strict-serializable ;;
+  esac
 }
-[ ${#protocols[@]} -gt 0 ] || protocols=(qstore calvin no_wait occ maat)
+[ ${#protocols[@]} -gt 0 ] || protocols=(qstore calvin no_wait occ maat sundial)
 . scripts/checks.sh
 for protocol in "${protocols[@]}"; do
   for i in $(seq 1 "$rounds"); do

@@ -87,6 +87,8 @@ fn interactive_protocols_come_back_with_what_they_committed() {
         ("mvcc", "append"),
         ("occ", "bank"),
         ("maat", "append"),
+        ("sundial", "bank"),
+        ("sundial", "append"),
     ];
     for (i, (protocol, workload)) in protocols.into_iter().enumerate() {
         let case = format!("{protocol} {workload}");

@@ -1129,14 +1129,6 @@ impl RunConfig {
              data directory out, or choose another protocol",
         )?;
         check(
-            self.protocol.name != "sundial",
-            setting,
-            &self.durability.data_dir,
-            "sundial does not log the upper bound of its leases yet (section 3.5 of its \
-             paper): a restarted server could hand out leases older than ones it granted \
-             before, which breaks serializability; leave the data directory out",
-        )?;
-        check(
             self.replication.layer == ReplicationLayer::Raft,
             setting,
             &self.durability.data_dir,

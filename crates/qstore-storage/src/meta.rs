@@ -26,6 +26,11 @@ impl<M> MetaColumn<M> {
     pub fn get(&self, table: TableId, rid: RowId) -> &M {
         &self.per_table[table as usize][rid as usize]
     }
+
+    /// Every row slot's metadata, table after table.
+    pub fn iter(&self) -> impl Iterator<Item = &M> {
+        self.per_table.iter().flat_map(|t| t.iter())
+    }
 }
 
 #[cfg(test)]

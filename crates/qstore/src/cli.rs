@@ -297,10 +297,9 @@ struct RunArgs {
     #[arg(long, value_name = "HOST:PORT", help_heading = "Replication")]
     zookeeper: Option<String>,
     /// Durability: keep each server's log on disk, in DIR/server-S for server S, and recover
-    /// from it on start (every protocol but serial and sundial: command logging for qstore
-    /// and calvin, write-ahead logging with 2PC for the others; the embedded cluster keeps
-    /// everything in memory without it). A directory of another cluster or server is
-    /// refused.
+    /// from it on start (every protocol but serial: command logging for qstore and calvin,
+    /// write-ahead logging with 2PC for the others; the embedded cluster keeps everything in
+    /// memory without it). A directory of another cluster or server is refused.
     #[arg(long, value_name = "DIR", help_heading = "Durability")]
     data_dir: Option<PathBuf>,
     /// Durability: when the log is synced to disk: always (default; a transaction is answered

@@ -237,6 +237,16 @@ pub(crate) trait Cc: Send + Sync + 'static {
     /// are installed and it is released.
     fn commit(&self, _txn: TxnId, _at: &Attempt, _held: &mut Self::Held) {}
 
+    /// Whether the timestamps this participant hands out must stay, across a restart, below
+    /// what it hands out after it (Sundial's leases: its paper's section 3.5). With a log,
+    /// a participant then votes only once its log bounds the commit timestamp (see
+    /// `Node::keep_below_bound`).
+    const BOUNDS_TIMESTAMPS: bool = false;
+
+    /// After a restart, before anything is served: every timestamp handed out before it is
+    /// below `bound` ([`Cc::BOUNDS_TIMESTAMPS`]).
+    fn restarted_below(&self, _bound: u64) {}
+
     /// Whether transactions wait on any conflict, so that a detector must find and break
     /// deadlocks (see [`deadlock`]).
     fn detects_deadlocks(&self) -> bool {
@@ -314,9 +324,12 @@ pub(crate) fn start<C: Cc>(
             wal,
             durable_tx,
             decided: Mutex::default(),
+            bound: AtomicU64::new(0),
+            raising_bound: Mutex::default(),
         });
         let mut r = node.recover()?;
         *node.decided.lock() = std::mem::take(&mut r.folded.decided);
+        node.bound.store(r.folded.bound, Ordering::Release);
         recovered.push(r);
         nodes[id.index()] = Some(node.clone());
         let queues = Queues {
@@ -333,6 +346,10 @@ pub(crate) fn start<C: Cc>(
         .map(|(n, q, ..)| (n.clone(), q.inbox.clone()))
         .collect();
     let stashed = wal::settle_in_doubt(&pairs, recovered)?;
+    for (node, ..) in hosted.iter().filter(|(n, ..)| n.wal.is_some()) {
+        // After the transactions in doubt installed their writes at their own timestamps.
+        node.cc.restarted_below(node.bound.load(Ordering::Acquire));
+    }
     let workers = ctx.cfg.cluster.workers as usize;
     for (local, ((node, queues, answers, syncer), stash)) in
         hosted.into_iter().zip(stashed).enumerate()
@@ -468,6 +485,10 @@ pub(crate) struct Node<C: Cc> {
     /// After a restart: the commit decisions of transactions coordinated here before it
     /// that a participant may still ask about (see `wal`).
     decided: Mutex<FxHashMap<TxnId, u64>>,
+    /// With a log, for protocols whose timestamps must outlive a restart: the bound on them
+    /// the log holds (see `Node::keep_below_bound`), and who raises it.
+    bound: AtomicU64,
+    raising_bound: Mutex<()>,
 }
 
 impl<C: Cc> Node<C> {

@@ -459,6 +459,11 @@ impl<C: Cc> Node<C> {
         let vote = self
             .cc
             .prepare(txn, &t.at, &mut t.held, t.wrote, self.store());
+        let committable = !matches!(vote, Vote::No(_));
+        if C::BOUNDS_TIMESTAMPS && committable && !self.keep_below_bound(t.at.ts) {
+            // The log failed: this node acknowledges nothing more.
+            return self.put_part(txn, t);
+        }
         if vote == Vote::ReadOnly {
             self.finish(txn, t);
         } else {

@@ -115,6 +115,9 @@ pub(super) enum Record<I = RowImage> {
     /// Every participant of a transaction decided here has its outcome on disk: nobody will
     /// ask about it again.
     Ended { txn: TxnId },
+    /// Every timestamp the node hands out stays below `ts` (protocols whose timestamps must
+    /// outlive a restart, [`Cc::BOUNDS_TIMESTAMPS`]: Sundial's upper-bound timestamp).
+    Bound { ts: u64 },
 }
 
 /// What waits for a record to be on disk.
@@ -154,6 +157,8 @@ pub(super) struct Folded {
     pub redone: u64,
     pub in_doubt: FxHashMap<TxnId, InDoubt>,
     pub decided: FxHashMap<TxnId, u64>,
+    /// Above every timestamp the log names (see [`Record::Bound`]).
+    pub bound: u64,
 }
 
 /// Where the after-images of committed transactions go, with their place in the commit order.
@@ -173,6 +178,14 @@ impl Folded {
         // Without timestamps, the order of the log is the order of installs.
         let order = |at: &Attempt| commit_order(at).unwrap_or(u128::from(lsn));
         let start = self.starts;
+        let named = match &record {
+            Record::Prepared { at, .. } | Record::Committed { at, .. } => at.ts.saturating_add(1),
+            Record::Outcome { commit_ts, .. } => commit_ts.map_or(0, |ts| ts.saturating_add(1)),
+            Record::Decided { ts, .. } => ts.saturating_add(1),
+            Record::Bound { ts } => *ts,
+            Record::Started | Record::Ended { .. } => 0,
+        };
+        self.bound = self.bound.max(named);
         match record {
             Record::Prepared {
                 txn,
@@ -209,6 +222,7 @@ impl Folded {
                 self.decided.remove(&txn);
             }
             Record::Started => self.starts += 1,
+            Record::Bound { .. } => {}
         }
         Ok(())
     }
@@ -222,6 +236,11 @@ pub(super) struct Recovered {
     /// Where the changes put back stand in the commit order.
     pub redo: Redo,
 }
+
+/// How far above a timestamp that crossed it the next bound is set (see
+/// `Node::keep_below_bound`): Sundial's leases grow by about one per write of a hot row, so a
+/// bound lasts minutes.
+const BOUND_SLACK: u64 = 1 << 24;
 
 /// Segment files of the log: a checkpoint frees the segments before it, so smaller ones
 /// are freed sooner (at most this much is kept beyond the checkpoint).
@@ -283,6 +302,21 @@ impl Wal {
             Err(e) => {
                 self.fail(&e);
                 None
+            }
+        }
+    }
+
+    /// Appends `r` and waits until it is on disk (as the fsync policy has it); false if the
+    /// log failed.
+    fn append_durable(&self, r: &Record) -> bool {
+        let Some(lsn) = self.append(r) else {
+            return false;
+        };
+        match self.log.sync_to(lsn) {
+            Ok(()) => true,
+            Err(e) => {
+                self.fail(&e);
+                false
             }
         }
     }
@@ -561,6 +595,29 @@ impl<C: Cc> Node<C> {
         self.wal_or_fail().append_then(&r, Durable::Commit { txn });
     }
 
+    /// For protocols whose timestamps must outlive a restart ([`Cc::BOUNDS_TIMESTAMPS`]):
+    /// makes sure the log holds a bound above `ts` before anything at `ts` is acknowledged.
+    /// The bound is loose (`BOUND_SLACK` above), so that it is forced rarely, and a worker
+    /// that finds it too low forces the next one itself. False if the log failed.
+    pub(super) fn keep_below_bound(&self, ts: u64) -> bool {
+        let Some(wal) = &self.wal else {
+            return true;
+        };
+        if ts < self.bound.load(Ordering::Acquire) {
+            return true;
+        }
+        let _raising = self.raising_bound.lock();
+        if ts < self.bound.load(Ordering::Acquire) {
+            return true;
+        }
+        let bound = ts.saturating_add(BOUND_SLACK);
+        if !wal.append_durable(&Record::Bound { ts: bound }) {
+            return false;
+        }
+        self.bound.store(bound, Ordering::Release);
+        true
+    }
+
     fn wal_or_fail(&self) -> &Wal {
         self.wal.as_ref().expect("only a node with a log logs")
     }
@@ -796,6 +853,53 @@ mod tests {
             Wal::open(dir, &dir.with_file_name("checkpoint"), FsyncPolicy::Always).unwrap();
         let lsn = wal.append(r).unwrap();
         wal.log.sync_to(lsn).unwrap();
+    }
+
+    #[test]
+    fn the_log_bounds_every_timestamp_it_names() {
+        struct Nowhere;
+        impl Images for Nowhere {
+            fn put(&mut self, _: &[ImageView<'_>], _: Place) -> Result<(), String> {
+                Ok(())
+            }
+        }
+        let at = |ts| Attempt {
+            age: Age {
+                birth_us: 0,
+                id: TxnId(1),
+            },
+            ts,
+        };
+        let mut f = Folded::default();
+        let mut fold = |lsn, r| f.fold(lsn, r, |_| None, &mut Nowhere).unwrap();
+        let redo = Vec::new();
+        fold(
+            0,
+            Record::Committed {
+                txn: TxnId(1),
+                at: at(10),
+                redo,
+            },
+        );
+        fold(
+            1,
+            Record::Decided {
+                txn: TxnId(2),
+                ts: 20,
+            },
+        );
+        fold(2, Record::Started);
+        assert_eq!(f.bound, 21, "past the largest timestamp named");
+        let mut fold = |lsn, r| f.fold(lsn, r, |_| None, &mut Nowhere).unwrap();
+        fold(3, Record::Bound { ts: 1000 });
+        fold(
+            4,
+            Record::Outcome {
+                txn: TxnId(3),
+                commit_ts: Some(30),
+            },
+        );
+        assert_eq!(f.bound, 1000, "a bound logged ahead");
     }
 
     #[test]
