@@ -254,6 +254,7 @@ pub struct ProtocolConfig {
     pub calvin: CalvinConfig,
     pub mvcc: MvccConfig,
     pub dl_detect: DlDetectConfig,
+    pub sundial: SundialConfig,
 }
 
 impl Default for ProtocolConfig {
@@ -265,6 +266,7 @@ impl Default for ProtocolConfig {
             calvin: CalvinConfig::default(),
             mvcc: MvccConfig::default(),
             dl_detect: DlDetectConfig::default(),
+            sundial: SundialConfig::default(),
         }
     }
 }
@@ -426,6 +428,50 @@ impl MvccConfig {
             "protocol.mvcc.max_versions",
             self.max_versions,
             "must be between 1 and 64",
+        )
+    }
+}
+
+/// When a Sundial node reads a row of another node from its cache rather than at the row's
+/// home (its paper's section 4.2).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum CachePolicy {
+    /// Always read a cached copy: best for rows rarely written.
+    AlwaysReuse,
+    /// Always ask the home, which sends the row only if the cached copy is not its current
+    /// version: saves traffic, not round trips.
+    AlwaysRequest,
+    /// Reuse while remote checks mostly find cached copies current (and cached reads renew
+    /// their leases), request otherwise.
+    Hybrid,
+}
+
+/// Knobs of Sundial.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct SundialConfig {
+    /// Memory of each node's cache of rows read at other nodes, in MB (0: no cache).
+    pub cache_mb: u32,
+    pub cache_policy: CachePolicy,
+}
+
+impl Default for SundialConfig {
+    fn default() -> Self {
+        SundialConfig {
+            cache_mb: 64,
+            cache_policy: CachePolicy::Hybrid,
+        }
+    }
+}
+
+impl SundialConfig {
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        check(
+            self.cache_mb <= 64 * 1024,
+            "protocol.sundial.cache_mb",
+            self.cache_mb,
+            "must be at most 65536 (64 GB); 0 turns the cache off",
         )
     }
 }
@@ -1179,6 +1225,7 @@ impl RunConfig {
         self.protocol.qstore.validate()?;
         self.protocol.calvin.validate()?;
         self.protocol.mvcc.validate()?;
+        self.protocol.sundial.validate()?;
         self.protocol.dl_detect.validate()?;
         let q = &self.protocol.qstore;
         check(

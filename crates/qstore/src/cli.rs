@@ -4,7 +4,7 @@ use crate::sizing;
 use clap::{Args, Parser, Subcommand};
 use qstore_bench::{Progress, RunOptions};
 use qstore_core::config::{
-    CalvinLocks, Fsync, Isolation, Partitioning, QStoreMode, ReplicationCompression,
+    CachePolicy, CalvinLocks, Fsync, Isolation, Partitioning, QStoreMode, ReplicationCompression,
     ReplicationLayer, ReplicationMode, TpccMix,
 };
 use qstore_core::{QError, RunConfig};
@@ -329,6 +329,16 @@ struct RunArgs {
     /// MVCC: older versions kept per row (1-64); a read needing an older one aborts.
     #[arg(long, help_heading = "MVCC")]
     mvcc_max_versions: Option<u32>,
+    /// Sundial: memory of each node's cache of rows read at other nodes, in MB (default 64;
+    /// 0 = no cache). Least recently used rows leave first.
+    #[arg(long, value_name = "MB", help_heading = "Sundial")]
+    sundial_cache_mb: Option<u32>,
+    /// Sundial: when a read uses a cached row: always-reuse (rows rarely written),
+    /// always-request (ask the home every time; it sends the row only if the copy is stale,
+    /// which saves traffic, not round trips) or hybrid (default: reuse while copies are
+    /// found current, request otherwise).
+    #[arg(long, value_parser = parse_cache_policy, value_name = "POLICY", help_heading = "Sundial")]
+    sundial_cache_policy: Option<CachePolicy>,
     /// Injected one-way network delay per message, in microseconds.
     #[arg(long, help_heading = "Cluster")]
     delay_us: Option<u64>,
@@ -543,6 +553,17 @@ fn parse_calvin_locks(s: &str) -> Result<CalvinLocks, String> {
     }
 }
 
+fn parse_cache_policy(s: &str) -> Result<CachePolicy, String> {
+    match s {
+        "always-reuse" => Ok(CachePolicy::AlwaysReuse),
+        "always-request" => Ok(CachePolicy::AlwaysRequest),
+        "hybrid" => Ok(CachePolicy::Hybrid),
+        _ => Err(format!(
+            "{s:?} is not a Sundial cache policy; use always-reuse, always-request or hybrid"
+        )),
+    }
+}
+
 fn parse_tpcc_mix(s: &str) -> Result<TpccMix, String> {
     match s {
         "standard" => Ok(TpccMix::Standard),
@@ -647,6 +668,11 @@ impl RunArgs {
         set(&mut k.epoch_us, self.calvin_epoch_us);
         set(&mut k.epoch_txns, self.calvin_epoch_txns);
         set(&mut c.protocol.mvcc.max_versions, self.mvcc_max_versions);
+        set(&mut c.protocol.sundial.cache_mb, self.sundial_cache_mb);
+        set(
+            &mut c.protocol.sundial.cache_policy,
+            self.sundial_cache_policy,
+        );
         set(
             &mut c.protocol.dl_detect.interval_us,
             self.dl_detect_interval_us,

@@ -1,7 +1,8 @@
 //! The coordinator side: walking a transaction's program in waves, then (two-phase) commit
 //! or abort, then the answer to the client.
 
-use super::msg::{Age, Attempt, Body, GroupEnd, TsRange, Vote};
+use super::cached::CachedRead;
+use super::msg::{Age, Attempt, Body, GroupEnd, Renewal, TsRange, Vote};
 use super::part::{Group, Ran};
 use super::phases::{self, PhaseCosts, COMMIT, EXECUTION, PREPARE};
 use super::{Cc, Node};
@@ -26,7 +27,7 @@ enum Phase {
 }
 
 /// A participant: a node the transaction reached.
-struct Participant {
+pub(super) struct Participant {
     node: NodeId,
     wrote: bool,
     /// In the current round (wave or commit phase): the program indices of the group sent
@@ -40,11 +41,13 @@ struct Participant {
 /// A transaction this node coordinates.
 pub(super) struct CoordTxn {
     req: TxnRequest,
-    program: Arc<Program>,
-    at: Attempt,
-    outputs: Vec<Value>,
+    pub(super) program: Arc<Program>,
+    pub(super) at: Attempt,
+    pub(super) outputs: Vec<Value>,
     /// Per access: the wave it was sent in (0: not yet).
-    wave_of: Vec<u32>,
+    pub(super) wave_of: Vec<u32>,
+    /// Per access: whether it was read from the cache (its output known at once).
+    pub(super) from_cache: Vec<bool>,
     wave: u32,
     remaining: usize,
     participants: Vec<Participant>,
@@ -65,6 +68,11 @@ pub(super) struct CoordTxn {
     /// Its commit decision is in the log (and stays there until every participant
     /// acknowledged).
     logged_decision: bool,
+    /// The reads it took from this node's cache of other nodes' rows, the renewals of their
+    /// leases it asked for at prepare, and what those reads saw (see `cached`).
+    pub(super) cached: Vec<CachedRead>,
+    pub(super) renewing: Vec<(NodeId, Renewal)>,
+    pub(super) trace: TxnTrace,
 }
 
 /// What a coordinator decided to do, done after its transaction's lock is released (a
@@ -75,7 +83,7 @@ enum Action {
 }
 
 impl CoordTxn {
-    fn participant(&mut self, node: NodeId) -> &mut Participant {
+    pub(super) fn participant(&mut self, node: NodeId) -> &mut Participant {
         let i = match self.participants.iter().position(|p| p.node == node) {
             Some(i) => i,
             None => {
@@ -102,7 +110,7 @@ impl CoordTxn {
         self.outstanding == 0
     }
 
-    fn fail(&mut self, end: GroupEnd) {
+    pub(super) fn fail(&mut self, end: GroupEnd) {
         // A concurrency-control refusal wins over a failed check: the check may have run on
         // a state the transaction would not see in a complete run.
         match (&self.failure, &end) {
@@ -149,6 +157,7 @@ impl<C: Cc> Node<C> {
             program,
             outputs: vec![Value::Null; n],
             wave_of: vec![0; n],
+            from_cache: vec![false; n],
             wave: 0,
             remaining: n,
             participants: Vec::new(),
@@ -162,6 +171,9 @@ impl<C: Cc> Node<C> {
             costs: phases::measured(txn).then(PhaseCosts::start),
             prepared: false,
             logged_decision: false,
+            cached: Vec::new(),
+            renewing: Vec::new(),
+            trace: TxnTrace::default(),
         };
         let actions = if t.to_reserve.is_empty() {
             self.next_wave(&mut t)
@@ -290,7 +302,7 @@ impl<C: Cc> Node<C> {
             let known = a.deps.iter().all(|&d| {
                 let w = t.wave_of[d as usize];
                 w != 0
-                    && (w < wave || {
+                    && (w < wave || t.from_cache[d as usize] || {
                         let da = &program.accesses[d as usize];
                         self.node_of(da.table, da.key) == node
                     })
@@ -298,19 +310,26 @@ impl<C: Cc> Node<C> {
             if known {
                 t.wave_of[i] = wave;
                 t.remaining -= 1;
-                t.participant(node).group.push(i as u16);
+                if !self.read_from_cache(t, i, wave) {
+                    t.participant(node).group.push(i as u16);
+                }
             } else {
                 // Keep each partition's accesses in program order.
                 blocked.push(node);
             }
         }
         let mut actions = Vec::new();
-        for p in t.participants.iter_mut().filter(|p| !p.group.is_empty()) {
-            p.owes = true;
+        let groups: Vec<(NodeId, Vec<u16>)> = t
+            .participants
+            .iter()
+            .filter(|p| !p.group.is_empty())
+            .map(|p| (p.node, p.group.clone()))
+            .collect();
+        for (node, indices) in groups {
+            t.participant(node).owes = true;
             t.outstanding += 1;
-            let inputs = inputs_of(&program, &p.group, &t.wave_of, wave, &t.outputs);
-            let indices = p.group.clone();
-            actions.push(if p.node == self.id {
+            let inputs = inputs_of(&program, &indices, t, wave);
+            actions.push(if node == self.id {
                 Action::ExecHere(
                     t.at,
                     Group::Local {
@@ -324,17 +343,25 @@ impl<C: Cc> Node<C> {
                     .iter()
                     .map(|&i| (i, program.accesses[i as usize].clone()))
                     .collect();
+                let fill = self.fills_wanted(t, &indices);
                 Action::Send(
-                    p.node,
+                    node,
                     Body::Exec {
                         at: t.at,
                         accesses,
                         inputs,
+                        fill,
                     },
                 )
             });
         }
-        debug_assert!(t.outstanding > 0, "the first unsent access can always go");
+        if t.outstanding == 0 {
+            // Every access of the wave was read from the cache.
+            return match t.failure {
+                Some(_) => self.abort_everywhere(t),
+                None => self.next_wave(t),
+            };
+        }
         actions
     }
 
@@ -346,13 +373,19 @@ impl<C: Cc> Node<C> {
         ran: Ran,
         received: usize,
     ) {
-        let Ran { end, wrote, floor } = ran;
+        let Ran {
+            end,
+            wrote,
+            floor,
+            fills,
+        } = ran;
         self.with_coord(txn, received, |node, t| {
             // A refused reservation also answers `Executed`.
             if !matches!(t.phase, Phase::Walking | Phase::Reserving) {
                 return Vec::new();
             }
             t.at.ts = t.at.ts.max(floor);
+            node.take_fills(t, from, fills);
             let p = t.participant(from);
             p.wrote |= wrote;
             let group = std::mem::take(&mut p.group);
@@ -375,6 +408,7 @@ impl<C: Cc> Node<C> {
     /// Every access ran: one participant commits at once (unless the protocol validates),
     /// several vote first.
     fn start_commit(&self, t: &mut CoordTxn) -> Vec<Action> {
+        t.renewing = self.renewals(t);
         let alone = t.participants.len() <= 1 && !C::VALIDATES;
         if alone || t.participants.is_empty() {
             for p in &mut t.participants {
@@ -385,12 +419,17 @@ impl<C: Cc> Node<C> {
         t.phase = Phase::Preparing;
         t.prepared = true;
         t.outstanding = t.participants.len();
-        let ts = t.at.ts;
+        let (ts, renewing) = (t.at.ts, &t.renewing);
         t.participants
             .iter_mut()
             .map(|p| {
                 p.owes = true;
-                Action::Send(p.node, Body::Prepare { ts })
+                let renew = renewing
+                    .iter()
+                    .filter(|(n, _)| *n == p.node)
+                    .map(|(_, r)| *r)
+                    .collect();
+                Action::Send(p.node, Body::Prepare { ts, renew })
             })
             .collect()
     }
@@ -400,6 +439,7 @@ impl<C: Cc> Node<C> {
             if t.phase != Phase::Preparing {
                 return Vec::new();
             }
+            node.renewals_voted(t, from, !matches!(vote, Vote::No(_)));
             let p = t.participant(from);
             match vote {
                 Vote::Yes => p.commits = true,
@@ -432,6 +472,7 @@ impl<C: Cc> Node<C> {
     /// participants that hold changes make them permanent; with a log, once the decision is
     /// on disk (participants that prepared ask for it after a crash).
     fn decide_commit(&self, t: &mut CoordTxn) -> Vec<Action> {
+        self.drop_written(t);
         t.phase = Phase::Committing;
         t.order = self.cc.commit_order(&t.at).unwrap_or_else(|| self.tick());
         t.outstanding = 0;
@@ -494,10 +535,9 @@ impl<C: Cc> Node<C> {
             Some(GroupEnd::Done) => unreachable!("Done is not a failure"),
         };
         let (history, req) = (self.ctx.history.as_deref(), &t.req);
-        let trace = TxnTrace::default();
         reply(
             req,
-            settle(history, self.id, req.id, &req.call, &trace, ending),
+            settle(history, self.id, req.id, &req.call, &t.trace, ending),
         );
     }
 }
@@ -543,19 +583,16 @@ fn commits(t: &CoordTxn) -> Vec<Action> {
         .collect()
 }
 
-/// The outputs a group needs from accesses outside it (earlier waves).
-fn inputs_of(
-    program: &Program,
-    group: &[u16],
-    wave_of: &[u32],
-    wave: u32,
-    outputs: &[Value],
-) -> Vec<(u16, Value)> {
+/// The outputs a group of wave `wave` needs from accesses outside it (earlier waves, and
+/// reads from the cache).
+fn inputs_of(program: &Program, group: &[u16], t: &CoordTxn, wave: u32) -> Vec<(u16, Value)> {
     let mut inputs: Vec<(u16, Value)> = Vec::new();
     for &i in group {
         for &d in &program.accesses[i as usize].deps {
-            if wave_of[d as usize] < wave && !inputs.iter().any(|(x, _)| *x == d) {
-                inputs.push((d, outputs[d as usize].clone()));
+            let d_ = d as usize;
+            let outside = t.wave_of[d_] < wave || t.from_cache[d_];
+            if outside && !inputs.iter().any(|(x, _)| *x == d) {
+                inputs.push((d, t.outputs[d_].clone()));
             }
         }
     }

@@ -28,6 +28,7 @@
 //! clock, so the order (clock, node) agrees with the order of versions.
 
 mod absent;
+pub(crate) mod cached;
 mod checkpoint;
 mod coord;
 mod deadlock;
@@ -38,7 +39,7 @@ pub(crate) mod prewrites;
 mod wal;
 
 pub(crate) use deadlock::WaitEdge;
-pub(crate) use msg::{Age, Attempt, TsRange, Vote};
+pub(crate) use msg::{Age, Attempt, Fill, TsRange, Vote};
 
 use self::coord::CoordTxn;
 use self::msg::{Body, GroupEnd, IMsg};
@@ -236,6 +237,31 @@ pub(crate) trait Cc: Send + Sync + 'static {
     /// choose the commit timestamp at the decision, the one chosen). Called before its writes
     /// are installed and it is released.
     fn commit(&self, _txn: TxnId, _at: &Attempt, _held: &mut Self::Held) {}
+
+    /// Coordinator side: this node's cache of rows read at other nodes, for protocols that
+    /// keep one (Sundial; see [`cached`]).
+    fn row_cache(&self) -> Option<&dyn cached::RowCache> {
+        None
+    }
+
+    /// Buffered, for a fill the coordinator asked for: the lease (`wts`, `rts`) of the row
+    /// the last `read_copy` of `held` read.
+    fn last_read_lease(&self, _held: &Self::Held) -> Option<(u64, u64)> {
+        None
+    }
+
+    /// Renews, to reach commit timestamp `ts`, the lease of the version written at `wts` of
+    /// row `rid`, which `txn` read from its coordinator's cache ([`cached`]).
+    fn renew_cached(
+        &self,
+        _txn: TxnId,
+        _table: TableId,
+        _rid: RowId,
+        _wts: u64,
+        _ts: u64,
+    ) -> Result<(), CcAbortCause> {
+        Ok(())
+    }
 
     /// Whether the timestamps this participant hands out must stay, across a restart, below
     /// what it hands out after it (Sundial's leases: its paper's section 3.5). With a log,
@@ -537,8 +563,12 @@ impl<C: Cc> Node<C> {
                 at,
                 accesses,
                 inputs,
+                fill,
             } => match self.misplaced(&accesses) {
-                None => self.on_exec(from, txn, at, part::Group::Remote(accesses), inputs),
+                None => {
+                    let group = part::Group::Remote(accesses, fill);
+                    self.on_exec(from, txn, at, group, inputs)
+                }
                 Some(why) => {
                     tracing::warn!("node {from} sent transaction {txn:?} an access {why}");
                     let end = GroupEnd::LogicAbort(format!("invalid access: {why}"));
@@ -547,11 +577,12 @@ impl<C: Cc> Node<C> {
                         end,
                         wrote: false,
                         floor: 0,
+                        fills: Vec::new(),
                     };
                     self.send(from, txn, body);
                 }
             },
-            Body::Prepare { ts } => self.on_prepare(from, txn, ts),
+            Body::Prepare { ts, renew } => self.on_prepare(from, txn, ts, renew),
             Body::Commit { ts } => self.on_commit(txn, ts),
             Body::Abort => self.on_abort(txn),
             Body::Reserved => self.on_reserved(from, txn, received),
@@ -560,8 +591,14 @@ impl<C: Cc> Node<C> {
                 end,
                 wrote,
                 floor,
+                fills,
             } => {
-                let ran = part::Ran { end, wrote, floor };
+                let ran = part::Ran {
+                    end,
+                    wrote,
+                    floor,
+                    fills,
+                };
                 self.on_executed(from, txn, outputs, ran, received)
             }
             Body::Vote(v) => self.on_vote(from, txn, v, received),

@@ -2,7 +2,7 @@
 //! (the nodes whose records it reaches).
 
 use qstore_core::txn::{Access, CcAbortCause, Value};
-use qstore_core::TxnId;
+use qstore_core::{Key, TableId, TxnId};
 use serde::{Deserialize, Serialize};
 
 /// A transaction's age, for protocols that favour old transactions: the first attempt's birth
@@ -38,17 +38,23 @@ pub enum Body {
     Reserve {
         at: Attempt,
     },
-    /// Run these accesses, in order, with these outputs of earlier accesses.
+    /// Run these accesses, in order, with these outputs of earlier accesses. `fill`: reads
+    /// whose row the coordinator caches (protocols that cache, see `cached`), each with the
+    /// `wts` of the copy it holds, if any.
     Exec {
         at: Attempt,
         accesses: Vec<(u16, Access)>,
         inputs: Vec<(u16, Value)>,
+        fill: Vec<(u16, Option<u64>)>,
     },
     /// Two-phase commit, phase one, for a commit at timestamp `ts` as far as the coordinator
     /// knows it (the largest floor its participants reported; 0 for protocols that do not
     /// compute commit timestamps during execution).
+    /// `renew`: rows the transaction read from the coordinator's cache, whose leases must
+    /// be renewed here (protocols that cache, see `cached`).
     Prepare {
         ts: u64,
+        renew: Vec<Renewal>,
     },
     /// Make the transaction's changes here permanent, at commit timestamp `ts` (the
     /// attempt's own, or the one the coordinator chose from the votes' ranges). The
@@ -65,11 +71,13 @@ pub enum Body {
     /// The outputs of an `Exec`'s accesses that ran, in order, and how the group ended;
     /// `floor`: the smallest commit timestamp the transaction's accesses here allow so far
     /// (Sundial: after the versions it read and the leases of the records it locked).
+    /// `fills`: the rows of the reads the coordinator asked to cache.
     Executed {
         outputs: Vec<Value>,
         end: GroupEnd,
         wrote: bool,
         floor: u64,
+        fills: Vec<Fill>,
     },
     Vote(Vote),
     CommitAck,
@@ -140,4 +148,28 @@ impl TsRange {
             upper: self.upper.min(other.upper),
         }
     }
+}
+
+/// A row read at its home, as a coordinator that caches remote rows asked for it: its lease,
+/// its version, and its bytes (left out when the coordinator's copy is of the same version).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Fill {
+    /// The read's index in the program.
+    pub idx: u16,
+    pub wts: u64,
+    pub rts: u64,
+    /// The version read (its writer and sequence), for the history.
+    pub writer: u64,
+    pub seq: u16,
+    #[serde(with = "serde_bytes")]
+    pub bytes: Option<Vec<u8>>,
+}
+
+/// A read served from the coordinator's cache, to be renewed at the row's home: the lease
+/// of the version written at `wts` must reach the commit timestamp.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Renewal {
+    pub table: TableId,
+    pub key: Key,
+    pub wts: u64,
 }

@@ -2,7 +2,7 @@
 //! parking and resuming those that wait, and the participant's half of (two-phase) commit.
 
 use super::absent::Refused;
-use super::msg::{Attempt, Body, GroupEnd, Vote};
+use super::msg::{Attempt, Body, Fill, GroupEnd, Renewal, Vote};
 use super::{wal, Cc, Execution, Gate, Node, RowAccess};
 use crate::exec::{
     run_access, run_on_copy, BufferedWrite, RowCopy, RowInstall, UndoLog, WriteBuffer,
@@ -19,8 +19,9 @@ use std::sync::Arc;
 
 /// Accesses a participant is asked to run, in program order, with their program indices.
 pub(super) enum Group {
-    /// Sent by another node's coordinator.
-    Remote(Vec<(u16, Access)>),
+    /// Sent by another node's coordinator, with the reads whose rows it caches (and the
+    /// `wts` of the copy it holds, see `cached`).
+    Remote(Vec<(u16, Access)>, Vec<(u16, Option<u64>)>),
     /// From this node's own coordinator: no copy of the accesses.
     Local {
         program: Arc<Program>,
@@ -31,18 +32,27 @@ pub(super) enum Group {
 impl Group {
     fn len(&self) -> usize {
         match self {
-            Group::Remote(a) => a.len(),
+            Group::Remote(a, _) => a.len(),
             Group::Local { indices, .. } => indices.len(),
         }
     }
 
     fn get(&self, i: usize) -> (u16, &Access) {
         match self {
-            Group::Remote(a) => (a[i].0, &a[i].1),
+            Group::Remote(a, _) => (a[i].0, &a[i].1),
             Group::Local { program, indices } => {
                 let idx = indices[i];
                 (idx, &program.accesses[idx as usize])
             }
+        }
+    }
+
+    /// Whether the coordinator caches the row access `idx` reads: `Some` with the `wts` of
+    /// the copy it holds, if any.
+    fn fill_wanted(&self, idx: u16) -> Option<Option<u64>> {
+        match self {
+            Group::Remote(_, fill) => fill.iter().find(|(i, _)| *i == idx).map(|(_, w)| *w),
+            Group::Local { .. } => None,
         }
     }
 
@@ -61,6 +71,8 @@ struct ParkedGroup {
     at: usize,
     /// Outputs by program index: the inputs, then this group's outputs so far.
     outs: Vec<Value>,
+    /// The rows the coordinator asked for, of the reads that ran.
+    fills: Vec<Fill>,
 }
 
 impl ParkedGroup {
@@ -89,6 +101,8 @@ pub(super) struct PartTxn<H> {
     inserting: Vec<(TableId, Key)>,
     read_absent: Vec<(TableId, Key)>,
     trace: TxnTrace,
+    /// The row (and version) the last read copied, kept when the coordinator caches it.
+    kept: Option<(Vec<u8>, RowVersion)>,
     wrote: bool,
     /// Voted yes with its prepare record logged: its outcome is logged too.
     prepared: bool,
@@ -106,6 +120,7 @@ impl<H: Default> PartTxn<H> {
             inserting: Vec::new(),
             read_absent: Vec::new(),
             trace: TxnTrace::default(),
+            kept: None,
             wrote: false,
             prepared: false,
             waiting: None,
@@ -204,6 +219,7 @@ impl<C: Cc> Node<C> {
                         end,
                         wrote: false,
                         floor: 0,
+                        fills: Vec::new(),
                     };
                     return self.send(coord, txn, ran.with(Vec::new()));
                 }
@@ -231,7 +247,12 @@ impl<C: Cc> Node<C> {
                 *slot = v;
             }
         }
-        let g = ParkedGroup { group, at: 0, outs };
+        let g = ParkedGroup {
+            group,
+            at: 0,
+            outs,
+            fills: Vec::new(),
+        };
         self.run_group(txn, t, g);
     }
 
@@ -244,7 +265,14 @@ impl<C: Cc> Node<C> {
                 Err(failed) => Step::Ran(failed),
                 Ok(a) => match C::EXECUTION {
                     Execution::InPlace => self.step_in_place(txn, &mut t, a, &g.outs),
-                    Execution::Buffered => self.step_buffered(txn, &mut t, a, &g.outs),
+                    Execution::Buffered => {
+                        let want = g.group.fill_wanted(idx);
+                        let step = self.step_buffered(txn, &mut t, a, &g.outs, want.is_some());
+                        if let Some(held) = want {
+                            self.fill(&mut t, idx, held, &mut g.fills);
+                        }
+                        step
+                    }
                 },
             };
             match step {
@@ -271,6 +299,7 @@ impl<C: Cc> Node<C> {
             end,
             wrote: t.wrote,
             floor: self.cc.commit_floor(&t.held),
+            fills: std::mem::take(&mut g.fills),
         };
         let coord = t.coord;
         self.put_part(txn, t);
@@ -321,14 +350,34 @@ impl<C: Cc> Node<C> {
         Step::Ran(unsafe { run_access(store, steps, txn, a, outs, undo, trace) })
     }
 
+    /// The row access `idx` just read, with its lease, for the coordinator's cache (without
+    /// its bytes if the coordinator's copy, written at `held`, is current).
+    fn fill(&self, t: &mut PartTxn<C::Held>, idx: u16, held: Option<u64>, fills: &mut Vec<Fill>) {
+        let (Some((bytes, version)), Some((wts, rts))) =
+            (t.kept.take(), self.cc.last_read_lease(&t.held))
+        else {
+            return;
+        };
+        fills.push(Fill {
+            idx,
+            wts,
+            rts,
+            writer: version.writer.0,
+            seq: version.seq,
+            bytes: (held != Some(wts)).then_some(bytes),
+        });
+    }
+
     /// One access on a private copy: the transaction's own buffered write of the record, or
-    /// a copy of the row (or of its tombstone) the concurrency control lets it read.
+    /// a copy of the row (or of its tombstone) the concurrency control lets it read; `keep`:
+    /// a read keeps what it copied (for the coordinator's cache).
     fn step_buffered(
         &self,
         txn: TxnId,
         t: &mut PartTxn<C::Held>,
         a: AccessRef<'_>,
         outs: &[Value],
+        keep: bool,
     ) -> Step {
         let steps = &self.ctx.catalog.steps;
         if let Some(w) = t.writes.get_mut(a.table, a.key) {
@@ -364,6 +413,9 @@ impl<C: Cc> Node<C> {
             return stop;
         }
         let (mut bytes, version) = copy.take().expect("a read that may go was copied");
+        if keep && a.kind == AccessKind::Read && !version.dead {
+            t.kept = Some((bytes.clone(), version));
+        }
         let tracing = self.ctx.history.is_some();
         // A tombstone read is a read of the key's absence, at the deleter's version.
         if tracing && (a.kind != AccessKind::Write || version.dead) && a.kind != AccessKind::Insert
@@ -447,8 +499,15 @@ impl<C: Cc> Node<C> {
 
     /// Phase one: a participant that wrote nothing is done and says so; with a log, a yes
     /// vote waits for its prepare record.
-    pub(super) fn on_prepare(&self, coord: NodeId, txn: TxnId, ts: u64) {
+    pub(super) fn on_prepare(&self, coord: NodeId, txn: TxnId, ts: u64, renew: Vec<Renewal>) {
+        if let Err(cause) = self.renew_cached(txn, ts, &renew) {
+            // What it holds here (if anything) stays until the abort that follows.
+            return self.send(coord, txn, Body::Vote(Vote::No(cause)));
+        }
         let Some(mut t) = self.take_part(txn) else {
+            if C::BOUNDS_TIMESTAMPS && !renew.is_empty() && !self.keep_below_bound(ts) {
+                return; // the log failed: this node acknowledges nothing more
+            }
             return self.send(coord, txn, Body::Vote(Vote::ReadOnly));
         };
         if !C::USES_TIMESTAMPS {
@@ -633,6 +692,8 @@ pub(super) struct Ran {
     pub wrote: bool,
     /// See [`Cc::commit_floor`].
     pub floor: u64,
+    /// The rows the coordinator asked for (see `cached`).
+    pub fills: Vec<Fill>,
 }
 
 impl Ran {
@@ -642,6 +703,7 @@ impl Ran {
             end: self.end,
             wrote: self.wrote,
             floor: self.floor,
+            fills: self.fills,
         }
     }
 }

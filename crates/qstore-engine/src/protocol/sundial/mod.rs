@@ -22,6 +22,13 @@
 //! - **Commit** (Algorithm 3): install the writes with the lease `[ts, ts]` and release the
 //!   locks; an abort only releases them.
 //!
+//! **Caching** (section 4, `cache`): each node keeps the rows its transactions read at other
+//! nodes, with their leases, and a read may use a cached copy instead of asking the row's
+//! home (by the cache's policy). A copy whose lease ends before the commit timestamp is
+//! renewed at prepare like any read (the home checks the version and extends the lease), so
+//! a stale copy is serializable in logical time when its lease still covers the commit
+//! timestamp, and aborts the transaction otherwise (dropping the copy).
+//!
 //! With a data directory, a participant votes only once its log holds an upper bound of the
 //! commit timestamp (forced rarely: the bound is set far above it), and a restarted node
 //! starts every lease at the bound it recovered (the paper's section 3.5).
@@ -32,8 +39,12 @@
 //! lease cannot be extended while its row is locked), and versions of a row are installed in
 //! increasing timestamps, each past every lease handed out for the version before.
 
+mod cache;
+
+use self::cache::RemoteCache;
 use crate::cluster::EngineCtx;
 use crate::exec::{RowCopy, RowInstall};
+use crate::protocol::interactive::cached::RowCache;
 use crate::protocol::interactive::{self, Age, Attempt, Cc, Execution, Gate, RowAccess, Vote};
 use crate::protocol::Engine;
 use parking_lot::Mutex;
@@ -111,6 +122,8 @@ impl Held {
 
 struct Sundial {
     rows: MetaColumn<Mutex<RowLease>>,
+    /// This node's cache of rows read at other nodes (section 4), unless turned off.
+    cache: Option<RemoteCache>,
     /// Check leases (renewal at prepare, and a locked row's version against the one read);
     /// off only in the test that shows the history checker catches what the check prevents.
     check_leases: bool,
@@ -190,6 +203,38 @@ impl Cc for Sundial {
 
     fn commit_floor(&self, held: &Held) -> u64 {
         held.floor
+    }
+
+    fn row_cache(&self) -> Option<&dyn RowCache> {
+        self.cache.as_ref().map(|c| c as &dyn RowCache)
+    }
+
+    fn last_read_lease(&self, held: &Held) -> Option<(u64, u64)> {
+        held.reads.last().map(|r| (r.wts, r.rts))
+    }
+
+    fn renew_cached(
+        &self,
+        txn: TxnId,
+        table: TableId,
+        rid: RowId,
+        wts: u64,
+        ts: u64,
+    ) -> Result<(), CcAbortCause> {
+        if !self.check_leases {
+            return Ok(());
+        }
+        let mut row = self.rows.get(table, rid).lock();
+        if row.owner.is_some_and(|(o, _)| o == txn) {
+            // It locked the row to write it: the version it read must still be the row's
+            // (Algorithm 1, line 21), and the lock keeps it so.
+            return if row.wts == wts {
+                Ok(())
+            } else {
+                Err(CcAbortCause::Conflict)
+            };
+        }
+        row.renew(wts, ts)
     }
 
     fn prepare(
@@ -304,8 +349,10 @@ pub fn start(ctx: Arc<EngineCtx>) -> Result<Box<dyn Engine>, QError> {
 }
 
 fn start_checking(ctx: Arc<EngineCtx>, check_leases: bool) -> Result<Box<dyn Engine>, QError> {
+    let settings = ctx.cfg.protocol.sundial.clone();
     let make = |store: &PartitionStore| Sundial {
         rows: MetaColumn::for_partition(store),
+        cache: RemoteCache::new(settings.cache_mb, settings.cache_policy),
         check_leases,
     };
     interactive::start(ctx, make, "sundial")
