@@ -577,6 +577,10 @@ pub struct YcsbConfig {
     pub write_fraction: f64,
     /// Zipfian skew θ of key choice inside a partition; 0 is uniform.
     pub theta: f64,
+    /// The skew of the keys written, if not `theta` (which then applies to reads only):
+    /// Sundial's social-network workload reads popular rows (θ up to 1.7) and writes
+    /// uniformly (0).
+    pub write_theta: Option<f64>,
     /// Fraction of transactions that touch more than one partition.
     pub multi_partition_fraction: f64,
     /// Partitions a multi-partition transaction touches (its home partition included).
@@ -596,6 +600,7 @@ impl Default for YcsbConfig {
             ops_per_txn: 16,
             write_fraction: 0.5,
             theta: 0.0,
+            write_theta: None,
             multi_partition_fraction: 0.0,
             partitions_per_mp_txn: 2,
             remote_access_fraction: 0.0,
@@ -1096,6 +1101,10 @@ pub struct NetConfig {
     /// replication, its group elects another leader and the run goes on).
     pub cut_off_node: Option<u32>,
     pub cut_off_after_ms: u64,
+    /// Injected clock skew, in microseconds: node `n` of `N` reads the clock
+    /// `n * skew / (N - 1)` behind, so the first and last nodes are `skew` apart (only the
+    /// protocols that take timestamps from the clock notice: TIMESTAMP and MVCC).
+    pub clock_skew_us: u64,
 }
 
 fn check(ok: bool, setting: &str, value: impl ToString, allowed: &str) -> Result<(), ConfigError> {
@@ -1306,6 +1315,12 @@ impl RunConfig {
 
     fn validate_net(&self) -> Result<(), ConfigError> {
         check(
+            self.net.clock_skew_us <= 60_000_000,
+            "net.clock_skew_us",
+            self.net.clock_skew_us,
+            "must be at most a minute (60000000)",
+        )?;
+        check(
             self.net.delay_us <= 10_000_000,
             "net.delay_us",
             self.net.delay_us,
@@ -1380,12 +1395,17 @@ impl YcsbConfig {
             "must be between 1 and 4096",
         )?;
         fraction("workload.ycsb.write_fraction", self.write_fraction)?;
-        check(
-            self.theta.is_finite() && (0.0..=100.0).contains(&self.theta),
-            "workload.ycsb.theta",
-            self.theta,
-            "must be a finite number between 0 and 100 (0 = uniform)",
-        )?;
+        for (setting, theta) in [
+            ("workload.ycsb.theta", self.theta),
+            ("workload.ycsb.write_theta", self.write_theta.unwrap_or(0.0)),
+        ] {
+            check(
+                theta.is_finite() && (0.0..=100.0).contains(&theta),
+                setting,
+                theta,
+                "must be a finite number between 0 and 100 (0 = uniform)",
+            )?;
+        }
         fraction(
             "workload.ycsb.multi_partition_fraction",
             self.multi_partition_fraction,

@@ -13,14 +13,22 @@ const NODE_BITS: u32 = 10;
 /// One node's source of timestamps.
 pub struct TsSource {
     node: u64,
+    /// How far behind the system clock this node's clock is (injected skew).
+    behind_us: u64,
     last: AtomicU64,
 }
 
 impl TsSource {
     pub fn new(node: NodeId) -> Self {
+        Self::behind(node, 0)
+    }
+
+    /// A source whose clock runs `behind_us` behind the system's.
+    pub fn behind(node: NodeId, behind_us: u64) -> Self {
         debug_assert!(u64::from(node.0) < 1 << NODE_BITS);
         TsSource {
             node: u64::from(node.0),
+            behind_us,
             last: AtomicU64::new(0),
         }
     }
@@ -29,7 +37,8 @@ impl TsSource {
     pub fn next(&self) -> u64 {
         let now_us = SystemTime::now()
             .duration_since(UNIX_EPOCH)
-            .map_or(0, |d| d.as_micros() as u64);
+            .map_or(0, |d| d.as_micros() as u64)
+            .saturating_sub(self.behind_us);
         let candidate = (now_us << NODE_BITS) | self.node;
         let step = 1 << NODE_BITS;
         let prev = self

@@ -49,6 +49,8 @@ pub struct Ycsb {
     catalog: Arc<Catalog>,
     proc: ProcId,
     ranks: RankChooser,
+    /// The keys written, when their skew is not the reads' (`write_theta`).
+    write_ranks: Option<RankChooser>,
 }
 
 impl Ycsb {
@@ -72,6 +74,9 @@ impl Ycsb {
         Ok(Ycsb {
             pmap: PartitionMap::new(partitions, run.cluster.partitioning, &catalog.tables),
             ranks: RankChooser::new(cfg.records_per_partition, cfg.theta),
+            write_ranks: cfg
+                .write_theta
+                .map(|theta| RankChooser::new(cfg.records_per_partition, theta)),
             catalog: Arc::new(catalog),
             cfg,
             seed: run.seed,
@@ -117,8 +122,10 @@ impl Workload for Ycsb {
             partitions: self.partitions,
             pmap: self.pmap.clone(),
             ranks: self.ranks.clone(),
+            write_ranks: self.write_ranks.clone(),
             proc: self.proc,
             chosen: Vec::with_capacity(self.cfg.ops_per_txn as usize),
+            writing: Vec::new(),
             parts: Vec::new(),
             // Validation keeps the fraction within [0, 1].
             writes: Bernoulli::new(self.cfg.write_fraction).expect("validated write fraction"),
@@ -133,8 +140,11 @@ struct YcsbGenerator {
     partitions: u32,
     pmap: PartitionMap,
     ranks: RankChooser,
+    write_ranks: Option<RankChooser>,
     proc: ProcId,
     chosen: Vec<u64>,
+    /// With `write_ranks`: whether each chosen key is written (drawn before its key).
+    writing: Vec<bool>,
     parts: Vec<PartitionId>,
     /// Whether an access writes (an integer comparison, not a float draw per access).
     writes: Bernoulli,
@@ -171,6 +181,7 @@ impl YcsbGenerator {
         let (parts, chosen) = (&self.parts, &mut self.chosen);
         chosen.clear();
         chosen.reserve(ops);
+        self.writing.clear();
         // A counter, not `i % len`: a division per access is a visible share of the
         // generator's time.
         let mut next = 0;
@@ -183,10 +194,16 @@ impl YcsbGenerator {
                 let other = rng.random_range(1..self.partitions);
                 p = PartitionId((self.home.0 + other) % self.partitions);
             }
+            let mut ranks = &self.ranks;
+            if let Some(write_ranks) = &self.write_ranks {
+                let write = self.writes.sample(&mut rng);
+                self.writing.push(write);
+                if write {
+                    ranks = write_ranks;
+                }
+            }
             loop {
-                let key = self
-                    .pmap
-                    .nth_key_of(USERTABLE, p, self.ranks.sample(&mut rng));
+                let key = self.pmap.nth_key_of(USERTABLE, p, ranks.sample(&mut rng));
                 if self.cfg.allow_duplicate_keys || !chosen.contains(&key) {
                     chosen.push(key);
                     break;
@@ -222,8 +239,15 @@ impl TxnGenerator for YcsbGenerator {
         // Sized once and filled in place: a push per field would check the capacity each time.
         packed.resize(self.chosen.len() * ACCESS_BYTES, 0);
         let mut rng = self.rng.clone();
-        for (access, &key) in packed.chunks_exact_mut(ACCESS_BYTES).zip(&self.chosen) {
-            let write = self.writes.sample(&mut rng);
+        for (i, (access, &key)) in packed
+            .chunks_exact_mut(ACCESS_BYTES)
+            .zip(&self.chosen)
+            .enumerate()
+        {
+            let write = match self.writing.get(i) {
+                Some(&drawn) => drawn,
+                None => self.writes.sample(&mut rng),
+            };
             access[..8].copy_from_slice(&key.to_le_bytes());
             access[8] = if write { OP_RMW } else { OP_READ };
         }
@@ -434,6 +458,31 @@ mod tests {
             })
             .sum();
         assert!((3600..4400).contains(&writes), "{writes}");
+    }
+
+    #[test]
+    fn reads_and_writes_may_have_their_own_skew() {
+        let mut c = config(1, 0.0, 1.5);
+        c.workload.ycsb.write_fraction = 0.5;
+        c.workload.ycsb.write_theta = Some(0.0);
+        let y = Ycsb::new(&c).unwrap();
+        let mut g = y.generator(0, PartitionId(0));
+        // How many accesses of each kind go to the 10 most popular rows of the 1000 (rank
+        // order is key order here).
+        let (mut hot, mut all) = ([0usize; 2], [0usize; 2]);
+        for _ in 0..1000 {
+            let t = g.next_txn();
+            for (key, op) in accesses_of(&t) {
+                let w = usize::from(op == OP_RMW);
+                all[w] += 1;
+                hot[w] += usize::from(y.pmap.nth_key_of(USERTABLE, PartitionId(0), 10) > key);
+            }
+        }
+        assert!(hot[0] * 2 > all[0], "reads are skewed: {hot:?} of {all:?}");
+        assert!(
+            hot[1] * 30 < all[1],
+            "writes are uniform: {hot:?} of {all:?}"
+        );
     }
 
     #[test]

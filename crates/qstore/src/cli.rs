@@ -345,6 +345,10 @@ struct RunArgs {
     /// Extra uniformly random delay per message in [0, jitter), in microseconds.
     #[arg(long, help_heading = "Cluster")]
     jitter_us: Option<u64>,
+    /// Injected clock skew, in microseconds: node n of N reads the clock n*skew/(N-1)
+    /// behind (timestamp and mvcc take their timestamps from the clock).
+    #[arg(long, help_heading = "Cluster")]
+    clock_skew_us: Option<u64>,
     /// Fault injection (embedded cluster only): the fraction of messages between nodes lost.
     /// Protocols do not survive lost messages: the run ends with transactions unanswered.
     #[arg(long, help_heading = "Cluster")]
@@ -388,6 +392,10 @@ struct RunArgs {
     /// ycsb: fraction of accesses that are read-modify-writes (0 to 1).
     #[arg(long, allow_negative_numbers = true, help_heading = "Workload")]
     write_fraction: Option<f64>,
+    /// ycsb: Zipfian skew θ of the keys written, --theta then being that of the keys read
+    /// (default: --theta for both). Sundial's read-hot workload: --theta 1.3 --write-theta 0.
+    #[arg(long, allow_negative_numbers = true, help_heading = "Workload")]
+    write_theta: Option<f64>,
     /// ycsb: Sundial's mode instead of multi-partition transactions: each access goes to a
     /// uniformly chosen other partition with this probability (e.g. 0.1).
     #[arg(long, allow_negative_numbers = true, help_heading = "Workload")]
@@ -693,6 +701,7 @@ impl RunArgs {
             c.durability.checkpoint_interval_s = self.checkpoint_interval_s;
         }
         set(&mut c.net.delay_us, self.delay_us);
+        set(&mut c.net.clock_skew_us, self.clock_skew_us);
         set(&mut c.net.jitter_us, self.jitter_us);
         set(&mut c.net.drop_fraction, self.drop_fraction);
         if self.cut_off_node.is_some() {
@@ -747,6 +756,7 @@ impl RunArgs {
                 set(&mut y.partitions_per_mp_txn, self.mp_partitions);
                 set(&mut y.row_size, self.row_size);
                 set(&mut y.write_fraction, self.write_fraction);
+                y.write_theta = self.write_theta.or(y.write_theta);
                 set(&mut y.remote_access_fraction, self.remote_access_fraction);
                 y.allow_duplicate_keys |= self.allow_duplicate_keys;
             }
@@ -810,6 +820,7 @@ impl RunArgs {
         )?;
         let ycsb_only = self.row_size.is_some()
             || self.write_fraction.is_some()
+            || self.write_theta.is_some()
             || self.remote_access_fraction.is_some()
             || self.allow_duplicate_keys;
         let bank_only = self.branch_size.is_some()
@@ -821,7 +832,8 @@ impl RunArgs {
             || self.read_fraction.is_some()
             || self.active_keys.is_some();
         not_for(
-            "--row-size/--write-fraction/--remote-access-fraction/--allow-duplicate-keys",
+            "--row-size/--write-fraction/--write-theta/--remote-access-fraction/\
+             --allow-duplicate-keys",
             ycsb_only && name != "ycsb",
         )?;
         not_for(

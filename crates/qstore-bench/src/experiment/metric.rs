@@ -26,6 +26,17 @@ fn phase_msgs(r: &RunReport, phase: &str) -> f64 {
     r.phase(phase).map_or(0.0, |c| c.msgs)
 }
 
+/// Attempts aborted for `cause`, as a percentage of all attempts (commits and
+/// concurrency-control aborts), as the Sundial paper's figure 12 counts them.
+fn aborts_pct(r: &RunReport, cause: &str) -> f64 {
+    let all: u64 = r.cc_aborts.values().sum();
+    let of_cause = r.cc_aborts.get(cause).copied().unwrap_or(0);
+    if all == 0 {
+        return 0.0;
+    }
+    r.abort_rate * 100.0 * of_cause as f64 / all as f64
+}
+
 /// Every metric, in the column order of `results.csv`.
 pub const METRICS: &[Metric] = &[
     Metric {
@@ -67,6 +78,42 @@ pub const METRICS: &[Metric] = &[
         name: "abort_rate_pct",
         label: "concurrency-control aborts (% of attempts)",
         of: |r| r.abort_rate * 100.0,
+    },
+    Metric {
+        name: "aborts_lease_newer_version_pct",
+        label:
+            "lease renewal aborts, case (a): rewritten at or after the commit ts (% of attempts)",
+        of: |r| aborts_pct(r, "lease_newer_version"),
+    },
+    Metric {
+        name: "aborts_lease_overwritten_pct",
+        label: "lease renewal aborts, case (b): rewritten before the commit ts (% of attempts)",
+        of: |r| aborts_pct(r, "lease_overwritten"),
+    },
+    Metric {
+        name: "aborts_lease_locked_pct",
+        label: "lease renewal aborts, case (c): row locked (% of attempts)",
+        of: |r| aborts_pct(r, "lease_locked"),
+    },
+    Metric {
+        name: "aborts_wait_die_pct",
+        label: "write-write (WAIT_DIE) aborts (% of attempts)",
+        of: |r| aborts_pct(r, "wait_die"),
+    },
+    Metric {
+        name: "aborts_frozen_range_pct",
+        label: "MaaT aborts against a frozen [x, inf) range (% of attempts)",
+        of: |r| aborts_pct(r, "frozen_range"),
+    },
+    Metric {
+        name: "aborts_range_empty_pct",
+        label: "MaaT aborts for other empty ranges (% of attempts)",
+        of: |r| aborts_pct(r, "range_empty"),
+    },
+    Metric {
+        name: "aborts_timestamp_order_pct",
+        label: "timestamp-order aborts (% of attempts)",
+        of: |r| aborts_pct(r, "timestamp_order"),
     },
     Metric {
         name: "msgs_per_txn",

@@ -294,6 +294,12 @@ pub(crate) trait Cc: Send + Sync + 'static {
     fn release(&self, txn: TxnId, held: &mut Self::Held, woken: &mut Vec<TxnId>);
 }
 
+/// How far behind node `id`'s clock runs (the injected skew, `net.clock_skew_us`).
+fn clock_behind_us(ctx: &EngineCtx, id: NodeId) -> u64 {
+    let last = u64::from(ctx.nodes().saturating_sub(1).max(1));
+    ctx.cfg.net.clock_skew_us * u64::from(id.0).min(last) / last
+}
+
 /// Idle workers wake this often to notice shutdown.
 const IDLE_WAIT: Duration = Duration::from_millis(20);
 
@@ -338,7 +344,7 @@ pub(crate) fn start<C: Cc>(
             net: transport.clone(),
             cc,
             clock: AtomicU64::new(0),
-            timestamps: crate::timestamp::TsSource::new(id),
+            timestamps: crate::timestamp::TsSource::behind(id, clock_behind_us(&ctx, id)),
             coords: Shards::new(),
             parts: Shards::new(),
             absent: Default::default(),
