@@ -7,7 +7,7 @@
 #     accepts its list-append histories;
 #  3. the same over TCP, one server process per node (`qstore cluster`), for every protocol
 #     that has a distributed mode (bank's and TPC-C's final state checked from the servers'
-#     tallies of their partitions);
+#     tallies of their partitions); Sundial's cache with each of its policies;
 #  4. replicated Q-Store and Calvin over TCP (rf 2 and 3), and a group leader killed with
 #     SIGKILL; Calvin replicated through a real ZooKeeper;
 #  5. durability: every server of a cluster with data directories killed with SIGKILL, the
@@ -132,6 +132,23 @@ for protocol in $("$QSTORE" protocols --names); do
   h="$work/$protocol-append-tcp.jsonl"
   "$QSTORE" cluster --protocol "$protocol" --workload append --history "$h" "${small[@]}" 2>/dev/null
   expect_exit 0 "" "adya accepts $protocol append history over TCP ($(wc -l <"$h") events)" -- \
+    adya check -m list-append -c serializable "$h"
+done
+
+echo "== Sundial's cache of remote rows: every policy, --verify and adya"
+# Reads served from the cache, renewed at their home at prepare; the read-hot mode (reads
+# skewed, writes uniform) hits the cache most.
+sundial_ycsb=(--workload ycsb --records 10000 --theta 1.3 --write-theta 0 --write-fraction 0.1
+  --remote-access-fraction 0.1)
+for policy in always-reuse always-request hybrid; do
+  sd=(--protocol sundial --sundial-cache-policy "$policy")
+  expect_exit 0 "^serializable: yes" "sundial cache $policy, read-hot ycsb --verify" -- \
+    "$QSTORE" run "${sd[@]}" "${sundial_ycsb[@]}" --verify "${small[@]}"
+  expect_exit 0 "^serializable: yes" "sundial cache $policy, read-hot ycsb over TCP --verify" -- \
+    "$QSTORE" cluster "${sd[@]}" "${sundial_ycsb[@]}" --verify "${small[@]}"
+  h="$work/sundial-$policy-append.jsonl"
+  "$QSTORE" run "${sd[@]}" --workload append --mp-fraction 0.5 --history "$h" "${small[@]}"
+  expect_exit 0 "" "adya accepts sundial cache $policy append history ($(wc -l <"$h") events)" -- \
     adya check -m list-append -c serializable "$h"
 done
 

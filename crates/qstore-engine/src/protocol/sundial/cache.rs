@@ -24,8 +24,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 /// Banks of a cache: enough that workers rarely meet on one.
 const BANKS: usize = 16;
-/// What a row costs besides its bytes: its key and lease, the list's links, a hash slot.
-const ROW_OVERHEAD: usize = 96;
+/// What a row costs besides its bytes: its entry in the list (key, lease, links: 96 bytes as
+/// allocated), its hash slot, and the rounding of its bytes' allocation.
+const ROW_OVERHEAD: usize = 128;
 /// The hybrid policy halves its counters once they hold this many votes.
 const VOTES_KEPT: u64 = 4096;
 
