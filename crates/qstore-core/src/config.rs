@@ -454,6 +454,10 @@ pub struct SundialConfig {
     /// Memory of each node's cache of rows read at other nodes, in MB (0: no cache).
     pub cache_mb: u32,
     pub cache_policy: CachePolicy,
+    /// The read-only table optimisations (section 4.3) for tables their workload declares
+    /// read-mostly: one lease for the whole table, extended speculatively past the commit
+    /// timestamp that asked for it.
+    pub table_leases: bool,
 }
 
 impl Default for SundialConfig {
@@ -461,6 +465,7 @@ impl Default for SundialConfig {
         SundialConfig {
             cache_mb: 64,
             cache_policy: CachePolicy::Hybrid,
+            table_leases: true,
         }
     }
 }
@@ -590,6 +595,9 @@ pub struct YcsbConfig {
     pub remote_access_fraction: f64,
     /// Allow one transaction to pick the same key twice.
     pub allow_duplicate_keys: bool,
+    /// Declare the table read-mostly (see `TableSchema::read_mostly`): for Sundial's table
+    /// leases on a table that is written now and then.
+    pub read_mostly: bool,
 }
 
 impl Default for YcsbConfig {
@@ -605,6 +613,7 @@ impl Default for YcsbConfig {
             partitions_per_mp_txn: 2,
             remote_access_fraction: 0.0,
             allow_duplicate_keys: false,
+            read_mostly: false,
         }
     }
 }
@@ -695,6 +704,17 @@ pub enum TpccMix {
     NeworderPayment,
 }
 
+/// Where TPC-C's ITEM table lives.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum ItemPlacement {
+    /// A copy in every partition: New-Order reads its home partition's (the papers' default).
+    Replicated,
+    /// Hash-partitioned on the item id (item `i` in partition `i mod P`): most New-Orders
+    /// read items at other partitions (Sundial's "NoRep", section 6.4.1).
+    Partitioned,
+}
+
 /// The TPC-C workload: warehouses spread over the partitions, each with the spec's initial
 /// population; the five transactions, or New-Order and Payment alone.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -741,6 +761,8 @@ pub struct TpccConfig {
     /// the home partition (the spec's 15%, clause 2.5.1.2); as above, remote partitions come
     /// only through `multi_partition_fraction`.
     pub remote_payment_fraction: f64,
+    /// Where ITEM lives: replicated in every partition, or partitioned on the item id.
+    pub items: ItemPlacement,
 }
 
 impl Default for TpccConfig {
@@ -756,6 +778,7 @@ impl Default for TpccConfig {
             multi_partition_fraction: 0.15,
             remote_new_order_line_fraction: 0.01,
             remote_payment_fraction: 0.15,
+            items: ItemPlacement::Replicated,
         }
     }
 }

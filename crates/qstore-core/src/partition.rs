@@ -77,6 +77,7 @@ mod tests {
             row_size: 8,
             capacity_per_partition: 10,
             keys_per_partition: 100,
+            read_mostly: false,
         }]
     }
 

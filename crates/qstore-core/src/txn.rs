@@ -487,6 +487,11 @@ pub struct TableSchema {
     pub capacity_per_partition: usize,
     /// Width of a partition's key range under range partitioning: key / width = partition.
     pub keys_per_partition: u64,
+    /// Declared read-mostly by its workload: rarely or never written (TPC-C's ITEM). Sundial
+    /// extends such a table's leases all at once (its paper's section 4.3); writes to it stay
+    /// correct, only dearer.
+    #[serde(default)]
+    pub read_mostly: bool,
 }
 
 /// Everything a node must know to run a workload's transactions: tables, steps, procedures.

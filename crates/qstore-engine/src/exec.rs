@@ -631,6 +631,7 @@ pub(crate) mod tests {
             row_size: 8,
             capacity_per_partition: 16,
             keys_per_partition: 10,
+            read_mostly: false,
         });
         cat.steps.register("add", add);
         cat.steps.register("read", read);

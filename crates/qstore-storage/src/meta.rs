@@ -48,12 +48,14 @@ mod tests {
                 row_size: 8,
                 capacity_per_partition: 3,
                 keys_per_partition: 10,
+                read_mostly: false,
             },
             TableSchema {
                 name: "b".into(),
                 row_size: 8,
                 capacity_per_partition: 5,
                 keys_per_partition: 10,
+                read_mostly: false,
             },
         ];
         let store = PartitionStore::new(PartitionId(0), &schemas);

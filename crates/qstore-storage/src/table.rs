@@ -552,6 +552,7 @@ mod tests {
             row_size: 16,
             capacity_per_partition: cap,
             keys_per_partition: 1 << 32,
+            read_mostly: false,
         }
     }
 

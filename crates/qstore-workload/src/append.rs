@@ -65,6 +65,7 @@ impl Append {
             row_size: cfg.row_size(),
             capacity_per_partition: cfg.keys_per_partition as usize,
             keys_per_partition: cfg.keys_per_partition,
+            read_mostly: false,
         });
         let read = catalog.steps.register("append_read", append_read);
         let push = catalog.steps.register("append_push", append_push);

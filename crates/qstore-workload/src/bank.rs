@@ -241,6 +241,7 @@ impl Bank {
             row_size: ROW_SIZE,
             capacity_per_partition: cfg.accounts_per_partition as usize,
             keys_per_partition: cfg.accounts_per_partition,
+            read_mostly: false,
         });
         let pmap = PartitionMap::new(run.cluster.nodes, run.cluster.partitioning, &catalog.tables);
         let layout = Layout::new(&cfg, pmap);

@@ -63,6 +63,7 @@ impl Ycsb {
             row_size: cfg.row_size,
             capacity_per_partition: cfg.records_per_partition as usize,
             keys_per_partition: cfg.records_per_partition,
+            read_mostly: cfg.read_mostly,
         };
         let mut catalog = Catalog::default();
         catalog.add_table(schema);

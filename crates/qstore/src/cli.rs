@@ -4,8 +4,8 @@ use crate::sizing;
 use clap::{Args, Parser, Subcommand};
 use qstore_bench::{Progress, RunOptions};
 use qstore_core::config::{
-    CachePolicy, CalvinLocks, Fsync, Isolation, Partitioning, QStoreMode, ReplicationCompression,
-    ReplicationLayer, ReplicationMode, TpccMix,
+    CachePolicy, CalvinLocks, Fsync, Isolation, ItemPlacement, Partitioning, QStoreMode,
+    ReplicationCompression, ReplicationLayer, ReplicationMode, TpccMix,
 };
 use qstore_core::{QError, RunConfig};
 use std::io::{IsTerminal, Write};
@@ -339,6 +339,10 @@ struct RunArgs {
     /// found current, request otherwise).
     #[arg(long, value_parser = parse_cache_policy, value_name = "POLICY", help_heading = "Sundial")]
     sundial_cache_policy: Option<CachePolicy>,
+    /// Sundial: turn off the read-only table optimisations (one lease per read-mostly table,
+    /// extended speculatively), to measure what they bring.
+    #[arg(long, help_heading = "Sundial")]
+    sundial_no_table_leases: bool,
     /// Injected one-way network delay per message, in microseconds.
     #[arg(long, help_heading = "Cluster")]
     delay_us: Option<u64>,
@@ -403,6 +407,9 @@ struct RunArgs {
     /// ycsb: allow a transaction to pick the same key twice.
     #[arg(long, help_heading = "Workload")]
     allow_duplicate_keys: bool,
+    /// ycsb: declare the table read-mostly (Sundial then leases it as a whole).
+    #[arg(long, help_heading = "Workload")]
+    read_mostly: bool,
     /// bank: accounts per branch (a branch's total is invariant).
     #[arg(long, help_heading = "Workload")]
     branch_size: Option<u32>,
@@ -437,6 +444,10 @@ struct RunArgs {
     /// ones 4% each).
     #[arg(long, value_parser = parse_tpcc_mix, help_heading = "Workload")]
     tpcc_mix: Option<TpccMix>,
+    /// tpcc: where ITEM lives: replicated (a copy in every partition, the default) or
+    /// partitioned (item i in partition i mod P: New-Orders read items at other nodes).
+    #[arg(long, value_parser = parse_item_placement, value_name = "PLACEMENT", help_heading = "Workload")]
+    tpcc_items: Option<ItemPlacement>,
     /// tpcc: fraction of transactions that are Payments (the rest New-Orders, or Order-Status
     /// as --order-status-fraction says).
     #[arg(long, allow_negative_numbers = true, help_heading = "Workload")]
@@ -572,6 +583,16 @@ fn parse_cache_policy(s: &str) -> Result<CachePolicy, String> {
     }
 }
 
+fn parse_item_placement(s: &str) -> Result<ItemPlacement, String> {
+    match s {
+        "replicated" => Ok(ItemPlacement::Replicated),
+        "partitioned" => Ok(ItemPlacement::Partitioned),
+        _ => Err(format!(
+            "{s:?} is not a placement of ITEM; use replicated or partitioned"
+        )),
+    }
+}
+
 fn parse_tpcc_mix(s: &str) -> Result<TpccMix, String> {
     match s {
         "standard" => Ok(TpccMix::Standard),
@@ -681,6 +702,7 @@ impl RunArgs {
             &mut c.protocol.sundial.cache_policy,
             self.sundial_cache_policy,
         );
+        c.protocol.sundial.table_leases &= !self.sundial_no_table_leases;
         set(
             &mut c.protocol.dl_detect.interval_us,
             self.dl_detect_interval_us,
@@ -759,6 +781,7 @@ impl RunArgs {
                 y.write_theta = self.write_theta.or(y.write_theta);
                 set(&mut y.remote_access_fraction, self.remote_access_fraction);
                 y.allow_duplicate_keys |= self.allow_duplicate_keys;
+                y.read_mostly |= self.read_mostly;
             }
             "bank" => {
                 let b = &mut w.bank;
@@ -788,6 +811,7 @@ impl RunArgs {
                 let t = &mut w.tpcc;
                 set(&mut t.warehouses_per_partition, self.warehouses);
                 set(&mut t.mix, self.tpcc_mix);
+                set(&mut t.items, self.tpcc_items);
                 set(&mut t.payment_fraction, self.payment_fraction);
                 set(&mut t.order_status_fraction, self.order_status_fraction);
                 set(&mut t.stock_level_fraction, self.stock_level_fraction);
@@ -809,6 +833,7 @@ impl RunArgs {
         let w = &mut c.workload;
         let tpcc_only = self.warehouses.is_some()
             || self.tpcc_mix.is_some()
+            || self.tpcc_items.is_some()
             || self.payment_fraction.is_some()
             || self.order_status_fraction.is_some()
             || self.stock_level_fraction.is_some()
@@ -822,7 +847,8 @@ impl RunArgs {
             || self.write_fraction.is_some()
             || self.write_theta.is_some()
             || self.remote_access_fraction.is_some()
-            || self.allow_duplicate_keys;
+            || self.allow_duplicate_keys
+            || self.read_mostly;
         let bank_only = self.branch_size.is_some()
             || self.initial_balance.is_some()
             || self.max_amount.is_some()

@@ -285,6 +285,7 @@ fn claims_catalog() -> Catalog {
         row_size: 8,
         capacity_per_partition: SLOTS as usize,
         keys_per_partition: SLOTS,
+        read_mostly: false,
     });
     let peek = c.steps.register("peek", peek);
     let take = c.steps.register("take", take);

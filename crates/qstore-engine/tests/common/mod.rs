@@ -26,6 +26,7 @@ pub fn counter_catalog() -> Catalog {
         row_size: 8,
         capacity_per_partition: KEYS as usize,
         keys_per_partition: KEYS,
+        read_mostly: false,
     });
     c
 }

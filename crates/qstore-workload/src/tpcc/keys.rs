@@ -31,13 +31,15 @@
 //! district's history sequence number (from `D_NEXT_H_ID`, bounded like order ids), which
 //! alone makes the key unique.
 //!
-//! ITEM is read-only and read by every New-Order, so each partition holds a copy under keys
-//! of its own (`p << 17 | i`): a transaction reads its home partition's copy, locally.
+//! ITEM is read-only and read by every New-Order, so by default each partition holds a copy
+//! under keys of its own (`p << 17 | i`): a transaction reads its home partition's copy,
+//! locally. Partitioned instead (`items = "partitioned"`), item `i` is kept only by partition
+//! `i mod P`, under the same key encoding.
 //!
 //! The plain encoders `debug_assert` their inputs: callers pass ids they made. Ids that come
 //! from a client go through the `checked_*` encoders, which return a [`KeyError`].
 
-use qstore_core::config::TpccConfig;
+use qstore_core::config::{ItemPlacement, TpccConfig};
 use qstore_core::{Key, PartitionId};
 use std::fmt;
 use std::ops::Range;
@@ -100,6 +102,7 @@ pub struct TpccKeys {
     warehouses_per_partition: u32,
     max_orders: u32,
     order_bits: u32,
+    items: ItemPlacement,
 }
 
 impl TpccKeys {
@@ -111,6 +114,7 @@ impl TpccKeys {
             warehouses_per_partition: cfg.warehouses_per_partition,
             max_orders: cfg.max_orders_per_district,
             order_bits: cfg.order_id_bits(),
+            items: cfg.items,
         };
         assert!(
             partitions > 0 && keys.warehouses_per_partition > 0,
@@ -265,6 +269,21 @@ impl TpccKeys {
         debug_assert!(w < self.warehouses(), "W_ID {w}");
         debug_assert!((1..=ITEMS).contains(&i), "I_ID {i}");
         (w as u64) << ITEM_BITS | i as u64
+    }
+
+    /// The partition whose copy of item `i` a transaction of partition `home` reads: its own
+    /// where ITEM is replicated, `i mod P` where it is partitioned.
+    #[inline]
+    pub fn item_home(&self, home: PartitionId, i: u32) -> PartitionId {
+        match self.items {
+            ItemPlacement::Replicated => home,
+            ItemPlacement::Partitioned => PartitionId(i % self.partitions),
+        }
+    }
+
+    /// Whether partition `p` keeps a copy of item `i`.
+    pub fn keeps_item(&self, p: PartitionId, i: u32) -> bool {
+        self.item_home(p, i) == p
     }
 
     /// Partition `p`'s copy of item `i`.

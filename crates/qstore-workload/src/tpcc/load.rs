@@ -132,7 +132,9 @@ impl TpccData {
             ORIGINALS,
         );
         let k = self.keys;
-        let mut keys = (1..=ITEMS).map(|i| k.item(p, i));
+        let mut keys = (1..=ITEMS)
+            .filter(|&i| k.keeps_item(p, i))
+            .map(|i| k.item(p, i));
         loader.load_rows(ITEM, &mut keys, &mut |key, row| {
             let (_, i) = k.decode_item(key);
             self.fill_item(i, original[i as usize], row);
@@ -923,6 +925,35 @@ mod tests {
             assert!((dollars(1)..=dollars(100)).contains(&I_PRICE.get_money(row)));
             assert!((1..=10_000).contains(&I_IM_ID.get_u32(row)));
         }
+    }
+
+    #[test]
+    fn partitioned_items_are_each_kept_once_with_the_replicated_rows() {
+        let cfg = TpccConfig {
+            items: qstore_core::config::ItemPlacement::Partitioned,
+            ..TpccConfig::default()
+        };
+        let d = TpccData::with(&cfg, 3, 42);
+        let replicated = data(3, 1, 42);
+        let all: BTreeMap<u32, Vec<u8>> = {
+            let mut m = MemStore::new(&replicated.schemas());
+            replicated.load_items(PartitionId(0), &mut m).unwrap();
+            m.rows(ITEM)
+                .map(|(key, row)| (replicated.keys().decode_item(key).1, row.to_vec()))
+                .collect()
+        };
+        let mut seen = BTreeMap::new();
+        for p in 0..3 {
+            let mut m = MemStore::new(&d.schemas());
+            d.load_items(PartitionId(p), &mut m).unwrap();
+            for (key, row) in m.rows(ITEM) {
+                let (at, i) = d.keys().decode_item(key);
+                assert_eq!((at.0, i % 3), (p, p), "item {i} in its own partition");
+                assert_eq!(d.keys().item_home(PartitionId(2 - p), i), at);
+                assert!(seen.insert(i, row.to_vec()).is_none(), "item {i} twice");
+            }
+        }
+        assert_eq!(seen, all, "every item once, as the replicated load has it");
     }
 
     #[test]

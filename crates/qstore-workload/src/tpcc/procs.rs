@@ -2,8 +2,9 @@
 //! programs they build and the step functions those run.
 //!
 //! **New-Order** `[w, d, c, entry_d, (i_id, supply_w, quantity) × ol_cnt]`: reads each line's
-//! ITEM (the home partition's copy; an unused item id, which the client sends for 1% of
-//! orders, is missing and rolls the order back as a logic abort), WAREHOUSE and CUSTOMER;
+//! ITEM (the home partition's copy, or where ITEM is partitioned the item's partition's; an
+//! unused item id, which the client sends for 1% of orders, is missing and rolls the order
+//! back as a logic abort), WAREHOUSE and CUSTOMER;
 //! takes the order id from DISTRICT (D_NEXT_O_ID), updates each line's STOCK, and inserts
 //! ORDER, NEW-ORDER and the ORDER-LINEs under keys derived from the order id.
 //!
@@ -419,7 +420,7 @@ impl Procedure for NewOrder {
         for l in &lines {
             a.push(abortable(access(
                 ITEM,
-                item_key(home, l.item),
+                item_key(k.item_home(home, l.item), l.item),
                 AccessKind::Read,
                 s.read_item,
                 Value::Null,

@@ -483,6 +483,8 @@ pub fn schemas(keys: &TpccKeys) -> Vec<TableSchema> {
                 row_size: t.layout.size(),
                 capacity_per_partition: rows as usize,
                 keys_per_partition: width,
+                // No transaction writes ITEM.
+                read_mostly: t.id == ITEM,
             }
         })
         .collect()

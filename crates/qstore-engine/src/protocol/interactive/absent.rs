@@ -226,6 +226,7 @@ mod tests {
             row_size: 8,
             capacity_per_partition: capacity,
             keys_per_partition: 1 << 20,
+            read_mostly: false,
         })
     }
 

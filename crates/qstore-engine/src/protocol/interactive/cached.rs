@@ -13,16 +13,20 @@
 //!   commit timestamp has it renewed at the row's home, in the `Prepare` the home gets (a
 //!   home the transaction did not otherwise reach is asked all the same). A failed renewal
 //!   votes no and drops the copy.
+//! - **Table leases** (read-mostly tables, [`TabLease`]): fills carry the lease of the row's
+//!   table, and a home that extended a table's lease while renewing says so before its vote
+//!   (`TabLeases`); the cache applies a table's lease to the copies read since its last
+//!   write.
 //! - A committed write of a cached record drops the copy (the coordinator does not hold the
 //!   bytes written: the next read fills it again).
 //!
 //! [`Cc::row_cache`]: super::Cc::row_cache
 
 use super::coord::CoordTxn;
-use super::msg::{Fill, GroupEnd, Renewal};
+use super::msg::{Body, Fill, GroupEnd, Renewal, TabLease};
 use super::{Cc, Node};
 use crate::exec::run_on_copy;
-use qstore_core::txn::AccessKind;
+use qstore_core::txn::{AccessKind, CcAbortCause};
 use qstore_core::{Key, NodeId, TableId, TxnId};
 use qstore_storage::RowVersion;
 
@@ -35,17 +39,30 @@ pub(crate) struct CachedRow {
     pub writer: u64,
     pub seq: u16,
     pub bytes: Vec<u8>,
+    /// The writes its table had seen when it was read, if the table has a lease.
+    pub tab_writes: Option<u64>,
+}
+
+/// The lease of a row as a participant read it: its own, and its table's if it has one.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct ReadLease {
+    pub wts: u64,
+    /// Past the table's lease, if that ends later.
+    pub rts: u64,
+    pub tab: Option<TabLease>,
 }
 
 /// A node's cache of rows of other nodes, as the coordinator uses it.
 pub(crate) trait RowCache: Send + Sync {
-    /// The copy a read of (`table`, `key`) uses instead of asking the row's home: when one is
-    /// cached and the policy reuses it.
-    fn reuse(&self, table: TableId, key: Key) -> Option<CachedRow>;
+    /// The copy a read of (`table`, `key`), kept at node `home`, uses instead of asking
+    /// there: when one is cached and the policy reuses it. Its `rts` counts its table's lease.
+    fn reuse(&self, home: NodeId, table: TableId, key: Key) -> Option<CachedRow>;
     /// A read that goes to the home asks for a fill: `Some(wts)` of the copy held, if any.
     fn held(&self, table: TableId, key: Key) -> Option<u64>;
     /// A fill came back from the home (without bytes: the copy held is current).
-    fn fill(&self, table: TableId, key: Key, fill: &Fill);
+    fn fill(&self, home: NodeId, table: TableId, key: Key, fill: &Fill);
+    /// Node `home` extended the leases of these tables of its.
+    fn tab_leases(&self, home: NodeId, leases: &[(TableId, TabLease)]);
     /// The renewal of the lease of a copy a transaction read reached timestamp `to`
     /// (`None`: it failed).
     fn renewed(&self, table: TableId, key: Key, to: Option<u64>);
@@ -83,7 +100,7 @@ impl<C: Cc> Node<C> {
         if !cacheable {
             return false;
         }
-        let Some(mut row) = cache.reuse(a.table, a.key) else {
+        let Some(mut row) = cache.reuse(node, a.table, a.key) else {
             return false;
         };
         let Ok(access) = a.as_ref().resolve(&t.outputs) else {
@@ -144,7 +161,7 @@ impl<C: Cc> Node<C> {
                 && a.key_dep.is_none()
                 && self.node_of(a.table, a.key) == from;
             if fits {
-                cache.fill(a.table, a.key, &f);
+                cache.fill(from, a.table, a.key, &f);
             }
         }
     }
@@ -191,24 +208,57 @@ impl<C: Cc> Node<C> {
     }
 
     /// A participant renews the leases of rows the transaction read from its coordinator's
-    /// cache, at commit timestamp `ts`.
+    /// cache, at commit timestamp `ts`; the table leases this extended, to go back to the
+    /// cache.
     pub(super) fn renew_cached(
         &self,
         txn: TxnId,
         ts: u64,
         renew: &[Renewal],
-    ) -> Result<(), qstore_core::txn::CcAbortCause> {
+    ) -> Result<Vec<(TableId, TabLease)>, CcAbortCause> {
+        let mut tables = Vec::new();
         for r in renew {
             if r.table as usize >= self.ctx.catalog.tables.len() {
-                return Err(qstore_core::txn::CcAbortCause::LeaseOverwritten);
+                return Err(CcAbortCause::LeaseOverwritten);
             }
             let table = self.store().table(r.table);
             // A record that is gone was rewritten since (rows keep their slot when deleted).
-            let rid = table
-                .slot(r.key)
-                .ok_or(qstore_core::txn::CcAbortCause::LeaseOverwritten)?;
+            let rid = table.slot(r.key).ok_or(CcAbortCause::LeaseOverwritten)?;
             self.cc.renew_cached(txn, r.table, rid, r.wts, ts)?;
+            if !tables.contains(&r.table) {
+                tables.push(r.table);
+            }
         }
-        Ok(())
+        let leases = tables
+            .into_iter()
+            .filter_map(|t| Some((t, self.cc.tab_lease(t)?)))
+            .collect();
+        Ok(leases)
+    }
+
+    /// Tells `coord` the table leases its cache may use (if any).
+    pub(super) fn send_tab_leases(
+        &self,
+        coord: NodeId,
+        txn: TxnId,
+        leases: Vec<(TableId, TabLease)>,
+    ) {
+        if !leases.is_empty() {
+            self.send(coord, txn, Body::TabLeases(leases));
+        }
+    }
+
+    /// A home of cached rows extended its tables' leases (tables this catalog lacks, which
+    /// only a faulty peer names, are ignored).
+    pub(super) fn take_tab_leases(&self, home: NodeId, leases: &[(TableId, TabLease)]) {
+        let tables = self.ctx.catalog.tables.len();
+        if let Some(cache) = self.cc.row_cache() {
+            let known: Vec<_> = leases
+                .iter()
+                .filter(|(t, _)| (*t as usize) < tables)
+                .copied()
+                .collect();
+            cache.tab_leases(home, &known);
+        }
     }
 }

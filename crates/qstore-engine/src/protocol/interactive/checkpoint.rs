@@ -420,6 +420,7 @@ mod tests {
             row_size: 8,
             capacity_per_partition: 64,
             keys_per_partition: 64,
+            read_mostly: false,
         };
         PartitionStore::new(PartitionId(0), &[schema])
     }

@@ -39,7 +39,7 @@ pub(crate) mod prewrites;
 mod wal;
 
 pub(crate) use deadlock::WaitEdge;
-pub(crate) use msg::{Age, Attempt, Fill, TsRange, Vote};
+pub(crate) use msg::{Age, Attempt, Fill, TabLease, TsRange, Vote};
 
 use self::coord::CoordTxn;
 use self::msg::{Body, GroupEnd, IMsg};
@@ -244,9 +244,14 @@ pub(crate) trait Cc: Send + Sync + 'static {
         None
     }
 
-    /// Buffered, for a fill the coordinator asked for: the lease (`wts`, `rts`) of the row
-    /// the last `read_copy` of `held` read.
-    fn last_read_lease(&self, _held: &Self::Held) -> Option<(u64, u64)> {
+    /// Buffered, for a fill the coordinator asked for: the lease of the row the last
+    /// `read_copy` of `held` read.
+    fn last_read_lease(&self, _held: &Self::Held) -> Option<cached::ReadLease> {
+        None
+    }
+
+    /// The lease of read-mostly table `table` here, if it has one (see [`TabLease`]).
+    fn tab_lease(&self, _table: TableId) -> Option<TabLease> {
         None
     }
 
@@ -268,6 +273,10 @@ pub(crate) trait Cc: Send + Sync + 'static {
     /// a participant then votes only once its log bounds the commit timestamp (see
     /// `Node::keep_below_bound`).
     const BOUNDS_TIMESTAMPS: bool = false;
+
+    /// How far past the commit timestamp that asked for it a lease may be extended here
+    /// (Sundial's speculative extension): the bound a log keeps must cover that too.
+    const LEASE_REACH: u64 = 0;
 
     /// After a restart, before anything is served: every timestamp handed out before it is
     /// below `bound` ([`Cc::BOUNDS_TIMESTAMPS`]).
@@ -555,7 +564,11 @@ impl<C: Cc> Node<C> {
         // The coordinator accounts the answers it receives from other nodes (for the
         // transactions whose phases it measures).
         let received = match msg.body {
-            Body::Reserved | Body::Executed { .. } | Body::Vote(_) | Body::CommitAck
+            Body::Reserved
+            | Body::Executed { .. }
+            | Body::Vote(_)
+            | Body::TabLeases(_)
+            | Body::CommitAck
                 if from != self.id && phases::measured(msg.txn) =>
             {
                 encoded_len(&msg)
@@ -608,6 +621,7 @@ impl<C: Cc> Node<C> {
                 self.on_executed(from, txn, outputs, ran, received)
             }
             Body::Vote(v) => self.on_vote(from, txn, v, received),
+            Body::TabLeases(leases) => self.take_tab_leases(from, &leases),
             Body::CommitAck => self.on_commit_ack(from, txn, received),
             Body::WaitsForRequest { round } => self.on_waits_for_request(from, round),
             Body::WaitsFor { round, edges } => self.on_waits_for(round, edges),

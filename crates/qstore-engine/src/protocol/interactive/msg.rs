@@ -80,6 +80,9 @@ pub enum Body {
         fills: Vec<Fill>,
     },
     Vote(Vote),
+    /// The table leases a participant extended while renewing the transaction's cached
+    /// reads (Sundial's read-only tables), for the coordinator's cache; sent before the vote.
+    TabLeases(Vec<(TableId, TabLease)>),
     CommitAck,
 
     // Deadlock detection (protocols that wait on any conflict), about no transaction.
@@ -163,6 +166,17 @@ pub struct Fill {
     pub seq: u16,
     #[serde(with = "serde_bytes")]
     pub bytes: Option<Vec<u8>>,
+    /// The lease of the row's table when it was read, if the table has one.
+    pub tab: Option<TabLease>,
+}
+
+/// The lease of a whole read-mostly table at one partition (Sundial's section 4.3): every
+/// row version that was current when the table had seen `writes` writes is valid up to
+/// `rts` (its own lease may reach further).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TabLease {
+    pub writes: u64,
+    pub rts: u64,
 }
 
 /// A read served from the coordinator's cache, to be renewed at the row's home: the lease

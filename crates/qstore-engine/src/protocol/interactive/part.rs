@@ -353,18 +353,19 @@ impl<C: Cc> Node<C> {
     /// The row access `idx` just read, with its lease, for the coordinator's cache (without
     /// its bytes if the coordinator's copy, written at `held`, is current).
     fn fill(&self, t: &mut PartTxn<C::Held>, idx: u16, held: Option<u64>, fills: &mut Vec<Fill>) {
-        let (Some((bytes, version)), Some((wts, rts))) =
+        let (Some((bytes, version)), Some(lease)) =
             (t.kept.take(), self.cc.last_read_lease(&t.held))
         else {
             return;
         };
         fills.push(Fill {
             idx,
-            wts,
-            rts,
+            wts: lease.wts,
+            rts: lease.rts,
             writer: version.writer.0,
             seq: version.seq,
-            bytes: (held != Some(wts)).then_some(bytes),
+            bytes: (held != Some(lease.wts)).then_some(bytes),
+            tab: lease.tab,
         });
     }
 
@@ -498,16 +499,19 @@ impl<C: Cc> Node<C> {
     }
 
     /// Phase one: a participant that wrote nothing is done and says so; with a log, a yes
-    /// vote waits for its prepare record.
+    /// vote waits for its prepare record. Table leases extended for the coordinator's
+    /// cache go back to it once the log bounds them.
     pub(super) fn on_prepare(&self, coord: NodeId, txn: TxnId, ts: u64, renew: Vec<Renewal>) {
-        if let Err(cause) = self.renew_cached(txn, ts, &renew) {
+        let tab_leases = match self.renew_cached(txn, ts, &renew) {
+            Ok(leases) => leases,
             // What it holds here (if anything) stays until the abort that follows.
-            return self.send(coord, txn, Body::Vote(Vote::No(cause)));
-        }
+            Err(cause) => return self.send(coord, txn, Body::Vote(Vote::No(cause))),
+        };
         let Some(mut t) = self.take_part(txn) else {
-            if C::BOUNDS_TIMESTAMPS && !renew.is_empty() && !self.keep_below_bound(ts) {
+            if !renew.is_empty() && !self.keep_below_bound(ts) {
                 return; // the log failed: this node acknowledges nothing more
             }
+            self.send_tab_leases(coord, txn, tab_leases);
             return self.send(coord, txn, Body::Vote(Vote::ReadOnly));
         };
         if !C::USES_TIMESTAMPS {
@@ -518,10 +522,12 @@ impl<C: Cc> Node<C> {
         let vote = self
             .cc
             .prepare(txn, &t.at, &mut t.held, t.wrote, self.store());
-        let committable = !matches!(vote, Vote::No(_));
-        if C::BOUNDS_TIMESTAMPS && committable && !self.keep_below_bound(t.at.ts) {
-            // The log failed: this node acknowledges nothing more.
-            return self.put_part(txn, t);
+        if !matches!(vote, Vote::No(_)) {
+            if !self.keep_below_bound(t.at.ts) {
+                // The log failed: this node acknowledges nothing more.
+                return self.put_part(txn, t);
+            }
+            self.send_tab_leases(coord, txn, tab_leases);
         }
         if vote == Vote::ReadOnly {
             self.finish(txn, t);

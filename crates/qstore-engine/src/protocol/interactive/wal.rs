@@ -596,13 +596,15 @@ impl<C: Cc> Node<C> {
     }
 
     /// For protocols whose timestamps must outlive a restart ([`Cc::BOUNDS_TIMESTAMPS`]):
-    /// makes sure the log holds a bound above `ts` before anything at `ts` is acknowledged.
-    /// The bound is loose (`BOUND_SLACK` above), so that it is forced rarely, and a worker
-    /// that finds it too low forces the next one itself. False if the log failed.
+    /// makes sure the log holds a bound above `ts`, and above every lease a commit at `ts`
+    /// may extend ([`Cc::LEASE_REACH`]), before anything at `ts` is acknowledged. The bound
+    /// is loose (`BOUND_SLACK` above), so that it is forced rarely, and a worker that finds
+    /// it too low forces the next one itself. False if the log failed.
     pub(super) fn keep_below_bound(&self, ts: u64) -> bool {
-        let Some(wal) = &self.wal else {
+        let (true, Some(wal)) = (C::BOUNDS_TIMESTAMPS, &self.wal) else {
             return true;
         };
+        let ts = ts.saturating_add(C::LEASE_REACH);
         if ts < self.bound.load(Ordering::Acquire) {
             return true;
         }

@@ -292,6 +292,7 @@ mod tests {
             row_size: 8,
             capacity_per_partition: 100,
             keys_per_partition: 100,
+            read_mostly: false,
         };
         PartitionMap::new(2, Partitioning::Range, &[t])
     }

@@ -13,13 +13,17 @@
 //!   while `vote_cache` is at least 80% of the votes (the paper's threshold of 0.8, read as
 //!   the cache's share); both counters are halved now and then so the policy follows the
 //!   workload.
+//!
+//! It also keeps the table leases homes told it of (section 4.3), and a copy of a row of such
+//! a table, read since the table's last write, is valid as long as the table's lease is.
 
 use crate::protocol::interactive::cached::{CachedRow, RowCache};
-use crate::protocol::interactive::Fill;
+use crate::protocol::interactive::{Fill, TabLease};
 use lru::LruCache;
-use parking_lot::Mutex;
+use parking_lot::{Mutex, RwLock};
 use qstore_core::config::CachePolicy;
-use qstore_core::{Key, TableId};
+use qstore_core::{Key, NodeId, TableId};
+use rustc_hash::FxHashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 /// Banks of a cache: enough that workers rarely meet on one.
@@ -71,6 +75,8 @@ pub(super) struct RemoteCache {
     policy: CachePolicy,
     vote_cache: AtomicU64,
     vote_remote: AtomicU64,
+    /// The latest lease known of each read-mostly table at each home.
+    tabs: RwLock<FxHashMap<(NodeId, TableId), TabLease>>,
 }
 
 impl RemoteCache {
@@ -89,6 +95,7 @@ impl RemoteCache {
             policy,
             vote_cache: AtomicU64::new(0),
             vote_remote: AtomicU64::new(0),
+            tabs: RwLock::default(),
         })
     }
 
@@ -128,6 +135,30 @@ impl RemoteCache {
         }
     }
 
+    /// Learns a table's lease: one seen after more writes replaces the one known, one seen
+    /// after as many extends it.
+    fn learn(&self, home: NodeId, table: TableId, lease: TabLease) {
+        let mut tabs = self.tabs.write();
+        let known = tabs.entry((home, table)).or_insert(lease);
+        if lease.writes > known.writes {
+            *known = lease;
+        } else if lease.writes == known.writes {
+            known.rts = known.rts.max(lease.rts);
+        }
+    }
+
+    /// The lease of a copy read when its table had seen `tab_writes` writes: its own, or
+    /// its table's if that is known at the same count and ends later.
+    fn rts_of(&self, home: NodeId, table: TableId, row: &CachedRow) -> u64 {
+        let Some(writes) = row.tab_writes else {
+            return row.rts;
+        };
+        match self.tabs.read().get(&(home, table)) {
+            Some(tab) if tab.writes == writes => row.rts.max(tab.rts),
+            _ => row.rts,
+        }
+    }
+
     /// Bytes the cache holds, its rows' charges included.
     #[cfg(test)]
     fn bytes(&self) -> usize {
@@ -136,12 +167,14 @@ impl RemoteCache {
 }
 
 impl RowCache for RemoteCache {
-    fn reuse(&self, table: TableId, key: Key) -> Option<CachedRow> {
+    fn reuse(&self, home: NodeId, table: TableId, key: Key) -> Option<CachedRow> {
         if !self.reuses() {
             return None;
         }
         let k = (table, key);
-        self.bank(&k).lock().rows.get(&k).cloned()
+        let mut row = self.bank(&k).lock().rows.get(&k).cloned()?;
+        row.rts = self.rts_of(home, table, &row);
+        Some(row)
     }
 
     fn held(&self, table: TableId, key: Key) -> Option<u64> {
@@ -149,13 +182,18 @@ impl RowCache for RemoteCache {
         self.bank(&k).lock().rows.peek(&k).map(|r| r.wts)
     }
 
-    fn fill(&self, table: TableId, key: Key, fill: &Fill) {
+    fn fill(&self, home: NodeId, table: TableId, key: Key, fill: &Fill) {
+        if let Some(tab) = fill.tab {
+            self.learn(home, table, tab);
+        }
         let k = (table, key);
         let mut bank = self.bank(&k).lock();
         let Some(bytes) = &fill.bytes else {
-            // The home found the copy current: its lease may have grown.
+            // The home found the copy current: its lease may have grown, and it is current
+            // at the table's count of writes now.
             if let Some(row) = bank.rows.get_mut(&k).filter(|r| r.wts == fill.wts) {
                 row.rts = row.rts.max(fill.rts);
+                row.tab_writes = fill.tab.map(|t| t.writes);
                 drop(bank);
                 self.vote(true);
             }
@@ -168,6 +206,7 @@ impl RowCache for RemoteCache {
             writer: fill.writer,
             seq: fill.seq,
             bytes: bytes.clone(),
+            tab_writes: fill.tab.map(|t| t.writes),
         };
         bank.insert(k, row);
         drop(bank);
@@ -192,6 +231,12 @@ impl RowCache for RemoteCache {
         self.vote(to.is_some());
     }
 
+    fn tab_leases(&self, home: NodeId, leases: &[(TableId, TabLease)]) {
+        for &(table, lease) in leases {
+            self.learn(home, table, lease);
+        }
+    }
+
     fn written(&self, table: TableId, key: Key) {
         let k = (table, key);
         self.bank(&k).lock().remove(&k);
@@ -210,15 +255,18 @@ mod tests {
             writer: 1,
             seq: 0,
             bytes,
+            tab: None,
         }
     }
+
+    const HOME: NodeId = NodeId(1);
 
     #[test]
     fn the_cache_stays_within_its_memory_and_drops_the_least_recently_used() {
         let c = RemoteCache::new(1, CachePolicy::AlwaysReuse).unwrap();
         let row = vec![7u8; 1000];
         for key in 0..10_000 {
-            c.fill(0, key, &fill(1, 2, Some(row.clone())));
+            c.fill(HOME, 0, key, &fill(1, 2, Some(row.clone())));
         }
         assert!(c.bytes() <= 1 << 20, "{} bytes", c.bytes());
         assert!(
@@ -226,28 +274,31 @@ mod tests {
             "{} bytes: banks are used",
             c.bytes()
         );
-        assert!(c.reuse(0, 9_999).is_some(), "the latest stays");
-        assert!(c.reuse(0, 0).is_none(), "the oldest went");
+        assert!(c.reuse(HOME, 0, 9_999).is_some(), "the latest stays");
+        assert!(c.reuse(HOME, 0, 0).is_none(), "the oldest went");
     }
 
     #[test]
     fn a_current_copy_renews_and_a_stale_one_is_replaced_or_dropped() {
         let c = RemoteCache::new(1, CachePolicy::AlwaysReuse).unwrap();
-        c.fill(0, 5, &fill(3, 4, Some(vec![1, 2])));
+        c.fill(HOME, 0, 5, &fill(3, 4, Some(vec![1, 2])));
         assert_eq!(c.held(0, 5), Some(3));
-        c.fill(0, 5, &fill(3, 9, None));
+        c.fill(HOME, 0, 5, &fill(3, 9, None));
         assert_eq!(
-            c.reuse(0, 5).map(|r| r.rts),
+            c.reuse(HOME, 0, 5).map(|r| r.rts),
             Some(9),
             "lease grown, bytes kept"
         );
-        c.fill(0, 5, &fill(10, 12, Some(vec![3])));
-        assert_eq!(c.reuse(0, 5).map(|r| (r.wts, r.bytes)), Some((10, vec![3])));
+        c.fill(HOME, 0, 5, &fill(10, 12, Some(vec![3])));
+        assert_eq!(
+            c.reuse(HOME, 0, 5).map(|r| (r.wts, r.bytes)),
+            Some((10, vec![3]))
+        );
         c.renewed(0, 5, Some(20));
-        assert_eq!(c.reuse(0, 5).map(|r| r.rts), Some(20));
+        assert_eq!(c.reuse(HOME, 0, 5).map(|r| r.rts), Some(20));
         c.renewed(0, 5, None);
         assert_eq!(c.held(0, 5), None, "a failed renewal drops the copy");
-        c.fill(0, 6, &fill(1, 1, Some(vec![0])));
+        c.fill(HOME, 0, 6, &fill(1, 1, Some(vec![0])));
         c.written(0, 6);
         assert_eq!(c.held(0, 6), None);
     }
@@ -255,20 +306,103 @@ mod tests {
     #[test]
     fn hybrid_requests_once_copies_are_mostly_found_stale_and_reuses_again_after() {
         let c = RemoteCache::new(1, CachePolicy::Hybrid).unwrap();
-        c.fill(0, 1, &fill(1, 1, Some(vec![0])));
-        assert!(c.reuse(0, 1).is_some(), "no evidence yet: reuse");
+        c.fill(HOME, 0, 1, &fill(1, 1, Some(vec![0])));
+        assert!(c.reuse(HOME, 0, 1).is_some(), "no evidence yet: reuse");
         for wts in 2..10 {
-            c.fill(0, 1, &fill(wts, wts, Some(vec![0])));
+            c.fill(HOME, 0, 1, &fill(wts, wts, Some(vec![0])));
         }
-        assert!(c.reuse(0, 1).is_none(), "copies were stale: request");
+        assert!(c.reuse(HOME, 0, 1).is_none(), "copies were stale: request");
         for _ in 0..100 {
-            c.fill(0, 1, &fill(9, 9, None));
+            c.fill(HOME, 0, 1, &fill(9, 9, None));
         }
-        assert!(c.reuse(0, 1).is_some(), "copies are current again: reuse");
+        assert!(
+            c.reuse(HOME, 0, 1).is_some(),
+            "copies are current again: reuse"
+        );
         let never = RemoteCache::new(1, CachePolicy::AlwaysRequest).unwrap();
-        never.fill(0, 1, &fill(1, 1, Some(vec![0])));
-        assert!(never.reuse(0, 1).is_none());
+        never.fill(HOME, 0, 1, &fill(1, 1, Some(vec![0])));
+        assert!(never.reuse(HOME, 0, 1).is_none());
         assert_eq!(never.held(0, 1), Some(1), "held, for the home to check");
         assert!(RemoteCache::new(0, CachePolicy::Hybrid).is_none());
+    }
+
+    #[test]
+    fn a_table_lease_covers_the_copies_read_since_the_tables_last_write() {
+        let c = RemoteCache::new(1, CachePolicy::AlwaysReuse).unwrap();
+        let tab = |writes, rts| Some(TabLease { writes, rts });
+        c.fill(
+            HOME,
+            0,
+            1,
+            &Fill {
+                tab: tab(4, 50),
+                ..fill(3, 9, Some(vec![1]))
+            },
+        );
+        assert_eq!(
+            c.reuse(HOME, 0, 1).map(|r| r.rts),
+            Some(50),
+            "the fill's own"
+        );
+        c.tab_leases(
+            HOME,
+            &[(
+                0,
+                TabLease {
+                    writes: 4,
+                    rts: 900,
+                },
+            )],
+        );
+        assert_eq!(c.reuse(HOME, 0, 1).map(|r| r.rts), Some(900), "extended");
+        assert_eq!(
+            c.reuse(NodeId(2), 0, 1).map(|r| r.rts),
+            Some(9),
+            "another home's table is another table"
+        );
+        c.tab_leases(
+            HOME,
+            &[(
+                0,
+                TabLease {
+                    writes: 3,
+                    rts: 5000,
+                },
+            )],
+        );
+        assert_eq!(
+            c.reuse(HOME, 0, 1).map(|r| r.rts),
+            Some(900),
+            "an older lease"
+        );
+        c.tab_leases(
+            HOME,
+            &[(
+                0,
+                TabLease {
+                    writes: 5,
+                    rts: 1000,
+                },
+            )],
+        );
+        assert_eq!(
+            c.reuse(HOME, 0, 1).map(|r| r.rts),
+            Some(9),
+            "written since the copy was read: the copy's own lease"
+        );
+        c.fill(
+            HOME,
+            0,
+            1,
+            &Fill {
+                tab: tab(5, 1000),
+                ..fill(3, 9, None)
+            },
+        );
+        assert_eq!(
+            c.reuse(HOME, 0, 1).map(|r| r.rts),
+            Some(1000),
+            "found current at the new count"
+        );
     }
 }

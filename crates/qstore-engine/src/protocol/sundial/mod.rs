@@ -29,6 +29,10 @@
 //! a stale copy is serializable in logical time when its lease still covers the commit
 //! timestamp, and aborts the transaction otherwise (dropping the copy).
 //!
+//! **Read-only tables** (section 4.3, `tables`): a table the workload declares read-mostly
+//! has one lease for all its rows, extended speculatively, so that cached copies of it are
+//! renewed once for many rows and rarely.
+//!
 //! With a data directory, a participant votes only once its log holds an upper bound of the
 //! commit timestamp (forced rarely: the bound is set far above it), and a restarted node
 //! starts every lease at the bound it recovered (the paper's section 3.5).
@@ -40,12 +44,16 @@
 //! increasing timestamps, each past every lease handed out for the version before.
 
 mod cache;
+mod tables;
 
 use self::cache::RemoteCache;
+use self::tables::{TableLeases, MAX_DELTA};
 use crate::cluster::EngineCtx;
 use crate::exec::{RowCopy, RowInstall};
-use crate::protocol::interactive::cached::RowCache;
-use crate::protocol::interactive::{self, Age, Attempt, Cc, Execution, Gate, RowAccess, Vote};
+use crate::protocol::interactive::cached::{ReadLease, RowCache};
+use crate::protocol::interactive::{
+    self, Age, Attempt, Cc, Execution, Gate, RowAccess, TabLease, Vote,
+};
 use crate::protocol::Engine;
 use parking_lot::Mutex;
 use qstore_core::txn::CcAbortCause;
@@ -66,7 +74,15 @@ struct RowLease {
 impl RowLease {
     /// Renews the lease of the version written at `read_wts` to cover commit timestamp `ts`
     /// (Algorithm 2, `renew_lease`), or names which of the paper's three cases prevents it.
-    fn renew(&mut self, read_wts: u64, ts: u64) -> Result<(), CcAbortCause> {
+    /// `tab_rts`: its table's lease (0 if none), which `extend_table` tries to extend before
+    /// the row's own is.
+    fn renew(
+        &mut self,
+        read_wts: u64,
+        ts: u64,
+        tab_rts: u64,
+        extend_table: impl FnOnce() -> bool,
+    ) -> Result<(), CcAbortCause> {
         if self.wts != read_wts {
             return Err(if self.wts >= ts {
                 CcAbortCause::LeaseNewerVersion
@@ -74,23 +90,27 @@ impl RowLease {
                 CcAbortCause::LeaseOverwritten
             });
         }
-        if ts > self.rts {
+        if ts > self.rts.max(tab_rts) {
             if self.owner.is_some() {
                 return Err(CcAbortCause::LeaseLocked);
             }
-            self.rts = ts;
+            if !extend_table() {
+                self.rts = ts;
+            }
         }
         Ok(())
     }
 
-    /// Hands the lock to the first waiter, if any.
-    fn unlock(&mut self, woken: &mut Vec<TxnId>) {
+    /// Hands the lock to the first waiter, if any; true if the row is free now.
+    fn unlock(&mut self, woken: &mut Vec<TxnId>) -> bool {
         self.owner = None;
-        if !self.waiters.is_empty() {
-            let next = self.waiters.remove(0);
-            self.owner = Some(next);
-            woken.push(next.0);
+        if self.waiters.is_empty() {
+            return true;
         }
+        let next = self.waiters.remove(0);
+        self.owner = Some(next);
+        woken.push(next.0);
+        false
     }
 }
 
@@ -112,6 +132,8 @@ struct Held {
     locked: Vec<(TableId, RowId)>,
     /// The row whose lock it waits for.
     waiting: Option<(TableId, RowId)>,
+    /// The table lease of the last row read, if its table has one (for a fill).
+    last_tab: Option<TabLease>,
 }
 
 impl Held {
@@ -124,9 +146,26 @@ struct Sundial {
     rows: MetaColumn<Mutex<RowLease>>,
     /// This node's cache of rows read at other nodes (section 4), unless turned off.
     cache: Option<RemoteCache>,
+    /// The leases of this partition's read-mostly tables (section 4.3).
+    tables: TableLeases,
     /// Check leases (renewal at prepare, and a locked row's version against the one read);
     /// off only in the test that shows the history checker catches what the check prevents.
     check_leases: bool,
+}
+
+impl Sundial {
+    /// Renews the lease of `row` (of `table`, latched) as `RowLease::renew` does, through
+    /// its table's lease where it has one.
+    fn renew(
+        &self,
+        row: &mut RowLease,
+        table: TableId,
+        read_wts: u64,
+        ts: u64,
+    ) -> Result<(), CcAbortCause> {
+        let tab_rts = self.tables.rts(table);
+        row.renew(read_wts, ts, tab_rts, || self.tables.extend(table, ts))
+    }
 }
 
 /// Takes the row's write lock for the access, WAIT_DIE; `None` once it holds it.
@@ -169,17 +208,26 @@ impl Cc for Sundial {
 
     const BOUNDS_TIMESTAMPS: bool = true;
 
+    const LEASE_REACH: u64 = MAX_DELTA;
+
     fn read_copy(&self, a: &RowAccess, held: &mut Held, copy: &mut RowCopy<'_>) -> Gate {
         let mut row = self.rows.get(a.table, a.rid).lock();
         if a.write {
+            let free = row.owner.is_none();
             if let Some(gate) = lock(&mut row, a, held) {
                 return gate;
+            }
+            if free {
+                self.tables.locked(a.table);
             }
         }
         // SAFETY: under the row's latch, which every install takes.
         unsafe { copy.current() };
-        let (wts, rts) = (row.wts, row.rts);
+        // After the lock: a writer's lock keeps the table's lease from growing.
+        let tab = self.tables.lease(a.table);
+        let (wts, rts) = (row.wts, row.rts.max(tab.map_or(0, |t| t.rts)));
         if !a.write {
+            held.last_tab = tab;
             held.reads.push(Read {
                 table: a.table,
                 rid: a.rid,
@@ -209,8 +257,16 @@ impl Cc for Sundial {
         self.cache.as_ref().map(|c| c as &dyn RowCache)
     }
 
-    fn last_read_lease(&self, held: &Held) -> Option<(u64, u64)> {
-        held.reads.last().map(|r| (r.wts, r.rts))
+    fn last_read_lease(&self, held: &Held) -> Option<ReadLease> {
+        held.reads.last().map(|r| ReadLease {
+            wts: r.wts,
+            rts: r.rts,
+            tab: held.last_tab,
+        })
+    }
+
+    fn tab_lease(&self, table: TableId) -> Option<TabLease> {
+        self.tables.lease(table)
     }
 
     fn renew_cached(
@@ -234,7 +290,7 @@ impl Cc for Sundial {
                 Err(CcAbortCause::Conflict)
             };
         }
-        row.renew(wts, ts)
+        self.renew(&mut row, table, wts, ts)
     }
 
     fn prepare(
@@ -254,8 +310,8 @@ impl Cc for Sundial {
                 .iter()
                 .filter(|r| at.ts > r.rts && !held.locks(r.table, r.rid));
             for r in to_renew {
-                let renewed = self.rows.get(r.table, r.rid).lock().renew(r.wts, at.ts);
-                if let Err(cause) = renewed {
+                let mut row = self.rows.get(r.table, r.rid).lock();
+                if let Err(cause) = self.renew(&mut row, r.table, r.wts, at.ts) {
                     return Vote::No(cause);
                 }
             }
@@ -276,12 +332,13 @@ impl Cc for Sundial {
     ) {
         let mut row = self.rows.get(a.table, a.rid).lock();
         debug_assert!(
-            a.at.ts > row.rts || !self.check_leases,
-            "a locked row's lease cannot grow past its writer's timestamp"
+            a.at.ts > row.rts.max(self.tables.rts(a.table)) || !self.check_leases,
+            "a locked row's lease (and its table's) cannot grow past its writer's timestamp"
         );
         // SAFETY: under the row's latch, which every copy takes; Sundial owns the table.
         unsafe { install.install() };
         (row.wts, row.rts) = (a.at.ts, a.at.ts);
+        self.tables.installed(a.table);
     }
 
     fn created(&self, a: &RowAccess) {
@@ -291,6 +348,7 @@ impl Cc for Sundial {
             rts: a.at.ts,
             ..RowLease::default()
         };
+        self.tables.installed(a.table);
     }
 
     fn absent_mark(&self, at: &Attempt) -> u64 {
@@ -323,6 +381,7 @@ impl Cc for Sundial {
             let mut row = row.lock();
             (row.wts, row.rts) = (bound, bound);
         }
+        self.tables.restarted_below(bound);
     }
 
     fn release(&self, txn: TxnId, held: &mut Held, woken: &mut Vec<TxnId>) {
@@ -330,17 +389,20 @@ impl Cc for Sundial {
             let mut row = self.rows.get(table, rid).lock();
             row.waiters.retain(|&(t, _)| t != txn);
             // Granted on the way, but it never came back for it.
-            if row.owner.is_some_and(|(o, _)| o == txn) {
-                row.unlock(woken);
+            if row.owner.is_some_and(|(o, _)| o == txn) && row.unlock(woken) {
+                self.tables.unlocked(table);
             }
         }
         for (table, rid) in held.locked.drain(..) {
             let mut row = self.rows.get(table, rid).lock();
             debug_assert!(row.owner.is_some_and(|(o, _)| o == txn));
-            row.unlock(woken);
+            if row.unlock(woken) {
+                self.tables.unlocked(table);
+            }
         }
         held.reads.clear();
         held.floor = 0;
+        held.last_tab = None;
     }
 }
 
@@ -350,9 +412,11 @@ pub fn start(ctx: Arc<EngineCtx>) -> Result<Box<dyn Engine>, QError> {
 
 fn start_checking(ctx: Arc<EngineCtx>, check_leases: bool) -> Result<Box<dyn Engine>, QError> {
     let settings = ctx.cfg.protocol.sundial.clone();
-    let make = |store: &PartitionStore| Sundial {
+    let schemas = ctx.catalog.tables.clone();
+    let make = move |store: &PartitionStore| Sundial {
         rows: MetaColumn::for_partition(store),
         cache: RemoteCache::new(settings.cache_mb, settings.cache_policy),
+        tables: TableLeases::new(&schemas, settings.table_leases),
         check_leases,
     };
     interactive::start(ctx, make, "sundial")
@@ -413,36 +477,67 @@ mod tests {
         assert_eq!(held[1].waiting, None);
     }
 
-    #[test]
-    fn a_lease_renews_unless_the_row_changed_or_is_locked() {
-        let row = |wts, rts| RowLease {
+    /// Renews a lease of a row whose table has none.
+    fn renew(r: &mut RowLease, read_wts: u64, ts: u64) -> Result<(), CcAbortCause> {
+        r.renew(read_wts, ts, 0, || false)
+    }
+
+    fn row(wts: u64, rts: u64) -> RowLease {
+        RowLease {
             wts,
             rts,
             ..RowLease::default()
-        };
+        }
+    }
+
+    #[test]
+    fn a_lease_renews_unless_the_row_changed_or_is_locked() {
         // Within the lease: nothing to extend.
         let mut r = row(5, 9);
-        assert_eq!(r.renew(5, 8), Ok(()));
+        assert_eq!(renew(&mut r, 5, 8), Ok(()));
         assert_eq!(r.rts, 9);
         // Past it: extended.
-        assert_eq!(r.renew(5, 12), Ok(()));
+        assert_eq!(renew(&mut r, 5, 12), Ok(()));
         assert_eq!(r.rts, 12);
         // Figure 6: (a) rewritten at or after the commit timestamp, (b) before it, (c) locked.
         assert_eq!(
-            row(14, 14).renew(5, 12),
+            renew(&mut row(14, 14), 5, 12),
             Err(CcAbortCause::LeaseNewerVersion)
         );
         assert_eq!(
-            row(10, 10).renew(5, 12),
+            renew(&mut row(10, 10), 5, 12),
             Err(CcAbortCause::LeaseOverwritten)
         );
         let mut locked = row(5, 9);
         locked.owner = Some((TxnId(1), access(1, 1, true).at.age));
-        assert_eq!(locked.renew(5, 12), Err(CcAbortCause::LeaseLocked));
+        assert_eq!(renew(&mut locked, 5, 12), Err(CcAbortCause::LeaseLocked));
         assert_eq!(
-            locked.renew(5, 9),
+            renew(&mut locked, 5, 9),
             Ok(()),
             "no extension needed: a lock is no bar"
+        );
+    }
+
+    #[test]
+    fn a_table_lease_counts_as_the_rows_and_is_extended_in_its_place() {
+        let never = || -> bool { panic!("within the table's lease: nothing to extend") };
+        let mut r = row(5, 9);
+        assert_eq!(r.renew(5, 20, 30, never), Ok(()));
+        assert_eq!(r.rts, 9, "the row's own lease is untouched");
+        assert_eq!(r.renew(5, 40, 30, || true), Ok(()));
+        assert_eq!(r.rts, 9, "the table's lease was extended instead");
+        assert_eq!(r.renew(5, 40, 30, || false), Ok(()));
+        assert_eq!(r.rts, 40, "the table's lease could not grow: the row's did");
+        assert_eq!(
+            row(10, 10).renew(5, 20, 30, never),
+            Err(CcAbortCause::LeaseOverwritten),
+            "the table's lease covers current versions only"
+        );
+        let mut locked = row(5, 9);
+        locked.owner = Some((TxnId(1), access(1, 1, true).at.age));
+        assert_eq!(
+            locked.renew(5, 40, 30, || true),
+            Err(CcAbortCause::LeaseLocked)
         );
     }
 }
