@@ -56,7 +56,7 @@ use crate::protocol::interactive::{
 };
 use crate::protocol::Engine;
 use parking_lot::Mutex;
-use qstore_core::txn::CcAbortCause;
+use qstore_core::txn::{CcAbortCause, TableSchema};
 use qstore_core::{QError, TableId, TxnId};
 use qstore_storage::{MetaColumn, PartitionStore, RowId};
 use std::sync::Arc;
@@ -332,7 +332,9 @@ impl Cc for Sundial {
     ) {
         let mut row = self.rows.get(a.table, a.rid).lock();
         debug_assert!(
-            a.at.ts > row.rts.max(self.tables.rts(a.table)) || !self.check_leases,
+            a.at.ts > row.rts.max(self.tables.rts(a.table))
+                || !self.check_leases
+                || !self.tables.guards_locks(),
             "a locked row's lease (and its table's) cannot grow past its writer's timestamp"
         );
         // SAFETY: under the row's latch, which every copy takes; Sundial owns the table.
@@ -407,16 +409,22 @@ impl Cc for Sundial {
 }
 
 pub fn start(ctx: Arc<EngineCtx>) -> Result<Box<dyn Engine>, QError> {
-    start_checking(ctx, true)
+    start_checking(ctx, true, TableLeases::new)
 }
 
-fn start_checking(ctx: Arc<EngineCtx>, check_leases: bool) -> Result<Box<dyn Engine>, QError> {
+/// Tests start Sundial with some checks off (`check_leases`), or with other table leases
+/// than the configuration's.
+fn start_checking(
+    ctx: Arc<EngineCtx>,
+    check_leases: bool,
+    table_leases: fn(&[TableSchema], bool) -> TableLeases,
+) -> Result<Box<dyn Engine>, QError> {
     let settings = ctx.cfg.protocol.sundial.clone();
     let schemas = ctx.catalog.tables.clone();
     let make = move |store: &PartitionStore| Sundial {
         rows: MetaColumn::for_partition(store),
         cache: RemoteCache::new(settings.cache_mb, settings.cache_policy),
-        tables: TableLeases::new(&schemas, settings.table_leases),
+        tables: table_leases(&schemas, settings.table_leases),
         check_leases,
     };
     interactive::start(ctx, make, "sundial")
@@ -430,7 +438,14 @@ mod tests {
 
     #[test]
     fn the_history_checker_catches_what_the_lease_check_prevents() {
-        assert_checks_bite(&|ctx| start_checking(ctx, false), &start);
+        assert_checks_bite(&|ctx| start_checking(ctx, false, TableLeases::new), &start);
+    }
+
+    #[test]
+    fn the_history_checker_catches_a_table_lease_extended_past_a_locked_row() {
+        let guarded = |ctx| start_checking(ctx, true, |s, _| TableLeases::every_table(s, true));
+        let unguarded = |ctx| start_checking(ctx, true, |s, _| TableLeases::every_table(s, false));
+        assert_checks_bite(&unguarded, &guarded);
     }
 
     fn access(txn: u64, birth_us: u64, write: bool) -> RowAccess {
