@@ -156,12 +156,12 @@ for policy in always-reuse always-request hybrid; do
     "$QSTORE" run "${sd[@]}" "${sundial_ycsb[@]}" --read-mostly --verify "${small[@]}"
   # ITEM partitioned: New-Orders read items cached from other nodes, under table leases.
   expect_exit 0 "invariants: ok \(tpcc" "sundial cache $policy, tpcc with ITEM partitioned --verify" -- \
-    "$QSTORE" run "${sd[@]}" "${tpcc[@]}" --nodes 4 --tpcc-items partitioned --verify -q
+    "$QSTORE" run "${sd[@]}" "${tpcc_mix[@]}" --nodes 4 --tpcc-items partitioned --verify -q
 done
 expect_exit 0 "^serializable: yes" "sundial read-mostly table written 10% over TCP --verify" -- \
   "$QSTORE" cluster --protocol sundial "${sundial_ycsb[@]}" --read-mostly --verify "${small[@]}"
 expect_exit 0 "invariants: ok \(tpcc" "sundial tpcc with ITEM partitioned over TCP --verify" -- \
-  "$QSTORE" cluster --protocol sundial "${tpcc[@]}" --nodes 4 --tpcc-items partitioned --verify -q
+  "$QSTORE" cluster --protocol sundial "${tpcc_mix[@]}" --nodes 4 --tpcc-items partitioned --verify -q
 
 echo "== replicated over TCP: one server process per copy (rf 2 and 3), and a leader killed"
 rsmall=(--nodes 3 --duration 1 --warmup 0.2 -q)
