@@ -4,7 +4,8 @@
 
 use crate::report::RunReport;
 use qstore_check::{AnomalyClass, Report};
-use qstore_core::{QError, RunConfig};
+use qstore_core::txn::RowLoader;
+use qstore_core::{PartitionId, QError, RunConfig};
 use qstore_engine::history::{HistoryPart, HistoryRecorder};
 use qstore_engine::server::proto::Collected;
 use qstore_engine::server::PartitionTally;
@@ -293,7 +294,16 @@ fn verify_recorded(
         let order = recorder.serialization_order();
         let catalog = workload.catalog();
         let pmap = workload.partition_map();
-        let replay = oracle::replay(&catalog, pmap, &|p, l| workload.load(p, l), &order)?;
+        // A partition restored from a checkpoint replays from it.
+        let bases = recorder.bases();
+        let load = |p: PartitionId, l: &mut dyn RowLoader| match bases
+            .iter()
+            .find(|b| b.partition == p)
+        {
+            Some(b) => qstore_engine::protocol::qstore::load_checkpoint(&b.path, p, l),
+            None => workload.load(p, l),
+        };
+        let replay = oracle::replay(&catalog, pmap, &load, &order)?;
         // With replication the run has a copy of every partition per cluster instance,
         // instance after instance: each must equal the replay.
         let copies = run_hashes.len() / replay.hashes.len().max(1);

@@ -155,6 +155,57 @@ fn a_later_start_with_the_default_clients_appends_values_of_its_own() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// Q-Store checkpoints every node at one batch boundary; the log before it is forgotten,
+/// and a later start restores the checkpoint and replays only what came after: its history
+/// starts there, and the serial oracle replays it onto the checkpoint.
+#[test]
+fn qstore_checkpoints_forget_the_log_and_a_restart_resumes_from_them() {
+    let dir = data_dir("qstore-checkpoints");
+    let mut cfg = small("qstore", "bank");
+    cfg.durability.data_dir = dir.to_string_lossy().into_owned();
+    cfg.durability.checkpoint_interval_s = Some(1);
+    // About 2.5 s of transactions: checkpoints after one and two seconds.
+    cfg.client.txns = 5_000;
+    cfg.client.rate = 2_000.0;
+    let checkpoints = |server: u32| -> Vec<String> {
+        let d = dir.join(format!("server-{server}/qstore-checkpoints"));
+        let mut names: Vec<String> = std::fs::read_dir(&d)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        names.sort();
+        names
+    };
+    let (v, _) = verified(&cfg);
+    assert!(v.passed(), "first start:\n{v}");
+    let taken = checkpoints(0);
+    assert!(!taken.is_empty(), "no checkpoint taken");
+    for s in 1..3 {
+        assert_eq!(checkpoints(s), taken, "every node checkpoints at the same batches");
+    }
+    // A second start restores the newest one every node holds and replays the rest.
+    cfg.client.txns = 400;
+    cfg.client.rate = 0.0;
+    let (v, _) = verified(&cfg);
+    assert!(v.passed(), "restart:\n{v}");
+    let oracle = v.oracle.as_ref().expect("deterministic");
+    assert!(oracle.hashes_match, "restart: {}", oracle.detail);
+    assert!(
+        (v.history.committed as u64) < 5_000 + 400,
+        "the history starts at the checkpoint, not at the first start ({} transactions)",
+        v.history.committed
+    );
+    // Without its checkpoints, a node whose log was forgotten refuses to start.
+    for name in checkpoints(1) {
+        std::fs::remove_file(dir.join("server-1/qstore-checkpoints").join(name)).unwrap();
+    }
+    let err = qstore_bench::run(&cfg, Default::default())
+        .err()
+        .expect("refused");
+    assert!(err.to_string().contains("entries before it are gone"), "{err}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 #[test]
 fn a_deterministic_protocol_refuses_checkpoints_it_cannot_take() {
     let dir = data_dir("no-checkpoints");

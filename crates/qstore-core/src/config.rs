@@ -1074,10 +1074,12 @@ pub struct DurabilityConfig {
     /// to the directory the process started in.
     pub data_dir: String,
     pub fsync: Fsync,
-    /// Seconds between two checkpoints of a server's write-ahead log (interactive
-    /// protocols): the log so far is folded into the last checkpoint, and dropped. Unset:
-    /// every `DEFAULT_CHECKPOINT_INTERVAL_S`; 0: never. The deterministic protocols do not
-    /// take checkpoints yet (their command log is replayed from the start), and refuse it.
+    /// Seconds between two checkpoints, after which the log before them is dropped: the
+    /// interactive protocols fold their write-ahead log into the last checkpoint; Q-Store
+    /// (unreplicated) copies every partition at one batch boundary. Unset: every
+    /// `DEFAULT_CHECKPOINT_INTERVAL_S`; 0: never. Calvin, and Q-Store with replication, do
+    /// not take checkpoints yet (their command log is replayed from the start), and refuse
+    /// it.
     pub checkpoint_interval_s: Option<u64>,
 }
 

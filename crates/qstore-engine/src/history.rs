@@ -11,7 +11,7 @@ use parking_lot::Mutex;
 use qstore_check::{History, ObjKey, Outcome, TxnRecord, Version};
 use qstore_core::partition::PartitionMap;
 use qstore_core::txn::{CcAbortCause, ProcCall};
-use qstore_core::{NodeId, TableId, TxnId};
+use qstore_core::{NodeId, PartitionId, TableId, TxnId};
 use qstore_storage::RowVersion;
 use rustc_hash::FxHashMap;
 use serde::{Deserialize, Serialize};
@@ -83,6 +83,18 @@ pub enum Decision {
 pub struct HistoryPart {
     pub traces: Vec<(TxnId, TxnTrace)>,
     pub decisions: Vec<(NodeId, TxnId, ProcCall, Decision)>,
+    /// See [`HistoryRecorder::bases`].
+    #[serde(default)]
+    pub bases: Vec<Base>,
+}
+
+/// Where a partition's history starts when not from the workload's initial data: the
+/// checkpoint a recovered server restored (after `batch`), whose file is `path`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Base {
+    pub partition: PartitionId,
+    pub batch: u64,
+    pub path: std::path::PathBuf,
 }
 
 /// Collects a run's history. Shared by every worker of every node.
@@ -98,6 +110,7 @@ pub struct HistoryRecorder {
     /// Trace parts recorded where a transaction's accesses ran (other nodes' fragments),
     /// merged into its record when it ends.
     parts: Mutex<FxHashMap<TxnId, TxnTrace>>,
+    bases: Mutex<Vec<Base>>,
 }
 
 impl HistoryRecorder {
@@ -112,6 +125,7 @@ impl HistoryRecorder {
             installs,
             order: Mutex::new(Vec::new()),
             parts: Mutex::new(FxHashMap::default()),
+            bases: Mutex::new(Vec::new()),
         }
     }
 
@@ -136,7 +150,25 @@ impl HistoryRecorder {
         let parts = self.parts.lock();
         part.traces
             .extend(parts.iter().map(|(id, trace)| (*id, trace.clone())));
+        part.bases = self.bases();
         part
+    }
+
+    /// Partition `partition`'s history starts from the checkpoint `path` (after `batch`),
+    /// not from the initial data: the serial oracle replays onto it.
+    pub fn set_base(&self, partition: PartitionId, batch: u64, path: std::path::PathBuf) {
+        let mut bases = self.bases.lock();
+        bases.retain(|b| b.partition != partition);
+        bases.push(Base {
+            partition,
+            batch,
+            path,
+        });
+    }
+
+    /// The partitions whose history starts from a checkpoint (see [`Self::set_base`]).
+    pub fn bases(&self) -> Vec<Base> {
+        self.bases.lock().clone()
     }
 
     /// The history of a distributed run from every node's part.
@@ -148,6 +180,9 @@ impl HistoryRecorder {
                 rec.add_part(*id, trace);
             }
             decisions.extend(p.decisions);
+            for b in p.bases {
+                rec.set_base(b.partition, b.batch, b.path);
+            }
         }
         let none = TxnTrace::default();
         for (node, id, call, decision) in decisions {

@@ -517,6 +517,48 @@ impl PartitionStore {
         &self.tables
     }
 
+    /// Puts `bytes` in place as row `key` of `table` (`None`: removes the row), as a row of
+    /// the initial state: recovery's way back to a recovered state (a checkpoint, a redo).
+    ///
+    /// # Safety
+    /// No other thread may use the store meanwhile (recovery runs before any does).
+    pub unsafe fn restore_row(
+        &self,
+        table: TableId,
+        key: u64,
+        bytes: Option<&[u8]>,
+    ) -> Result<(), String> {
+        let t = self
+            .tables
+            .get(table as usize)
+            .ok_or_else(|| format!("a row of table {table}, which does not exist"))?;
+        let Some(bytes) = bytes else {
+            t.remove(key);
+            return Ok(());
+        };
+        if bytes.len() != t.row_size() {
+            return Err(format!(
+                "a row of {} bytes for table {table}, whose rows have {}",
+                bytes.len(),
+                t.row_size()
+            ));
+        }
+        let initial = RowVersion::INITIAL;
+        match t.lookup(key) {
+            Some(rid) => {
+                // SAFETY: the caller guarantees no other thread uses the store, so nothing
+                // else references the row's bytes.
+                unsafe { t.row_mut(rid) }.copy_from_slice(bytes);
+                t.set_version(rid, initial);
+            }
+            None => {
+                t.insert_with(key, initial, |_, row| row.copy_from_slice(bytes))
+                    .map_err(|e| format!("cannot put back key {key}: {e}"))?;
+            }
+        }
+        Ok(())
+    }
+
     /// Content hash of the whole partition (see [`Table::content_hash`]).
     pub fn content_hash(&self) -> u64 {
         self.tables.iter().enumerate().fold(0u64, |acc, (i, t)| {

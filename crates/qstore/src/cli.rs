@@ -308,10 +308,11 @@ struct RunArgs {
     /// system: survives a crash of the process, not of the machine).
     #[arg(long, value_parser = parse_fsync, help_heading = "Durability")]
     fsync: Option<Fsync>,
-    /// Durability: seconds between two checkpoints of a server's write-ahead log (default
-    /// 60; 0 = never): the log is folded into the checkpoint in the background and dropped,
-    /// so it stops growing and recovery reads less. Interactive protocols only: qstore and
-    /// calvin replay their command log from the start and refuse it.
+    /// Durability: seconds between two checkpoints (default 60; 0 = never), after which the
+    /// log before them is dropped, so it stops growing and recovery reads less. Interactive
+    /// protocols fold their write-ahead log into the checkpoint in the background; qstore
+    /// (unreplicated) copies every partition at one batch boundary. calvin, and qstore with
+    /// replication, replay their command log from the start and refuse it.
     #[arg(long, value_name = "SECONDS", help_heading = "Durability")]
     checkpoint_interval_s: Option<u64>,
     /// Calvin: lock manager of the schedulers: lock-table (default) or vll.

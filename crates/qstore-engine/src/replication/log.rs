@@ -23,8 +23,8 @@ pub trait LogStore: Storage + Send + 'static {
     fn apply_snapshot(&mut self, snapshot: Snapshot) -> raft::Result<()>;
     /// Forgets the entries before index `upto` (applied here, and not needed by any member).
     fn compact(&mut self, upto: u64) -> raft::Result<()>;
-    /// Whether a member that restarts rebuilds its partition by replaying this log from its
-    /// start, so that no entry may be forgotten (until partitions have checkpoints).
+    /// Whether a member that restarts rebuilds its partition by replaying this log, so that
+    /// only entries its protocol's checkpoints hold may be forgotten.
     fn replayed_on_restart(&self) -> bool {
         false
     }

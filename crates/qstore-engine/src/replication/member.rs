@@ -33,6 +33,30 @@ pub trait Applier: Send + Sync + 'static {
     /// member replays from its data directory was not proposed here, whoever proposed it:
     /// nothing of what its proposer did survived the restart.
     fn committed(&self, proposer: NodeId, proposed_here: bool, data: &[u8]);
+    /// [`Applier::committed`], told the entry's index in the log as well (a protocol whose
+    /// checkpoints let the log forget entries says which by index: see
+    /// [`Applier::compactable_before`]).
+    fn committed_at(&self, index: u64, proposer: NodeId, proposed_here: bool, data: &[u8]) {
+        let _ = index;
+        self.committed(proposer, proposed_here, data)
+    }
+    /// For a log a restarted member replays (see [`LogStore::replayed_on_restart`]): the
+    /// entries before this index are in checkpoints the protocol will restore instead, and
+    /// may be forgotten. `None`: none may.
+    fn compactable_before(&self) -> Option<u64> {
+        None
+    }
+    /// A restarted member's log begins at entry `first` (1: it is whole): whether the
+    /// protocol can recover from it (the entries before must be in what it restored).
+    fn log_starts_at(&self, first: u64) -> Result<(), String> {
+        match first {
+            0 | 1 => Ok(()),
+            _ => Err(format!(
+                "its group log starts at entry {first}, and the protocol has nothing that \
+                 holds the entries before"
+            )),
+        }
+    }
     /// The member learnt who leads the group now (`None`: an election is under way).
     fn leader_changed(&self, leader: Option<NodeId>);
     /// Asked of a leading member at every tick: whether it should hand the leadership to
@@ -123,6 +147,13 @@ impl GroupMember {
             .map_err(|e| QError::Other(format!("node {me}: cannot read its group log: {e}")))?
             .hard_state
             .term;
+        if log.replayed_on_restart() {
+            let first = raft::Storage::first_index(&log)
+                .map_err(|e| QError::Other(format!("node {me}: cannot read its group log: {e}")))?;
+            applier
+                .log_starts_at(first)
+                .map_err(|why| QError::Other(format!("node {me}: {why}")))?;
+        }
         let mut raw = RawNode::new(&config, log, &logger)
             .map_err(|e| QError::Other(format!("node {me}: cannot start its raft member: {e}")))?;
         if campaign {
@@ -504,7 +535,7 @@ impl<L: LogStore> Driver<L> {
             match codec::unpack(codec, &e.data, MAX_RAFT_MESSAGE) {
                 Ok(data) => {
                     let here = proposer == self.me && e.term > self.recovered_term;
-                    self.applier.committed(proposer, here, &data)
+                    self.applier.committed_at(e.index, proposer, here, &data)
                 }
                 Err(why) => tracing::error!("node {}: an unreadable log entry: {why}", self.me),
             }
@@ -519,11 +550,15 @@ impl<L: LogStore> Driver<L> {
     /// behind the compacted log, it is sent a snapshot, and its protocol is told
     /// (`Applier::fell_behind`).
     fn compact(&mut self) {
-        if self.raw.store().replayed_on_restart() {
-            return;
-        }
         let raft = &self.raw.raft;
         let mut upto = raft.raft_log.applied;
+        if self.raw.store().replayed_on_restart() {
+            // Only what the protocol's checkpoints hold: the rest is replayed on restart.
+            match self.applier.compactable_before() {
+                Some(covered) => upto = upto.min(covered),
+                None => return,
+            }
+        }
         if raft.state == StateRole::Leader {
             // A silent member still keeps `SILENT_SLACK` entries: one that was only slow for
             // a moment catches up from the log.

@@ -212,16 +212,26 @@ fn open_disk_log(
     dir: &DataDir,
     voters: Vec<u64>,
 ) -> Result<DiskLog, QError> {
+    // Q-Store checkpoints an unreplicated cluster (see `protocol::qstore`); the others
+    // replay their command log from its start.
+    let checkpoints = ctx.cfg.protocol.name == "qstore" && ctx.placement.replicas() == 1;
     if let Some(s) = ctx.cfg.durability.checkpoint_interval_s.filter(|&s| s > 0) {
-        return Err(QError::Config(qstore_core::error::ConfigError::new(
-            "durability.checkpoint_interval_s",
-            s,
-            format!(
-                "{} does not take checkpoints yet: its command log is replayed from the \
-                 start; leave the setting out (or 0)",
-                ctx.cfg.protocol.name
-            ),
-        )));
+        if !checkpoints {
+            return Err(QError::Config(qstore_core::error::ConfigError::new(
+                "durability.checkpoint_interval_s",
+                s,
+                format!(
+                    "{} does not take checkpoints yet{}: its command log is replayed from \
+                     the start; leave the setting out (or 0)",
+                    ctx.cfg.protocol.name,
+                    if ctx.cfg.protocol.name == "qstore" {
+                        " with replication"
+                    } else {
+                        ""
+                    }
+                ),
+            )));
+        }
     }
     if dir.existed() {
         tracing::info!("node {me}: recovering from {}", dir.path().display());

@@ -39,7 +39,7 @@ use crossbeam_channel::{Receiver, RecvTimeoutError, Select, Sender};
 use qstore_core::{Key, NodeId, QError, TableId, TxnId};
 use qstore_log::{FsyncPolicy, LogOptions, Lsn, RecordLog, SegmentLog};
 use qstore_net::Envelope;
-use qstore_storage::{PartitionStore, RowVersion};
+use qstore_storage::PartitionStore;
 use rustc_hash::FxHashMap;
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
@@ -486,37 +486,8 @@ impl Images for Restore<'_> {
 /// Puts `img` in place, as a record of the initial state: the history of a start begins
 /// with the state recovered (the writers of earlier starts are not part of it).
 pub(super) fn put(store: &PartitionStore, img: &ImageView<'_>) -> Result<(), String> {
-    let table = store
-        .tables()
-        .get(img.table as usize)
-        .ok_or_else(|| format!("a change to table {}, which does not exist", img.table))?;
-    let Some(bytes) = img.bytes else {
-        table.remove(img.key);
-        return Ok(());
-    };
-    if bytes.len() != table.row_size() {
-        return Err(format!(
-            "a row of {} bytes for table {}, whose rows have {}",
-            bytes.len(),
-            img.table,
-            table.row_size()
-        ));
-    }
-    let initial = RowVersion::INITIAL;
-    match table.lookup(img.key) {
-        Some(rid) => {
-            // SAFETY: recovery runs before any thread uses the store, so nothing else
-            // references the row's bytes.
-            unsafe { table.row_mut(rid) }.copy_from_slice(bytes);
-            table.set_version(rid, initial);
-        }
-        None => {
-            table
-                .insert_with(img.key, initial, |_, row| row.copy_from_slice(bytes))
-                .map_err(|e| format!("cannot put back key {}: {e}", img.key))?;
-        }
-    }
-    Ok(())
+    // SAFETY: recovery runs before any thread uses the store.
+    unsafe { store.restore_row(img.table, img.key, img.bytes) }
 }
 
 impl<C: Cc> Node<C> {

@@ -59,6 +59,9 @@ pub struct Batches {
     slots: BTreeMap<u64, BatchSlot>,
     /// Counts events that may unblock a stalled queue (values, verdicts, finished queues).
     events: u64,
+    /// No queue of this batch or a later one may be claimed (a checkpoint waits for the
+    /// batches before it, or recovery for its checkpoint).
+    hold_from: u64,
 }
 
 impl Batches {
@@ -75,6 +78,7 @@ impl Batches {
             ranks,
             slots: BTreeMap::new(),
             events: 0,
+            hold_from: u64::MAX,
         }
     }
 
@@ -114,6 +118,16 @@ impl Batches {
         Ok(())
     }
 
+    /// Holds back every queue of batch `from` and later ones (`u64::MAX`: none).
+    pub fn hold_from(&mut self, from: u64) {
+        self.hold_from = from;
+    }
+
+    /// The first batch held back.
+    pub fn held_from(&self) -> u64 {
+        self.hold_from
+    }
+
     /// The newest batch any planner's plan has arrived for, if one is in flight.
     pub fn newest(&self) -> Option<u64> {
         self.slots.keys().next_back().copied()
@@ -143,7 +157,7 @@ impl Batches {
         let ranks = self.ranks;
         // Sub-partitions still busy in an older batch may not start a newer one.
         let mut blocked = vec![false; self.subs as usize];
-        for (&batch, slot) in self.slots.iter_mut() {
+        for (&batch, slot) in self.slots.range_mut(..self.hold_from) {
             for k in 0..self.subs {
                 let e = ((start + k) % self.subs) as usize;
                 if blocked[e] {
@@ -350,6 +364,22 @@ mod tests {
         assert!(b.finish(0, 1, 0, vec![]).ack.is_some());
         assert_eq!(b.retire_done(1), 1);
         assert!(b.is_empty());
+    }
+
+    #[test]
+    fn a_hold_keeps_later_batches_waiting_until_lifted() {
+        let mut b = Batches::new(2, 1);
+        b.hold_from(1);
+        b.install(0, 0, vec![eq(0, 1)]);
+        b.install(1, 0, vec![eq(1, 1)]);
+        let c = b.claim(0, ANY).unwrap();
+        assert_eq!(c.batch, 0);
+        assert!(b.claim(1, ANY).is_none(), "batch 1 is held back");
+        b.finish(0, 0, 0, vec![]);
+        assert_eq!(b.retire_done(2), 1, "batch 0 retires; batch 1 waits");
+        assert!(b.claim(1, ANY).is_none());
+        b.hold_from(u64::MAX);
+        assert_eq!(b.claim(1, ANY).unwrap().batch, 1);
     }
 
     #[test]

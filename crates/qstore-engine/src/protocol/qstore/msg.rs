@@ -281,8 +281,14 @@ pub type Outputs = Vec<Vec<Output>>;
 #[derive(Debug, Serialize, Deserialize)]
 pub enum QMsg {
     /// Planner `rank`'s execution queues for the receiving node in `batch`; an empty list
-    /// tells the receiver that this planner has nothing for it in that batch.
-    Plan { batch: u64, rank: u32, eqs: Vec<Eq> },
+    /// tells the receiver that this planner has nothing for it in that batch. `checkpoint`
+    /// (only from node 0's first planner): every node checkpoints after this batch.
+    Plan {
+        batch: u64,
+        rank: u32,
+        eqs: Vec<Eq>,
+        checkpoint: bool,
+    },
     /// Every fragment planner `rank` sent the sender in `batch` has run; here are their
     /// outputs.
     /// (Speculative mode with abortable transactions: `notes` report fates.)
@@ -316,6 +322,9 @@ pub enum QMsg {
     /// Replication: the sender's instance (the receiver's) ran plans no log committed, or
     /// lost a node; it takes no further part in the run.
     Stale,
+    /// Durability: the checkpoints the sender holds, by batch (see `checkpoint`); with
+    /// `asking`, it restarted and wants the receiver's.
+    Checkpoints { have: Vec<u64>, asking: bool },
 }
 
 /// Speculative mode: what a node that ran some of a planner's batch reports about one of its

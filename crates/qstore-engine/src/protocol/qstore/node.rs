@@ -2,6 +2,7 @@
 //! the batches its planners made.
 
 use super::batch::{Batches, Claim};
+use super::checkpoint::Checkpointer;
 use super::msg::{Eq, FateInfo, FateNote, FragRef, Op, Output, Outputs, QMsg, TxnPos};
 use super::plan::{BatchPlan, QueueShape};
 use super::replica::{LogGate, LoggedBatch, LoggedPlan, TxnContext};
@@ -90,7 +91,8 @@ pub fn start(ctx: Arc<EngineCtx>) -> Result<Box<dyn Engine>, QError> {
     let mut threads = Vec::new();
     let pin = ctx.cfg.cluster.pin_threads;
     for (local, (id, inbox)) in inboxes.into_iter().enumerate() {
-        let node = Arc::new(QNode::new(id, ctx.clone(), transport.clone()));
+        let ckpt = Checkpointer::open(&ctx, id)?;
+        let node = Arc::new(QNode::new(id, ctx.clone(), transport.clone(), ckpt));
         nodes[id.index()] = Some(node.clone());
         let n = node.clone();
         threads.push(spawn_worker(
@@ -127,6 +129,7 @@ pub fn start(ctx: Arc<EngineCtx>) -> Result<Box<dyn Engine>, QError> {
         threads: Mutex::new(threads),
         placement: ctx.placement.clone(),
     };
+    qstore.recover()?;
     if ctx.logged() {
         qstore.join_groups(&ctx)?;
     }
@@ -144,6 +147,30 @@ struct QStore {
 impl QStore {
     fn local(&self) -> impl Iterator<Item = &Arc<QNode>> {
         self.nodes.iter().flatten()
+    }
+
+    /// Durability: every local node with a data directory agrees with every node on the
+    /// checkpoint to restore (see `checkpoint`), restores it, and then lets queues run.
+    fn recover(&self) -> Result<(), QError> {
+        let nodes: Vec<(&Arc<QNode>, &Arc<Checkpointer>)> = self
+            .local()
+            .filter_map(|n| n.ckpt.as_ref().map(|c| (n, c)))
+            .collect();
+        for (_, c) in &nodes {
+            c.ask(&*self.net);
+        }
+        for (n, c) in &nodes {
+            if let Some(batch) = c.agree(&*self.net)? {
+                n.restore(c, batch)?;
+            }
+            c.start_writer(self.net.clone());
+            let mut state = n.state.lock();
+            let hold = c.hold_from();
+            state.batches.hold_from(hold);
+            state.batches.event();
+            n.settle(state);
+        }
+        Ok(())
     }
 
     /// Replication: starts every local node's member of its replica group, and waits until
@@ -197,6 +224,9 @@ impl Engine for QStore {
         let nodes: Vec<&QNode> = self.local().map(|n| &**n).collect();
         shut_down(&nodes, &self.threads, QUIESCE_TIMEOUT);
         self.stop_groups();
+        for c in self.local().filter_map(|n| n.ckpt.as_ref()) {
+            c.stop();
+        }
     }
 }
 
@@ -360,6 +390,8 @@ struct QNode {
     ctx: Arc<EngineCtx>,
     /// Replication: this node's member of its partition's replica group.
     member: OnceLock<GroupMember>,
+    /// Durability: this node's checkpoints (with a data directory).
+    ckpt: Option<Arc<Checkpointer>>,
     /// Replication is synchronous: a leader's plans wait for the log.
     synchronous: bool,
     /// Replication point 1: the log holds a planner batch's transactions, not its queues;
@@ -410,7 +442,12 @@ struct QNode {
 }
 
 impl QNode {
-    fn new(id: NodeId, ctx: Arc<EngineCtx>, net: Arc<dyn Transport<QMsg>>) -> Self {
+    fn new(
+        id: NodeId,
+        ctx: Arc<EngineCtx>,
+        net: Arc<dyn Transport<QMsg>>,
+        ckpt: Option<Arc<Checkpointer>>,
+    ) -> Self {
         let q = &ctx.cfg.protocol.qstore;
         let workers = ctx.cfg.cluster.workers;
         let subs = if q.eqs_per_planner == 0 {
@@ -442,7 +479,13 @@ impl QNode {
         // would decide differently (and a replay after a restart too): logged, transactions
         // that may abort run conservatively, whose fates depend on the data alone.
         let speculative = q.mode == QStoreMode::Speculative && !ctx.logged();
+        let mut batches = Batches::with_read_only(subs, if read_committed { subs } else { 0 }, ranks);
+        if ckpt.is_some() {
+            // Nothing runs until recovery put the partition back (`QStore::recover`).
+            batches.hold_from(0);
+        }
         QNode {
+            ckpt,
             id,
             part: NodeId(ctx.placement.partition_of(id).0),
             member: OnceLock::new(),
@@ -462,11 +505,7 @@ impl QNode {
                 request_wakes: AtomicBool::new(false),
             }),
             state: CachePadded::new(Mutex::new(NodeState {
-                batches: Batches::with_read_only(
-                    subs,
-                    if read_committed { subs } else { 0 },
-                    ranks,
-                ),
+                batches,
                 home: BTreeMap::new(),
                 values: FxHashMap::default(),
                 retired: 0,
@@ -892,7 +931,9 @@ impl QNode {
         if self.synchronous {
             return false;
         }
-        self.deliver(batch, rank, eqs);
+        // Node 0's first planner marks the batches after which every node checkpoints.
+        let checkpoint = rank == 0 && self.ckpt.as_ref().is_some_and(|c| c.mark_due(batch));
+        self.deliver(batch, rank, eqs, checkpoint);
         true
     }
 
@@ -982,24 +1023,40 @@ impl QNode {
     }
 
     /// Sends every node of the instance its queues of planner batch (`batch`, `rank`), and
-    /// installs this node's own.
-    fn deliver(&self, batch: u64, rank: u32, eqs: Vec<Vec<Eq>>) {
+    /// installs this node's own; with `checkpoint`, every node checkpoints after `batch`.
+    fn deliver(&self, batch: u64, rank: u32, eqs: Vec<Vec<Eq>>, checkpoint: bool) {
         for (d, eqs) in eqs.into_iter().enumerate() {
             let d = NodeId(d as u32);
             if d != self.part {
-                let msg = QMsg::Plan { batch, rank, eqs };
+                let msg = QMsg::Plan {
+                    batch,
+                    rank,
+                    eqs,
+                    checkpoint,
+                };
                 self.net.send(self.id, self.peer(d), msg);
             } else {
-                self.install(batch, rank, eqs);
+                self.install(batch, rank, eqs, checkpoint);
             }
         }
     }
 
-    fn install(&self, batch: u64, rank: u32, eqs: Vec<Eq>) {
+    fn install(&self, batch: u64, rank: u32, eqs: Vec<Eq>, checkpoint: bool) {
         if self.stale.load(Ordering::Acquire) {
             return;
         }
         let mut state = self.state.lock();
+        if checkpoint {
+            match &self.ckpt {
+                // Installed under the lock with the hold: no queue of a later batch can be
+                // claimed before it (they wait for this planner's later plans).
+                Some(c) => state.batches.hold_from(c.schedule(batch)),
+                None => tracing::warn!(
+                    "node {}: a plan marks a checkpoint, but this node has no data directory",
+                    self.id
+                ),
+            }
+        }
         state.batches.install(batch, rank, eqs);
         state.batches.event();
         self.settle(state);
@@ -1700,12 +1757,53 @@ impl QNode {
                 v.retain(|((b, _), _, _)| *b >= retired);
                 !v.is_empty()
             });
+            self.checkpoint_if_due(state);
         }
         let quiet = state.home.is_empty() && state.unlogged.is_empty() && state.batches.is_empty();
         // Written only when it changes: every thread reads it on every submission.
         if self.quiet.load(Ordering::Relaxed) != quiet {
             self.quiet.store(quiet, Ordering::Release);
         }
+    }
+
+    /// Takes the checkpoint the ring waits for, once every batch up to it is retired here.
+    fn checkpoint_if_due(&self, state: &mut NodeState) {
+        let Some(c) = &self.ckpt else { return };
+        let held = state.batches.held_from();
+        if held == 0 || held > state.retired {
+            return; // recovering, or batches before the checkpoint still in flight
+        }
+        // SAFETY: no queue runs: every batch before `retired` is done here, and none from
+        // `held` on may be claimed (the checkpoint's batch is `held - 1 < retired`).
+        let next = unsafe { c.take_if_due(state.retired, self.store()) };
+        state.batches.hold_from(next);
+        state.batches.event();
+    }
+
+    /// Recovery: puts checkpoint `batch` back into the partition; replay starts after it.
+    fn restore(&self, c: &Checkpointer, batch: u64) -> Result<(), QError> {
+        let started = Instant::now();
+        // SAFETY: recovery runs before the node's queues may run (they are held back), and
+        // before its group's log replays.
+        let rows = unsafe { c.restore(batch, self.store()) }?;
+        tracing::info!(
+            "node {}: restored the checkpoint after batch {batch} ({rows} rows) in {:?}",
+            self.id,
+            started.elapsed()
+        );
+        let from = batch + 1;
+        for p in self.planners.iter() {
+            p.next_batch.fetch_max(from, Ordering::AcqRel);
+            p.delivered.fetch_max(from, Ordering::AcqRel);
+        }
+        let mut state = self.state.lock();
+        state.retired = state.retired.max(from);
+        state.gate.skip_to(from);
+        // A history starts from the checkpoint: it is kept for the serial oracle.
+        if let Some((h, (b, path))) = self.history().zip(c.keep_restored()) {
+            h.set_base(self.part_id(), b, path);
+        }
+        Ok(())
     }
 
     /// Read-committed: read-only queues at positions (batch, planner rank) up to this one may
@@ -1736,10 +1834,17 @@ impl QNode {
                 Err(RecvTimeoutError::Disconnected) => return,
             };
             match env.msg {
-                QMsg::Plan { batch, rank, eqs } => {
+                QMsg::Plan {
+                    batch,
+                    rank,
+                    eqs,
+                    checkpoint,
+                } => {
                     let check = self.state.lock().batches.check_plan(rank, &eqs);
+                    // Only node 0's first planner marks checkpoints.
+                    let checkpoint = checkpoint && rank == 0;
                     match check {
-                        Ok(()) => self.install(batch, rank, eqs),
+                        Ok(()) => self.install(batch, rank, eqs, checkpoint),
                         Err(why) => tracing::error!(
                             "node {}: refused a plan from node {}: {why}",
                             self.id,
@@ -1774,6 +1879,18 @@ impl QNode {
                 QMsg::Logged { batch, rank } => self.on_logged(batch, rank),
                 QMsg::Stale => self.become_stale("another node of its instance is stale"),
                 QMsg::Raft(msg) => replication::deliver(self.member.get(), self.id, env.from, msg),
+                QMsg::Checkpoints { have, asking } => match &self.ckpt {
+                    Some(c) => {
+                        if let Some(answer) = c.heard_from(env.from, have, asking) {
+                            self.net.send(self.id, env.from, answer);
+                        }
+                    }
+                    None => tracing::warn!(
+                        "node {}: node {} announced checkpoints, but this node keeps none",
+                        self.id,
+                        env.from
+                    ),
+                },
             }
         }
     }
@@ -1782,6 +1899,10 @@ impl QNode {
 /// Replication: what a node does with its group's log.
 impl Applier for QNode {
     fn committed(&self, proposer: NodeId, proposed_here: bool, data: &[u8]) {
+        self.committed_at(0, proposer, proposed_here, data)
+    }
+
+    fn committed_at(&self, index: u64, proposer: NodeId, proposed_here: bool, data: &[u8]) {
         let logged = match LoggedBatch::decode(data, self.ctx.nodes() as usize) {
             Ok(b) => b,
             Err(why) => {
@@ -1790,6 +1911,17 @@ impl Applier for QNode {
             }
         };
         let (batch, rank) = (logged.batch, logged.rank);
+        if let Some(c) = &self.ckpt {
+            c.applied(index, batch);
+            if batch < c.replay_from() {
+                // The restored checkpoint holds it already.
+                if let Some(planner) = self.planner_of(rank) {
+                    planner.next_batch.fetch_max(batch + 1, Ordering::AcqRel);
+                    planner.delivered.fetch_max(batch + 1, Ordering::AcqRel);
+                }
+                return;
+            }
+        }
         let Some(planner) = self.planner_of(rank) else {
             tracing::error!(
                 "node {}: the log holds batch {batch} of planner rank {rank}, not of this group",
@@ -1814,7 +1946,7 @@ impl Applier for QNode {
                          it no longer has"
                     ));
                 };
-                self.deliver(batch, rank, eqs);
+                self.deliver(batch, rank, eqs, false);
                 planner.delivered.fetch_max(batch + 1, Ordering::AcqRel);
             }
             // The `Logged` this node sends itself also retires what `delivered` now allows
@@ -1857,9 +1989,27 @@ impl Applier for QNode {
             self.state.lock().home.insert((batch, rank), home);
         }
         planner.next_batch.fetch_max(batch + 1, Ordering::AcqRel);
-        self.deliver(batch, rank, eqs);
+        self.deliver(batch, rank, eqs, false);
         planner.delivered.fetch_max(batch + 1, Ordering::AcqRel);
         self.tell_instance(|| QMsg::Logged { batch, rank });
+    }
+
+    fn compactable_before(&self) -> Option<u64> {
+        self.ckpt.as_ref().and_then(|c| c.compactable_before())
+    }
+
+    fn log_starts_at(&self, first: u64) -> Result<(), String> {
+        let restored = self.ckpt.as_ref().and_then(|c| c.restored());
+        match restored {
+            Some(_) => Ok(()),
+            None if first <= 1 => Ok(()),
+            None => Err(format!(
+                "its group log starts at entry {first}: the entries before it are gone, and no \
+                 checkpoint every server holds was restored (one was deleted or damaged?); put \
+                 the checkpoints back in every server's qstore-checkpoints directory, or start \
+                 with new data directories"
+            )),
+        }
     }
 
     fn leader_changed(&self, leader: Option<NodeId>) {

@@ -127,6 +127,12 @@ impl LogGate {
         }
     }
 
+    /// Recovery from a checkpoint: batches below `batch` are in it, committed long ago.
+    pub fn skip_to(&mut self, batch: u64) {
+        self.through = self.through.max(batch);
+        self.ahead.retain(|&b, _| b >= batch);
+    }
+
     /// Whether every planner batch up to and including `batch`'s is committed.
     pub fn allows(&self, batch: u64) -> bool {
         batch < self.through
