@@ -296,13 +296,11 @@ fn verify_recorded(
         let pmap = workload.partition_map();
         // A partition restored from a checkpoint replays from it.
         let bases = recorder.bases();
-        let load = |p: PartitionId, l: &mut dyn RowLoader| match bases
-            .iter()
-            .find(|b| b.partition == p)
-        {
-            Some(b) => qstore_engine::protocol::qstore::load_checkpoint(&b.path, p, l),
-            None => workload.load(p, l),
-        };
+        let load =
+            |p: PartitionId, l: &mut dyn RowLoader| match bases.iter().find(|b| b.partition == p) {
+                Some(b) => qstore_engine::protocol::qstore::load_checkpoint(&b.path, p, l),
+                None => workload.load(p, l),
+            };
         let replay = oracle::replay(&catalog, pmap, &load, &order)?;
         // With replication the run has a copy of every partition per cluster instance,
         // instance after instance: each must equal the replay.

@@ -181,7 +181,11 @@ fn qstore_checkpoints_forget_the_log_and_a_restart_resumes_from_them() {
     let taken = checkpoints(0);
     assert!(!taken.is_empty(), "no checkpoint taken");
     for s in 1..3 {
-        assert_eq!(checkpoints(s), taken, "every node checkpoints at the same batches");
+        assert_eq!(
+            checkpoints(s),
+            taken,
+            "every node checkpoints at the same batches"
+        );
     }
     // A second start restores the newest one every node holds and replays the rest.
     cfg.client.txns = 400;
@@ -202,7 +206,10 @@ fn qstore_checkpoints_forget_the_log_and_a_restart_resumes_from_them() {
     let err = qstore_bench::run(&cfg, Default::default())
         .err()
         .expect("refused");
-    assert!(err.to_string().contains("entries before it are gone"), "{err}");
+    assert!(
+        err.to_string().contains("entries before it are gone"),
+        "{err}"
+    );
     let _ = std::fs::remove_dir_all(&dir);
 }
 

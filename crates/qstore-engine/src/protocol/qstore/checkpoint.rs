@@ -115,9 +115,8 @@ impl Checkpointer {
         };
         let every = ctx.cfg.durability.checkpoint_interval();
         let dir = dir.path().join("qstore-checkpoints");
-        std::fs::create_dir_all(&dir).map_err(|e| {
-            QError::Other(format!("cannot create {}: {e}", dir.display()))
-        })?;
+        std::fs::create_dir_all(&dir)
+            .map_err(|e| QError::Other(format!("cannot create {}: {e}", dir.display())))?;
         let nodes = ctx.nodes() as usize;
         let partition = ctx.placement.partition_of(me);
         let peers = (0..nodes as u32)
@@ -550,8 +549,8 @@ fn open(path: &Path) -> Result<(Head, Rows), QError> {
         .next()
         .ok_or_else(|| failed("it is empty".into()))?
         .map_err(&failed)?;
-    let head: Head = postcard::from_bytes(&head_bytes)
-        .map_err(|e| failed(format!("a damaged head ({e})")))?;
+    let head: Head =
+        postcard::from_bytes(&head_bytes).map_err(|e| failed(format!("a damaged head ({e})")))?;
     let rows = snap.flat_map(move |item| {
         let chunk = item.and_then(|b| {
             postcard::from_bytes::<Vec<Row<'_>>>(&b)
@@ -615,10 +614,17 @@ pub fn load_into(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use qstore_core::txn::{ColumnType, TableSchema};
+    use qstore_core::txn::TableSchema;
+    use qstore_storage::RowVersion;
 
     fn store(p: u32) -> PartitionStore {
-        let schema = TableSchema::new("t", vec![("v", ColumnType::I64)], 64);
+        let schema = TableSchema {
+            name: "t".into(),
+            row_size: 64,
+            capacity_per_partition: 4096,
+            keys_per_partition: 1 << 20,
+            read_mostly: false,
+        };
         PartitionStore::new(PartitionId(p), &[schema])
     }
 
@@ -630,7 +636,7 @@ mod tests {
         let s = store(1);
         let t = &s.tables()[0];
         for k in 0..3000u64 {
-            t.insert_with(k, Default::default(), |_, row| {
+            t.insert_with(k, RowVersion::INITIAL, |_, row| {
                 row[..8].copy_from_slice(&(k * 7).to_le_bytes())
             })
             .unwrap();
@@ -644,7 +650,7 @@ mod tests {
         let back = store(1);
         let bt = &back.tables()[0];
         for k in 2990..3100u64 {
-            bt.insert_with(k, Default::default(), |_, row| row.fill(9))
+            bt.insert_with(k, RowVersion::INITIAL, |_, row| row.fill(9))
                 .unwrap();
         }
         let (head, rows) = open(&path).unwrap();
@@ -682,34 +688,37 @@ mod tests {
         c.held.lock()[0].as_mut().unwrap().extend([1, 3]);
         assert_eq!(c.compactable_before(), None, "node 1 has not answered");
         assert!(c.heard_from(NodeId(1), vec![1], true).is_some());
-        assert_eq!(c.compactable_before(), Some(4), "entries of batches 0 and 1");
+        assert_eq!(
+            c.compactable_before(),
+            Some(4),
+            "entries of batches 0 and 1"
+        );
         assert!(c.heard_from(NodeId(1), vec![3], false).is_none());
         assert_eq!(c.compactable_before(), Some(6));
         assert_eq!(c.common(), Some(3));
         std::fs::remove_dir_all(&dir).unwrap();
     }
-}
 
-#[cfg(test)]
-impl Checkpointer {
-    fn for_test(dir: &Path, partition: PartitionId) -> Checkpointer {
-        Checkpointer {
-            me: NodeId(partition.0),
-            part: 0,
-            partition,
-            peers: vec![NodeId(partition.0)],
-            dir: dir.to_path_buf(),
-            every: None,
-            marked: Mutex::new(Instant::now()),
-            pending: Mutex::new(BTreeSet::new()),
-            held: Mutex::new(vec![Some(BTreeSet::new())]),
-            heard: Condvar::new(),
-            applied: Mutex::new(VecDeque::new()),
-            compactable: AtomicU64::new(0),
-            restored: AtomicU64::new(0),
-            keep_restored: AtomicBool::new(false),
-            writer: Mutex::new(None),
-            thread: Mutex::new(None),
+    impl Checkpointer {
+        fn for_test(dir: &Path, partition: PartitionId) -> Checkpointer {
+            Checkpointer {
+                me: NodeId(partition.0),
+                part: 0,
+                partition,
+                peers: vec![NodeId(partition.0)],
+                dir: dir.to_path_buf(),
+                every: None,
+                marked: Mutex::new(Instant::now()),
+                pending: Mutex::new(BTreeSet::new()),
+                held: Mutex::new(vec![Some(BTreeSet::new())]),
+                heard: Condvar::new(),
+                applied: Mutex::new(VecDeque::new()),
+                compactable: AtomicU64::new(0),
+                restored: AtomicU64::new(0),
+                keep_restored: AtomicBool::new(false),
+                writer: Mutex::new(None),
+                thread: Mutex::new(None),
+            }
         }
     }
 }

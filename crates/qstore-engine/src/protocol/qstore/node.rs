@@ -479,7 +479,8 @@ impl QNode {
         // would decide differently (and a replay after a restart too): logged, transactions
         // that may abort run conservatively, whose fates depend on the data alone.
         let speculative = q.mode == QStoreMode::Speculative && !ctx.logged();
-        let mut batches = Batches::with_read_only(subs, if read_committed { subs } else { 0 }, ranks);
+        let mut batches =
+            Batches::with_read_only(subs, if read_committed { subs } else { 0 }, ranks);
         if ckpt.is_some() {
             // Nothing runs until recovery put the partition back (`QStore::recover`).
             batches.hold_from(0);
