@@ -122,12 +122,30 @@ impl Checkpointer {
         let peers = (0..nodes as u32)
             .map(|p| ctx.placement.peer_of(me, PartitionId(p)))
             .collect();
-        let c = Arc::new(Checkpointer {
+        let every = every.filter(|_| ctx.placement.replicas() == 1);
+        let c = Arc::new(Checkpointer::new(me, partition, peers, dir, every));
+        let mine = c.list()?;
+        c.held.lock()[c.part] = Some(mine);
+        Ok(Some(c))
+    }
+
+    /// Server `me`'s checkpointer, which is node `partition` of its instance (`peers`: the
+    /// server of each node), keeping checkpoints in `dir`, and (node 0) marking them `every`.
+    fn new(
+        me: NodeId,
+        partition: PartitionId,
+        peers: Vec<NodeId>,
+        dir: PathBuf,
+        every: Option<Duration>,
+    ) -> Checkpointer {
+        let nodes = peers.len();
+        Checkpointer {
             me,
             part: partition.index(),
             partition,
             peers,
-            every: every.filter(|_| ctx.placement.replicas() == 1),
+            dir,
+            every,
             marked: Mutex::new(Instant::now()),
             pending: Mutex::new(BTreeSet::new()),
             held: Mutex::new(vec![None; nodes]),
@@ -138,11 +156,7 @@ impl Checkpointer {
             keep_restored: AtomicBool::new(false),
             writer: Mutex::new(None),
             thread: Mutex::new(None),
-            dir,
-        });
-        let mine = c.list()?;
-        c.held.lock()[c.part] = Some(mine);
-        Ok(Some(c))
+        }
     }
 
     fn path(&self, batch: u64) -> PathBuf {
@@ -700,25 +714,11 @@ mod tests {
     }
 
     impl Checkpointer {
+        /// Node 0 of a one-node instance, or of `partition`'s, keeping checkpoints in `dir`.
         fn for_test(dir: &Path, partition: PartitionId) -> Checkpointer {
-            Checkpointer {
-                me: NodeId(partition.0),
-                part: 0,
-                partition,
-                peers: vec![NodeId(partition.0)],
-                dir: dir.to_path_buf(),
-                every: None,
-                marked: Mutex::new(Instant::now()),
-                pending: Mutex::new(BTreeSet::new()),
-                held: Mutex::new(vec![Some(BTreeSet::new())]),
-                heard: Condvar::new(),
-                applied: Mutex::new(VecDeque::new()),
-                compactable: AtomicU64::new(0),
-                restored: AtomicU64::new(0),
-                keep_restored: AtomicBool::new(false),
-                writer: Mutex::new(None),
-                thread: Mutex::new(None),
-            }
+            let me = NodeId(partition.0);
+            let c = Checkpointer::new(me, PartitionId(0), vec![me], dir.to_path_buf(), None);
+            Checkpointer { partition, ..c }
         }
     }
 }
