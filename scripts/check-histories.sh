@@ -198,8 +198,8 @@ done
 
 echo "== durability: every server killed with SIGKILL mid-run, then the cluster restarted"
 # scripts/crash-loop.sh repeats it with random timing.
-for case in "qstore" "qstore --checkpoint-interval-s 1" "calvin" "qstore --replication-factor 3" \
-  "no_wait" "maat" "sundial"; do
+for case in "qstore" "qstore --checkpoint-interval-s 1" "calvin" "calvin --checkpoint-interval-s 1" \
+  "qstore --replication-factor 3" "no_wait" "maat" "sundial"; do
   d="$work/crash-${case// /}"
   # The deterministic protocols replay every start's transactions; the interactive ones put
   # back what committed (the bank's total must hold) and start a new history from it.
@@ -222,22 +222,24 @@ for case in "qstore" "qstore --checkpoint-interval-s 1" "calvin" "qstore --repli
   expect_exit 0 "$want" "$case: every server killed at $at s, restarted on its data directories --verify" -- \
     "$QSTORE" cluster "${c[@]}" --txns 2000 --duration 0 --verify
 done
-# Q-Store's checkpoints: one deleted once the logs before it are gone refuses the restart
-# (nothing is replayed onto the initial data instead); a damaged one refuses it, naming the
-# file and the offset.
-d="$work/crash-qstore--checkpoint-interval-s1"
-c=(--protocol qstore --workload bank --nodes 3 --data-dir "$d" --cluster-file "$d/cluster.toml" -q
-  --checkpoint-interval-s 1)
-mkdir -p "$d/away"
-mv "$d"/server-0/qstore-checkpoints/*.snap "$d/away/"
-expect_exit 1 "entries before it are gone" "qstore: checkpoints deleted after the logs before them were dropped refuse the restart" -- \
-  "$QSTORE" cluster "${c[@]}" --txns 500 --duration 0
-mv "$d"/away/*.snap "$d/server-0/qstore-checkpoints/"
-for ckpt in "$d"/server-1/qstore-checkpoints/*.snap; do
-  printf '\377' | dd of="$ckpt" bs=1 seek=$(($(stat -c %s "$ckpt") / 2)) conv=notrunc 2>/dev/null
+# Q-Store's and Calvin's checkpoints: one deleted once the logs before it are gone refuses the
+# restart (nothing is replayed onto the initial data instead); a damaged one refuses it,
+# naming the file and the offset.
+for protocol in qstore calvin; do
+  d="$work/crash-$protocol--checkpoint-interval-s1" sub=$protocol-checkpoints
+  c=(--protocol $protocol --workload bank --nodes 3 --data-dir "$d" --cluster-file "$d/cluster.toml"
+    -q --checkpoint-interval-s 1)
+  mkdir -p "$d/away"
+  mv "$d"/server-0/$sub/*.snap "$d/away/"
+  expect_exit 1 "entries before it are gone" "$protocol: checkpoints deleted after the logs before them were dropped refuse the restart" -- \
+    "$QSTORE" cluster "${c[@]}" --txns 500 --duration 0
+  mv "$d"/away/*.snap "$d/server-0/$sub/"
+  for ckpt in "$d"/server-1/$sub/*.snap; do
+    printf '\377' | dd of="$ckpt" bs=1 seek=$(($(stat -c %s "$ckpt") / 2)) conv=notrunc 2>/dev/null
+  done
+  expect_exit 1 "corrupt snapshot .*server-1/$sub/.* at byte offset" "$protocol: a byte flipped in a checkpoint refuses the restart" -- \
+    "$QSTORE" cluster "${c[@]}" --txns 500 --duration 0
 done
-expect_exit 1 "corrupt snapshot .*server-1/qstore-checkpoints/.* at byte offset" "qstore: a byte flipped in a checkpoint refuses the restart" -- \
-  "$QSTORE" cluster "${c[@]}" --txns 500 --duration 0
 # The clients' histories across the crash: every append acknowledged before it is read after
 # it, none twice (adya, strict serializability over both runs joined).
 for protocol in no_wait qstore; do

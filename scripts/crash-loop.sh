@@ -5,8 +5,8 @@
 #  2. the same cluster started again on its directories, running 2,000 more transactions
 #     with --verify: the bank's total holds, and the history has no anomaly. For qstore and
 #     calvin the history holds every transaction of the recovered logs and the new ones, and
-#     replaying it serially gives every partition's hash (qstore: from the checkpoint it
-#     restored, the transactions after it); for the interactive protocols
+#     replaying it serially gives every partition's hash (from the checkpoint they restored,
+#     the transactions after it); for the interactive protocols
 #     (write-ahead logging with 2PC) it holds the new ones, which start from the recovered
 #     state (transactions in doubt at the crash settled by their coordinators' logs).
 # Prints one line per round (when the crash struck, how many transactions the recovered
@@ -43,10 +43,10 @@ for protocol in "${protocols[@]}"; do
     mkdir -p "$d"
     common=(--protocol "$protocol" --workload "$workload" --nodes 3 --data-dir "$d"
       --cluster-file "$d/cluster.toml" -q)
-    # Every protocol but calvin checkpoints every second: the kill strikes before, during or
-    # after one, and recovery starts from the checkpoint in place (qstore: the newest every
-    # server holds, and its history and serial replay start there).
-    case "$protocol" in calvin) ;; *) common+=(--checkpoint-interval-s 1) ;; esac
+    # Every protocol checkpoints every second: the kill strikes before, during or after one,
+    # and recovery starts from the checkpoint in place (qstore and calvin: the newest every
+    # server holds, and their history and serial replay start there).
+    common+=(--checkpoint-interval-s 1)
     crash_history=() restart_history=()
     if [ "$workload" = append ]; then
       crash_history=(--history "$d/crash.jsonl") restart_history=(--history "$d/restart.jsonl")

@@ -298,7 +298,7 @@ fn verify_recorded(
         let bases = recorder.bases();
         let load =
             |p: PartitionId, l: &mut dyn RowLoader| match bases.iter().find(|b| b.partition == p) {
-                Some(b) => qstore_engine::protocol::qstore::load_checkpoint(&b.path, p, l),
+                Some(b) => qstore_engine::protocol::load_checkpoint(&b.path, p, l),
                 None => workload.load(p, l),
             };
         let replay = oracle::replay(&catalog, pmap, &load, &order)?;

@@ -155,20 +155,21 @@ fn a_later_start_with_the_default_clients_appends_values_of_its_own() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
-/// Q-Store checkpoints every node at one batch boundary; the log before it is forgotten,
-/// and a later start restores the checkpoint and replays only what came after: its history
-/// starts there, and the serial oracle replays it onto the checkpoint.
-#[test]
-fn qstore_checkpoints_forget_the_log_and_a_restart_resumes_from_them() {
-    let dir = data_dir("qstore-checkpoints");
-    let mut cfg = small("qstore", "bank");
+/// A deterministic protocol checkpoints every node at one boundary (a Q-Store batch, a Calvin
+/// epoch); the log before it is forgotten, and a later start restores the checkpoint and
+/// replays only what came after: its history starts there, and the serial oracle replays it
+/// onto the checkpoint.
+fn checkpoints_forget_the_log_and_a_restart_resumes_from_them(protocol: &str) {
+    let sub = format!("{protocol}-checkpoints");
+    let dir = data_dir(&sub);
+    let mut cfg = small(protocol, "bank");
     cfg.durability.data_dir = dir.to_string_lossy().into_owned();
     cfg.durability.checkpoint_interval_s = Some(1);
     // About 2.5 s of transactions: checkpoints after one and two seconds.
     cfg.client.txns = 5_000;
     cfg.client.rate = 2_000.0;
     let checkpoints = |server: u32| -> Vec<String> {
-        let d = dir.join(format!("server-{server}/qstore-checkpoints"));
+        let d = dir.join(format!("server-{server}/{sub}"));
         let mut names: Vec<String> = std::fs::read_dir(&d)
             .unwrap()
             .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
@@ -184,7 +185,7 @@ fn qstore_checkpoints_forget_the_log_and_a_restart_resumes_from_them() {
         assert_eq!(
             checkpoints(s),
             taken,
-            "every node checkpoints at the same batches"
+            "every node checkpoints at the same boundaries"
         );
     }
     // A second start restores the newest one every node holds and replays the rest.
@@ -201,7 +202,7 @@ fn qstore_checkpoints_forget_the_log_and_a_restart_resumes_from_them() {
     );
     // Without its checkpoints, a node whose log was forgotten refuses to start.
     for name in checkpoints(1) {
-        std::fs::remove_file(dir.join("server-1/qstore-checkpoints").join(name)).unwrap();
+        std::fs::remove_file(dir.join("server-1").join(&sub).join(name)).unwrap();
     }
     let err = qstore_bench::run(&cfg, Default::default())
         .err()
@@ -214,16 +215,28 @@ fn qstore_checkpoints_forget_the_log_and_a_restart_resumes_from_them() {
 }
 
 #[test]
-fn a_deterministic_protocol_refuses_checkpoints_it_cannot_take() {
+fn qstore_checkpoints_forget_the_log_and_a_restart_resumes_from_them() {
+    checkpoints_forget_the_log_and_a_restart_resumes_from_them("qstore");
+}
+
+#[test]
+fn calvin_checkpoints_forget_the_log_and_a_restart_resumes_from_them() {
+    checkpoints_forget_the_log_and_a_restart_resumes_from_them("calvin");
+}
+
+#[test]
+fn a_replicated_deterministic_protocol_refuses_checkpoints() {
     let dir = data_dir("no-checkpoints");
     let mut cfg = small("calvin", "bank");
     cfg.durability.data_dir = dir.to_string_lossy().into_owned();
     cfg.durability.checkpoint_interval_s = Some(5);
+    cfg.replication.factor = 2;
     let err = qstore_bench::run(&cfg, Default::default())
         .err()
         .expect("refused");
     assert!(
-        err.to_string().contains("does not take checkpoints yet"),
+        err.to_string()
+            .contains("does not take checkpoints with replication yet"),
         "{err}"
     );
     let _ = std::fs::remove_dir_all(&dir);

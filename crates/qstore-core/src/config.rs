@@ -1075,11 +1075,10 @@ pub struct DurabilityConfig {
     pub data_dir: String,
     pub fsync: Fsync,
     /// Seconds between two checkpoints, after which the log before them is dropped: the
-    /// interactive protocols fold their write-ahead log into the last checkpoint; Q-Store
-    /// (unreplicated) copies every partition at one batch boundary. Unset: every
-    /// `DEFAULT_CHECKPOINT_INTERVAL_S`; 0: never. Calvin, and Q-Store with replication, do
-    /// not take checkpoints yet (their command log is replayed from the start), and refuse
-    /// it.
+    /// interactive protocols fold their write-ahead log into the last checkpoint; Q-Store and
+    /// Calvin (unreplicated) copy every partition at one batch (epoch) boundary. Unset: every
+    /// `DEFAULT_CHECKPOINT_INTERVAL_S`; 0: never. Replicated, Q-Store and Calvin do not take
+    /// checkpoints yet (their command log is replayed from the start), and refuse it.
     pub checkpoint_interval_s: Option<u64>,
 }
 

@@ -310,9 +310,9 @@ struct RunArgs {
     fsync: Option<Fsync>,
     /// Durability: seconds between two checkpoints (default 60; 0 = never), after which the
     /// log before them is dropped, so it stops growing and recovery reads less. Interactive
-    /// protocols fold their write-ahead log into the checkpoint in the background; qstore
-    /// (unreplicated) copies every partition at one batch boundary. calvin, and qstore with
-    /// replication, replay their command log from the start and refuse it.
+    /// protocols fold their write-ahead log into the checkpoint in the background; qstore and
+    /// calvin (unreplicated) copy every partition at one batch (epoch) boundary. With
+    /// replication they replay their command log from the start and refuse it.
     #[arg(long, value_name = "SECONDS", help_heading = "Durability")]
     checkpoint_interval_s: Option<u64>,
     /// Calvin: lock manager of the schedulers: lock-table (default) or vll.

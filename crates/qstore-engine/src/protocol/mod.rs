@@ -1,6 +1,8 @@
 //! Concurrency-control protocols, one folder each. A protocol is chosen at run time by name.
 
 pub mod calvin;
+pub(crate) mod checkpoint;
+pub use checkpoint::load_into as load_checkpoint;
 pub mod hstore;
 pub(crate) mod interactive;
 pub mod maat;

@@ -212,23 +212,17 @@ fn open_disk_log(
     dir: &DataDir,
     voters: Vec<u64>,
 ) -> Result<DiskLog, QError> {
-    // Q-Store checkpoints an unreplicated cluster (see `protocol::qstore`); the others
-    // replay their command log from its start.
-    let checkpoints = ctx.cfg.protocol.name == "qstore" && ctx.placement.replicas() == 1;
+    // Q-Store and Calvin checkpoint an unreplicated cluster (see `protocol::checkpoint`);
+    // replicated, they replay their command log from its start.
     if let Some(s) = ctx.cfg.durability.checkpoint_interval_s.filter(|&s| s > 0) {
-        if !checkpoints {
+        if ctx.placement.replicas() > 1 {
             return Err(QError::Config(qstore_core::error::ConfigError::new(
                 "durability.checkpoint_interval_s",
                 s,
                 format!(
-                    "{} does not take checkpoints yet{}: its command log is replayed from \
-                     the start; leave the setting out (or 0)",
-                    ctx.cfg.protocol.name,
-                    if ctx.cfg.protocol.name == "qstore" {
-                        " with replication"
-                    } else {
-                        ""
-                    }
+                    "{} does not take checkpoints with replication yet: its command log is \
+                     replayed from the start; leave the setting out (or 0)",
+                    ctx.cfg.protocol.name
                 ),
             )));
         }

@@ -35,6 +35,7 @@ mod worker;
 
 use crate::cluster::EngineCtx;
 use crate::net::NodeNet;
+use crate::protocol::checkpoint::{self, Checkpointer};
 use crate::protocol::shell::shut_down;
 use crate::protocol::{home_node, Engine, TxnRequest};
 use crate::replication::zookeeper::ZkMember;
@@ -77,6 +78,7 @@ pub fn start(ctx: Arc<EngineCtx>) -> Result<Box<dyn Engine>, QError> {
         let (done, done_rx) = unbounded();
         let (prepared, prepared_rx) = unbounded();
         let (epoch_closed, epoch_closed_rx) = bounded(1);
+        let ckpt = Checkpointer::open(&ctx, id, "calvin-checkpoints", "epoch")?;
         let node = Arc::new(CalvinNode {
             id,
             part: ctx.placement.partition_of(id).0,
@@ -96,6 +98,7 @@ pub fn start(ctx: Arc<EngineCtx>) -> Result<Box<dyn Engine>, QError> {
             stop: AtomicBool::new(false),
             row_sizes: row_sizes.clone(),
             group: GroupSeat::new(Duration::from_millis(ctx.cfg.replication.stall_ms as u64)),
+            ckpt,
         });
         nodes[id.index()] = Some(node.clone());
         // The network thread first: with replication it carries the groups' elections.
@@ -115,10 +118,13 @@ pub fn start(ctx: Arc<EngineCtx>) -> Result<Box<dyn Engine>, QError> {
         placement: ctx.placement.clone(),
     };
     if ctx.logged() {
-        let joined = match ctx.cfg.replication.layer {
-            ReplicationLayer::Raft => calvin.join_groups(&ctx),
-            ReplicationLayer::Zookeeper => calvin.join_zookeeper(&ctx),
-        };
+        let local: Vec<&CalvinNode> = calvin.local().map(|n| &**n).collect();
+        let joined = checkpoint::recover(&local, &calvin.net).and_then(|()| {
+            match ctx.cfg.replication.layer {
+                ReplicationLayer::Raft => calvin.join_groups(&ctx),
+                ReplicationLayer::Zookeeper => calvin.join_zookeeper(&ctx),
+            }
+        });
         if let Err(e) = joined {
             calvin.shutdown();
             return Err(e);
@@ -252,6 +258,9 @@ impl Engine for Calvin {
         for node in self.local() {
             if let Some(m) = node.group.member.get() {
                 m.stop();
+            }
+            if let Some(c) = &node.ckpt {
+                c.stop();
             }
         }
     }

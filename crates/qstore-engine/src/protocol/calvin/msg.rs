@@ -60,8 +60,13 @@ pub enum CMsg {
     /// The sender's epoch batch for the receiver: its transactions of `epoch` that touch the
     /// receiver, possibly none. Every sequencer sends one to every other node for every epoch
     /// (its own node's scheduler gets its batch directly), so a node knows when it holds the
-    /// whole epoch.
-    Batch { epoch: u64, txns: Vec<BatchTxn> },
+    /// whole epoch. `checkpoint` (only from node 0): every node checkpoints after this epoch
+    /// (see `protocol::checkpoint`).
+    Batch {
+        epoch: u64,
+        txns: Vec<BatchTxn>,
+        checkpoint: bool,
+    },
     /// What an executor produced for the receiver since its last message: read copies for
     /// transactions the receiver executes, acknowledgements of transactions it is home to.
     Exec { reads: Vec<Reads>, acks: Vec<Ack> },
@@ -69,4 +74,13 @@ pub enum CMsg {
     Raft(crate::replication::ReplMsg),
     /// Replication: the sender's cluster instance (the receiver's) is out of service.
     Stale,
+    /// Durability: the checkpoints the sender holds, by epoch; with `asking`, at its start,
+    /// for the receiver's.
+    Checkpoints { have: Vec<u64>, asking: bool },
+}
+
+impl crate::protocol::checkpoint::CheckpointMsg for CMsg {
+    fn checkpoints(have: Vec<u64>, asking: bool) -> Self {
+        CMsg::Checkpoints { have, asking }
+    }
 }

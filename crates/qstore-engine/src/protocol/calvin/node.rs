@@ -7,6 +7,7 @@ use super::txn::Txn;
 use super::worker::Work;
 use crate::cluster::EngineCtx;
 use crate::history::{HistoryRecorder, TxnTrace};
+use crate::protocol::checkpoint::{Checkpointer, Recovers};
 use crate::protocol::shell::NodeShell;
 use crate::protocol::{admit, reply, settle, AdmissionQueue, Admitted, Ending, TxnRequest};
 use crossbeam_channel::{Receiver, RecvTimeoutError, Sender};
@@ -53,6 +54,8 @@ pub(super) struct Prepared {
     /// scheduler and the executors' queue, which keeps allocation off the scheduler thread.
     #[allow(clippy::vec_box)]
     pub txns: Vec<Box<Txn>>,
+    /// Node 0 marked this epoch: every node checkpoints after it.
+    pub checkpoint: bool,
 }
 
 pub(super) struct CalvinNode {
@@ -87,6 +90,8 @@ pub(super) struct CalvinNode {
     pub row_sizes: Vec<usize>,
     /// Replication: this server's seat in its partition's replica group.
     pub group: GroupSeat,
+    /// Durability: this node's checkpoints (with a data directory).
+    pub ckpt: Option<Arc<Checkpointer>>,
 }
 
 impl CalvinNode {
@@ -113,7 +118,13 @@ impl CalvinNode {
     /// Builds and analyses a sequencer's batch for the scheduler. Programs are rebuilt from
     /// their calls; the sequencer already built each once, so a failure here means the nodes
     /// disagree on the catalog: the transaction cannot run here and its home never hears.
-    fn prepare(&self, epoch: u64, sequencer: u32, txns: Vec<BatchTxn>) -> Prepared {
+    fn prepare(
+        &self,
+        epoch: u64,
+        sequencer: u32,
+        txns: Vec<BatchTxn>,
+        checkpoint: bool,
+    ) -> Prepared {
         let ctx = &*self.ctx;
         let txns = txns
             .into_iter()
@@ -141,6 +152,7 @@ impl CalvinNode {
             epoch,
             sequencer,
             txns,
+            checkpoint,
         }
     }
 
@@ -195,15 +207,22 @@ impl CalvinNode {
             match env.msg {
                 CMsg::Raft(_) => unreachable!("handed to the group member above"),
                 CMsg::Stale => self.become_stale("another node of its instance is stale"),
-                CMsg::Batch { epoch, txns } => {
+                CMsg::Batch {
+                    epoch,
+                    txns,
+                    checkpoint,
+                } => {
                     if from >= nodes || from == self.part {
                         tracing::error!("node {}: epoch batch from node {from}", self.id);
                         continue;
                     }
-                    let prepared = self.prepare(epoch, from, txns);
+                    // Only node 0 marks checkpoints.
+                    let checkpoint = checkpoint && from == 0;
+                    let prepared = self.prepare(epoch, from, txns, checkpoint);
                     let _ = self.prepared.send(prepared);
                     self.note_epoch(from, epoch);
                 }
+                CMsg::Checkpoints { have, asking } => self.on_checkpoints(env.from, have, asking),
                 CMsg::Exec { reads, acks } => {
                     for r in reads {
                         self.on_reads(from, r);
@@ -213,6 +232,19 @@ impl CalvinNode {
                     }
                 }
             }
+        }
+    }
+
+    /// A node told which checkpoints it holds (and, at its start, asks for ours).
+    fn on_checkpoints(&self, from: NodeId, have: Vec<u64>, asking: bool) {
+        let Some(c) = &self.ckpt else {
+            return tracing::warn!(
+                "node {}: node {from} announced checkpoints, but this node keeps none",
+                self.id
+            );
+        };
+        if let Some(answer) = c.heard_from(from, have, asking) {
+            self.net.send(self.id, from, answer);
         }
     }
 
@@ -337,6 +369,35 @@ impl CalvinNode {
         if let Some(req) = t.client {
             req.answer(outcome);
         }
+    }
+}
+
+impl Recovers for CalvinNode {
+    fn id(&self) -> NodeId {
+        self.id
+    }
+
+    fn checkpointer(&self) -> Option<&Arc<Checkpointer>> {
+        self.ckpt.as_ref()
+    }
+
+    fn store(&self) -> &PartitionStore {
+        CalvinNode::store(self)
+    }
+
+    fn history(&self) -> Option<&HistoryRecorder> {
+        CalvinNode::history(self)
+    }
+
+    /// Every sequencer's epochs before `from` are in the checkpoint: the log replays (and the
+    /// sequencers go on) from there, and the scheduler starts there (see `Scheduler::new`).
+    fn resume_at(&self, from: u64) {
+        for e in &self.epochs_from {
+            e.fetch_max(from, Ordering::SeqCst);
+        }
+        self.epochs_complete.fetch_max(from, Ordering::SeqCst);
+        self.epochs_seen.fetch_max(from, Ordering::SeqCst);
+        self.group.resume_at(from);
     }
 }
 

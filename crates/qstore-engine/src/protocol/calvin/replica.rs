@@ -31,6 +31,7 @@ use super::msg::CMsg;
 use super::node::CalvinNode;
 use super::sequencer::{cut_epochs, dispatch, place, Accepted, Epoch, EpochSink, Sequenced};
 use super::txn::roles;
+use crate::protocol::checkpoint::Checkpointer;
 use crate::protocol::{Admitted, TxnRequest};
 use crate::replication::{Applier, Dedup, GroupLog, StallWatch};
 use crossbeam_channel::{never, Receiver, RecvTimeoutError};
@@ -78,6 +79,11 @@ impl GroupSeat {
     /// Whether this server's instance is out of service.
     pub fn is_stale(&self) -> bool {
         self.stale.load(Ordering::Acquire)
+    }
+
+    /// Recovery from a checkpoint: the group's epochs before `from` are in it.
+    pub fn resume_at(&self, from: u64) {
+        self.next_logged.fetch_max(from, Ordering::AcqRel);
     }
 
     /// A transaction finished here: the instance makes progress.
@@ -254,12 +260,24 @@ pub(super) fn lead(node: &CalvinNode, queue: &mut Receiver<Admitted>, epoch_clos
 }
 
 impl Applier for CalvinNode {
-    fn committed(&self, _: NodeId, proposed_here: bool, data: &[u8]) {
+    fn committed(&self, proposer: NodeId, proposed_here: bool, data: &[u8]) {
+        self.committed_at(0, proposer, proposed_here, data)
+    }
+
+    fn committed_at(&self, index: u64, _: NodeId, proposed_here: bool, data: &[u8]) {
         let entry = match LoggedEpoch::decode(data) {
             Ok(e) => e,
             Err(why) => return tracing::error!("node {}: {why}", self.id),
         };
         let e = entry.epoch;
+        if let Some(c) = &self.ckpt {
+            c.applied(index, e);
+            if e < c.replay_from() {
+                // The restored checkpoint holds it already.
+                self.group.next_logged.fetch_max(e + 1, Ordering::AcqRel);
+                return;
+            }
+        }
         let next = self.group.next_logged.load(Ordering::Acquire);
         if e != next {
             // A proposer numbers its epochs after what its log committed, in one term: this
@@ -293,6 +311,14 @@ impl Applier for CalvinNode {
         }
         dispatch(self, &mut epoch, e);
         self.group.next_logged.store(e + 1, Ordering::Release);
+    }
+
+    fn compactable_before(&self) -> Option<u64> {
+        self.ckpt.as_ref().and_then(|c| c.compactable_before())
+    }
+
+    fn log_starts_at(&self, first: u64) -> Result<(), String> {
+        Checkpointer::log_starts_at(self.ckpt.as_deref(), first)
     }
 
     fn leader_changed(&self, leader: Option<NodeId>) {

@@ -3,6 +3,10 @@
 //! the global order (sequencer by sequencer, each batch in order), all of a transaction's
 //! locks at once; transactions granted everything go to the executors, which report back
 //! when they are done so their locks are released.
+//!
+//! Durability: after an epoch node 0 marked for a checkpoint, the scheduler schedules nothing
+//! of a later epoch until every transaction it scheduled is done; then, with nothing running
+//! here, it takes the checkpoint (see `protocol::checkpoint`) and goes on.
 
 use super::locks::{LockManager, LockReq};
 use super::node::{CalvinNode, Prepared, POLL};
@@ -53,7 +57,8 @@ impl<'a> Scheduler<'a> {
             slots: Vec::new(),
             free: Vec::new(),
             epochs: BTreeMap::new(),
-            next_epoch: 0,
+            // Epochs up to a restored checkpoint are in it.
+            next_epoch: node.ckpt.as_ref().map_or(0, |c| c.replay_from()),
             ready: Vec::new(),
             changed: false,
             released: 0,
@@ -74,6 +79,7 @@ impl<'a> Scheduler<'a> {
             while let Ok(slot) = done.try_recv() {
                 self.release(slot);
             }
+            self.checkpoint_if_due();
             // VLL: look for blocked transactions that could run anyway (selective contention
             // analysis) when the executors run dry, and regularly while they are busy: a
             // blocked transaction otherwise waits until every earlier one finished here.
@@ -105,6 +111,11 @@ impl<'a> Scheduler<'a> {
             batches: (0..nodes).map(|_| None).collect(),
             missing: nodes,
         });
+        if p.checkpoint {
+            if let Some(c) = &self.node.ckpt {
+                c.schedule(p.epoch);
+            }
+        }
         match parts.batches.get_mut(p.sequencer as usize) {
             Some(b @ None) => {
                 *b = Some(p.txns);
@@ -120,8 +131,15 @@ impl<'a> Scheduler<'a> {
                 return;
             }
         }
+        self.schedule_complete();
+    }
+
+    /// Schedules every epoch whose batches are all here, in order, up to a checkpoint that
+    /// waits to be taken.
+    fn schedule_complete(&mut self) {
+        let held = || self.node.ckpt.as_ref().map_or(u64::MAX, |c| c.hold_from());
         while let Some(parts) = self.epochs.get(&self.next_epoch) {
-            if parts.missing > 0 {
+            if parts.missing > 0 || self.next_epoch >= held() {
                 break;
             }
             let parts = self.epochs.remove(&self.next_epoch).expect("present");
@@ -132,6 +150,19 @@ impl<'a> Scheduler<'a> {
                 }
             }
         }
+    }
+
+    /// Takes the checkpoint that holds the next epoch back, once nothing scheduled before it
+    /// is running or waiting here.
+    fn checkpoint_if_due(&mut self) {
+        let Some(c) = &self.node.ckpt else { return };
+        if self.next_epoch < c.hold_from() || self.free.len() < self.slots.len() {
+            return;
+        }
+        // SAFETY: every transaction scheduled here is done (its slot is free), and no later
+        // one is scheduled until this returns.
+        unsafe { c.take_if_due(self.next_epoch, self.node.store()) };
+        self.schedule_complete();
     }
 
     /// Requests every lock `txn` needs here, after those of every earlier transaction.

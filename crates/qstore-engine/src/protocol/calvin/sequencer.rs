@@ -270,16 +270,24 @@ pub(super) fn dispatch(node: &CalvinNode, current: &mut Epoch, e: u64) {
         }
     }
     let me = node.part;
+    // Node 0 marks the epochs after which every node checkpoints.
+    let checkpoint = me == 0 && node.ckpt.as_ref().is_some_and(|c| c.mark_due(e));
     for (d, batch) in current.batches.iter_mut().enumerate() {
         if d as u32 != me {
             let txns = std::mem::take(batch);
-            node.send_to(d as u32, CMsg::Batch { epoch: e, txns });
+            let msg = CMsg::Batch {
+                epoch: e,
+                txns,
+                checkpoint,
+            };
+            node.send_to(d as u32, msg);
         }
     }
     let local = Prepared {
         epoch: e,
         sequencer: me,
         txns: std::mem::take(&mut current.local),
+        checkpoint,
     };
     let _ = node.prepared.send(local);
     node.note_epoch(me, e);

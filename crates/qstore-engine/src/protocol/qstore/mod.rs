@@ -25,12 +25,10 @@
 //! committed copies.
 
 mod batch;
-mod checkpoint;
 mod msg;
 mod node;
 mod plan;
 mod replica;
 mod spec;
 
-pub use checkpoint::load_into as load_checkpoint;
 pub use node::start;

@@ -346,6 +346,12 @@ impl FateNote {
     }
 }
 
+impl crate::protocol::checkpoint::CheckpointMsg for QMsg {
+    fn checkpoints(have: Vec<u64>, asking: bool) -> Self {
+        QMsg::Checkpoints { have, asking }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -2,7 +2,6 @@
 //! the batches its planners made.
 
 use super::batch::{Batches, Claim};
-use super::checkpoint::Checkpointer;
 use super::msg::{Eq, FateInfo, FateNote, FragRef, Op, Output, Outputs, QMsg, TxnPos};
 use super::plan::{BatchPlan, QueueShape};
 use super::replica::{LogGate, LoggedBatch, LoggedPlan, TxnContext};
@@ -11,6 +10,7 @@ use crate::cluster::EngineCtx;
 use crate::exec::{run_access, Lookahead, TxnScratch, UndoLog};
 use crate::history::{HistoryRecorder, TxnTrace};
 use crate::net::NodeNet;
+use crate::protocol::checkpoint::{self, Checkpointer, Recovers};
 use crate::protocol::shell::{shut_down, NodeShell};
 use crate::protocol::{
     admit, home_node, reply, settle, AdmissionQueue, Admitted, Ending, Engine, TxnRequest,
@@ -91,7 +91,7 @@ pub fn start(ctx: Arc<EngineCtx>) -> Result<Box<dyn Engine>, QError> {
     let mut threads = Vec::new();
     let pin = ctx.cfg.cluster.pin_threads;
     for (local, (id, inbox)) in inboxes.into_iter().enumerate() {
-        let ckpt = Checkpointer::open(&ctx, id)?;
+        let ckpt = Checkpointer::open(&ctx, id, "qstore-checkpoints", "batch")?;
         let node = Arc::new(QNode::new(id, ctx.clone(), transport.clone(), ckpt));
         nodes[id.index()] = Some(node.clone());
         let n = node.clone();
@@ -149,24 +149,15 @@ impl QStore {
         self.nodes.iter().flatten()
     }
 
-    /// Durability: every local node with a data directory agrees with every node on the
-    /// checkpoint to restore (see `checkpoint`), restores it, and then lets queues run.
+    /// Durability: every local node with a data directory restores the checkpoint every
+    /// node holds (see `protocol::checkpoint`), and then lets queues run.
     fn recover(&self) -> Result<(), QError> {
-        let nodes: Vec<(&Arc<QNode>, &Arc<Checkpointer>)> = self
-            .local()
-            .filter_map(|n| n.ckpt.as_ref().map(|c| (n, c)))
-            .collect();
-        for (_, c) in &nodes {
-            c.ask(&*self.net);
-        }
-        for (n, c) in &nodes {
-            if let Some(batch) = c.agree(&*self.net)? {
-                n.restore(c, batch)?;
-            }
-            c.start_writer(self.net.clone());
+        let nodes: Vec<&QNode> = self.local().map(|n| &**n).collect();
+        checkpoint::recover(&nodes, &self.net)?;
+        for n in nodes {
+            let Some(c) = &n.ckpt else { continue };
             let mut state = n.state.lock();
-            let hold = c.hold_from();
-            state.batches.hold_from(hold);
+            state.batches.hold_from(c.hold_from());
             state.batches.event();
             n.settle(state);
         }
@@ -1781,32 +1772,6 @@ impl QNode {
         state.batches.event();
     }
 
-    /// Recovery: puts checkpoint `batch` back into the partition; replay starts after it.
-    fn restore(&self, c: &Checkpointer, batch: u64) -> Result<(), QError> {
-        let started = Instant::now();
-        // SAFETY: recovery runs before the node's queues may run (they are held back), and
-        // before its group's log replays.
-        let rows = unsafe { c.restore(batch, self.store()) }?;
-        tracing::info!(
-            "node {}: restored the checkpoint after batch {batch} ({rows} rows) in {:?}",
-            self.id,
-            started.elapsed()
-        );
-        let from = batch + 1;
-        for p in self.planners.iter() {
-            p.next_batch.fetch_max(from, Ordering::AcqRel);
-            p.delivered.fetch_max(from, Ordering::AcqRel);
-        }
-        let mut state = self.state.lock();
-        state.retired = state.retired.max(from);
-        state.gate.skip_to(from);
-        // A history starts from the checkpoint: it is kept for the serial oracle.
-        if let Some((h, (b, path))) = self.history().zip(c.keep_restored()) {
-            h.set_base(self.part_id(), b, path);
-        }
-        Ok(())
-    }
-
     /// Read-committed: read-only queues at positions (batch, planner rank) up to this one may
     /// run. A read-only transaction reads the committed state as of its position in the
     /// global order (every writer of earlier batches, and of lower ranks in its batch), so it
@@ -1894,6 +1859,34 @@ impl QNode {
                 },
             }
         }
+    }
+}
+
+impl Recovers for QNode {
+    fn id(&self) -> NodeId {
+        self.id
+    }
+
+    fn checkpointer(&self) -> Option<&Arc<Checkpointer>> {
+        self.ckpt.as_ref()
+    }
+
+    fn store(&self) -> &qstore_storage::PartitionStore {
+        QNode::store(self)
+    }
+
+    fn history(&self) -> Option<&HistoryRecorder> {
+        QNode::history(self)
+    }
+
+    fn resume_at(&self, from: u64) {
+        for p in self.planners.iter() {
+            p.next_batch.fetch_max(from, Ordering::AcqRel);
+            p.delivered.fetch_max(from, Ordering::AcqRel);
+        }
+        let mut state = self.state.lock();
+        state.retired = state.retired.max(from);
+        state.gate.skip_to(from);
     }
 }
 
@@ -2000,17 +1993,7 @@ impl Applier for QNode {
     }
 
     fn log_starts_at(&self, first: u64) -> Result<(), String> {
-        let restored = self.ckpt.as_ref().and_then(|c| c.restored());
-        match restored {
-            Some(_) => Ok(()),
-            None if first <= 1 => Ok(()),
-            None => Err(format!(
-                "its group log starts at entry {first}: the entries before it are gone, and no \
-                 checkpoint every server holds was restored (one was deleted or damaged?); put \
-                 the checkpoints back in every server's qstore-checkpoints directory, or start \
-                 with new data directories"
-            )),
-        }
+        Checkpointer::log_starts_at(self.ckpt.as_deref(), first)
     }
 
     fn leader_changed(&self, leader: Option<NodeId>) {

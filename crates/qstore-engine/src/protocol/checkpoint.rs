@@ -1,34 +1,35 @@
-//! Q-Store's checkpoints: a copy of each partition at one batch boundary, taken by every node
-//! of the cluster at the same boundary, so that the command log before it can be dropped.
+//! Checkpoints of a deterministic protocol's command log: a copy of each partition at one
+//! boundary of the global order (a Q-Store batch, a Calvin epoch), taken by every node of the
+//! cluster at the same boundary, so that the log before it can be dropped.
 //!
-//! Q-Store logs its input (each planner batch), so recovery re-executes the log; a batch's
-//! fragments exchange values and verdicts across nodes, so every node must resume from the
-//! same batch. Hence one boundary for the whole cluster:
+//! Q-Store and Calvin log their input (planner batches, sequenced epochs), so recovery
+//! re-executes the log; a batch's (an epoch's) transactions exchange values across nodes, so
+//! every node must resume from the same boundary. Hence one boundary for the whole cluster:
 //!
-//! 1. **Choosing it.** Node 0's first planner, when `checkpoint_interval_s` has passed,
-//!    marks the plan it sends of batch `c`: "checkpoint after batch `c`". Every node gets
-//!    that plan before the plan of `c + 1` (plans of one planner travel in order), so before
-//!    it could run anything of a later batch.
-//! 2. **Taking it.** A node then claims no queue of a batch after `c` until every batch up
-//!    to `c` has run and been decided here (the ring's `retired` passes `c`); at that moment
-//!    nothing runs, and the node copies its partition's rows into memory (the pause: a copy
-//!    of the partition, tens of milliseconds per million small rows) and goes on. A
-//!    background thread writes the copy as a snapshot file (temporary file, synced,
-//!    renamed) and tells every node.
+//! 1. **Choosing it.** Node 0, when `checkpoint_interval_s` has passed, marks what it sends
+//!    every node of boundary `c` (Q-Store: the plan of its first planner; Calvin: its
+//!    sequencer's epoch batch): "checkpoint after `c`". Every node gets that mark before it
+//!    could run anything after `c` (Q-Store: plans of one planner travel in order, and rank
+//!    0's come first; Calvin: no node schedules epoch `c + 1` before it holds every
+//!    sequencer's batch of `c`).
+//! 2. **Taking it.** A node then runs nothing after `c` until everything up to `c` has run
+//!    and been decided here; at that moment nothing runs, and the node copies its
+//!    partition's rows into memory (the pause: a copy of the partition, tens of milliseconds
+//!    per million small rows) and goes on. A background thread writes the copy as a snapshot
+//!    file (temporary file, synced, renamed) and tells every node.
 //! 3. **Forgetting the log.** Once every node has its checkpoint of `c` on disk, each node
-//!    lets its log forget the entries of batches up to `c`, and deletes its older
-//!    checkpoints.
+//!    lets its log forget the entries up to `c`, and deletes its older checkpoints.
 //! 4. **Recovering.** A restarted node tells every node which checkpoints it holds, and
 //!    hears theirs; all restore the newest checkpoint every node holds (one exists: a node
 //!    deletes a checkpoint only once every node has a newer one), and replay the log after
 //!    it. A node without checkpoints, in a cluster whose logs are whole, replays from the
 //!    start.
 //!
-//! A checkpoint file holds a head (partition, batch) and the partition's rows, by table and
-//! key, in records of `ROWS_PER_RECORD` rows.
+//! A checkpoint file holds a head (partition, boundary) and the partition's rows, by table
+//! and key, in records of `ROWS_PER_RECORD` rows.
 
-use super::msg::QMsg;
 use crate::cluster::EngineCtx;
+use crate::history::HistoryRecorder;
 use parking_lot::{Condvar, Mutex};
 use qstore_core::txn::RowLoader;
 use qstore_core::{Key, NodeId, PartitionId, QError, TableId};
@@ -51,11 +52,17 @@ const AGREE_WAIT: Duration = Duration::from_secs(60);
 /// How often it asks again meanwhile (a node not listening yet missed the question).
 const ASK_EVERY: Duration = Duration::from_millis(200);
 
+/// The message a protocol's nodes announce their checkpoints with.
+pub(crate) trait CheckpointMsg: Serialize + Send + 'static {
+    /// The checkpoints the sender holds, by boundary; `asking` for the receiver's.
+    fn checkpoints(have: Vec<u64>, asking: bool) -> Self;
+}
+
 /// A checkpoint's first record.
 #[derive(Serialize, Deserialize)]
 struct Head {
     partition: PartitionId,
-    /// It holds every batch up to this one, and nothing of later ones.
+    /// It holds everything up to this boundary, and nothing after it.
     batch: u64,
 }
 
@@ -69,21 +76,23 @@ struct Row<'a> {
 }
 
 /// A partition's rows, encoded in records, ready to be written.
-pub(super) struct Image {
+pub(crate) struct Image {
     batch: u64,
     records: Vec<Vec<u8>>,
 }
 
 /// A node's checkpoints: where they are, which ones every node has, and what the log may
 /// forget.
-pub(super) struct Checkpointer {
+pub(crate) struct Checkpointer {
     me: NodeId,
     part: usize,
     partition: PartitionId,
     /// The server that is each node of the instance.
     peers: Vec<NodeId>,
     dir: PathBuf,
-    /// Node 0's first planner: how often it marks a checkpoint (`None`: never); when it
+    /// What a boundary is called (in file names and messages): "batch", "epoch".
+    unit: &'static str,
+    /// Node 0 (Q-Store: its first planner): how often it marks a checkpoint (`None`: never); when it
     /// last did, and whether that checkpoint is still being taken here.
     every: Option<Duration>,
     marked: Mutex<Instant>,
@@ -108,13 +117,19 @@ pub(super) struct Checkpointer {
 }
 
 impl Checkpointer {
-    /// The checkpointer of server `me`, if it has a data directory.
-    pub fn open(ctx: &EngineCtx, me: NodeId) -> Result<Option<Arc<Checkpointer>>, QError> {
+    /// The checkpointer of server `me`, if it has a data directory: its checkpoints are in
+    /// `subdir` of it, one per boundary called `unit`.
+    pub fn open(
+        ctx: &EngineCtx,
+        me: NodeId,
+        subdir: &str,
+        unit: &'static str,
+    ) -> Result<Option<Arc<Checkpointer>>, QError> {
         let Some(dir) = &ctx.data_dirs[me.index()] else {
             return Ok(None);
         };
         let every = ctx.cfg.durability.checkpoint_interval();
-        let dir = dir.path().join("qstore-checkpoints");
+        let dir = dir.path().join(subdir);
         std::fs::create_dir_all(&dir)
             .map_err(|e| QError::Other(format!("cannot create {}: {e}", dir.display())))?;
         let nodes = ctx.nodes() as usize;
@@ -123,19 +138,20 @@ impl Checkpointer {
             .map(|p| ctx.placement.peer_of(me, PartitionId(p)))
             .collect();
         let every = every.filter(|_| ctx.placement.replicas() == 1);
-        let c = Arc::new(Checkpointer::new(me, partition, peers, dir, every));
+        let c = Arc::new(Checkpointer::new(me, partition, peers, (dir, unit), every));
         let mine = c.list()?;
         c.held.lock()[c.part] = Some(mine);
         Ok(Some(c))
     }
 
     /// Server `me`'s checkpointer, which is node `partition` of its instance (`peers`: the
-    /// server of each node), keeping checkpoints in `dir`, and (node 0) marking them `every`.
+    /// server of each node), keeping checkpoints in `dir` with file names of `unit`, and
+    /// (node 0) marking them `every`.
     fn new(
         me: NodeId,
         partition: PartitionId,
         peers: Vec<NodeId>,
-        dir: PathBuf,
+        (dir, unit): (PathBuf, &'static str),
         every: Option<Duration>,
     ) -> Checkpointer {
         let nodes = peers.len();
@@ -145,6 +161,7 @@ impl Checkpointer {
             partition,
             peers,
             dir,
+            unit,
             every,
             marked: Mutex::new(Instant::now()),
             pending: Mutex::new(BTreeSet::new()),
@@ -160,7 +177,7 @@ impl Checkpointer {
     }
 
     fn path(&self, batch: u64) -> PathBuf {
-        path_of(&self.dir, batch)
+        path_of(&self.dir, self.unit, batch)
     }
 
     /// The complete checkpoints in the directory, by batch.
@@ -177,7 +194,8 @@ impl Checkpointer {
                 continue;
             }
             if let Some(b) = name
-                .strip_prefix("batch-")
+                .strip_prefix(self.unit)
+                .and_then(|n| n.strip_prefix('-'))
                 .and_then(|n| n.strip_suffix(".snap"))
                 .and_then(|n| n.parse().ok())
             {
@@ -190,7 +208,7 @@ impl Checkpointer {
     // ---- recovery ----
 
     /// Asks every node which checkpoints it holds (and tells them ours).
-    pub fn ask(&self, net: &dyn Transport<QMsg>) {
+    pub fn ask<M: CheckpointMsg>(&self, net: &dyn Transport<M>) {
         let have: Vec<u64> = self.held.lock()[self.part]
             .iter()
             .flatten()
@@ -198,10 +216,7 @@ impl Checkpointer {
             .collect();
         for (p, &peer) in self.peers.iter().enumerate() {
             if p != self.part {
-                let msg = QMsg::Checkpoints {
-                    have: have.clone(),
-                    asking: true,
-                };
+                let msg = M::checkpoints(have.clone(), true);
                 net.send(self.me, peer, msg);
             }
         }
@@ -209,7 +224,12 @@ impl Checkpointer {
 
     /// A node told which checkpoints it holds (at its start, `asking` for ours, or one it
     /// took since); returns our answer when it asked.
-    pub fn heard_from(&self, from: NodeId, have: Vec<u64>, asking: bool) -> Option<QMsg> {
+    pub fn heard_from<M: CheckpointMsg>(
+        &self,
+        from: NodeId,
+        have: Vec<u64>,
+        asking: bool,
+    ) -> Option<M> {
         let Some(p) = self.peers.iter().position(|&n| n == from) else {
             tracing::error!(
                 "node {}: checkpoints announced by node {from}, not of its instance",
@@ -223,19 +243,15 @@ impl Checkpointer {
             self.heard.notify_all();
         }
         self.forget_covered();
-        asking.then(|| QMsg::Checkpoints {
-            have: self.held.lock()[self.part]
-                .iter()
-                .flatten()
-                .copied()
-                .collect(),
-            asking: false,
+        asking.then(|| {
+            let held = self.held.lock();
+            M::checkpoints(held[self.part].iter().flatten().copied().collect(), false)
         })
     }
 
     /// Waits until every node said which checkpoints it holds, and returns the newest one
     /// all hold (`None`: there is none, and every log must still be whole).
-    pub fn agree(&self, net: &dyn Transport<QMsg>) -> Result<Option<u64>, QError> {
+    pub fn agree<M: CheckpointMsg>(&self, net: &dyn Transport<M>) -> Result<Option<u64>, QError> {
         let deadline = Instant::now() + AGREE_WAIT;
         let mut held = self.held.lock();
         while let Some(p) = held.iter().position(Option::is_none) {
@@ -266,8 +282,11 @@ impl Checkpointer {
         let (head, rows) = open(&path)?;
         if head.partition != self.partition || head.batch != batch {
             return Err(failed(format!(
-                "it holds batch {} of partition {}, not batch {batch} of partition {}",
-                head.batch, head.partition, self.partition
+                "it holds {unit} {} of partition {}, not {unit} {batch} of partition {}",
+                head.batch,
+                head.partition,
+                self.partition,
+                unit = self.unit
             )));
         }
         let mut kept: Vec<rustc_hash::FxHashSet<Key>> =
@@ -315,9 +334,27 @@ impl Checkpointer {
         (from > 0).then(|| (from - 1, self.path(from - 1)))
     }
 
+    /// Whether a restarted node whose group log begins at entry `first` can recover, with
+    /// checkpointer `this` (if it has a data directory): the entries before it must be in
+    /// the checkpoint it restored (see `Applier::log_starts_at`).
+    pub fn log_starts_at(this: Option<&Self>, first: u64) -> Result<(), String> {
+        if first <= 1 || this.is_some_and(|c| c.restored().is_some()) {
+            return Ok(());
+        }
+        let dir = this.and_then(|c| c.dir.file_name()).unwrap_or_default();
+        Err(format!(
+            "its group log starts at entry {first}: the entries before it are gone, and no \
+             checkpoint every server holds was restored (one was deleted or damaged?); put the \
+             checkpoints back in every server's {} directory, or start with new data \
+             directories",
+            dir.to_string_lossy()
+        ))
+    }
+
     // ---- taking checkpoints ----
 
-    /// Node 0's first planner, planning `batch`: whether to mark it as a checkpoint's.
+    /// Node 0, sending what it has of boundary `batch` (Q-Store: its first planner's plan;
+    /// Calvin: its sequencer's epoch): whether to mark it as a checkpoint's.
     pub fn mark_due(&self, batch: u64) -> bool {
         let Some(every) = self.every else {
             return false;
@@ -328,12 +365,12 @@ impl Checkpointer {
             return false;
         }
         *marked = Instant::now();
-        tracing::debug!("node {}: checkpoint after batch {batch}", self.me);
+        tracing::debug!("node {}: checkpoint after {} {batch}", self.me, self.unit);
         true
     }
 
-    /// A plan marked checkpoint `batch`: no queue of a later batch runs here until it is
-    /// taken. Returns the first batch held back.
+    /// Node 0 marked checkpoint `batch`: nothing after it runs here until it is taken.
+    /// Returns the first batch (epoch) held back.
     pub fn schedule(&self, batch: u64) -> u64 {
         let mut pending = self.pending.lock();
         pending.insert(batch);
@@ -345,13 +382,13 @@ impl Checkpointer {
         self.pending.lock().first().map_or(u64::MAX, |b| b + 1)
     }
 
-    /// Takes the pending checkpoint, if every batch up to it has run and been decided here
+    /// Takes the pending checkpoint, if everything up to it has run and been decided here
     /// (`retired` is past it): copies the partition and hands it to the writer. Returns the
-    /// first batch held back after it.
+    /// first batch (epoch) held back after it.
     ///
     /// # Safety
-    /// No queue may run meanwhile (none can: every batch before `retired` is done, and none
-    /// after the checkpoint may be claimed).
+    /// Nothing may run meanwhile (Q-Store: every batch before `retired` is done, and none
+    /// after the checkpoint may be claimed; Calvin: the scheduler holds no transaction).
     pub unsafe fn take_if_due(&self, retired: u64, store: &PartitionStore) -> u64 {
         let mut pending = self.pending.lock();
         let Some(&batch) = pending.first() else {
@@ -376,7 +413,7 @@ impl Checkpointer {
     }
 
     /// Starts the thread that writes checkpoints and tells every node of each.
-    pub fn start_writer(self: &Arc<Self>, net: Arc<dyn Transport<QMsg>>) {
+    pub fn start_writer<M: CheckpointMsg>(self: &Arc<Self>, net: Arc<dyn Transport<M>>) {
         let (tx, rx) = crossbeam_channel::unbounded::<Image>();
         *self.writer.lock() = Some(tx);
         let me = self.clone();
@@ -388,8 +425,9 @@ impl Checkpointer {
                     match write(&me.path(batch), image) {
                         Ok(bytes) => {
                             tracing::info!(
-                                "node {}: checkpoint after batch {batch} on disk ({bytes} bytes)",
-                                me.me
+                                "node {}: checkpoint after {} {batch} on disk ({bytes} bytes)",
+                                me.me,
+                                me.unit
                             );
                             me.took(batch, &*net);
                         }
@@ -412,17 +450,13 @@ impl Checkpointer {
     }
 
     /// Checkpoint `batch` is on disk here: every node hears of it.
-    fn took(&self, batch: u64, net: &dyn Transport<QMsg>) {
+    fn took<M: CheckpointMsg>(&self, batch: u64, net: &dyn Transport<M>) {
         self.held.lock()[self.part]
             .get_or_insert_with(BTreeSet::new)
             .insert(batch);
         for (p, &peer) in self.peers.iter().enumerate() {
             if p != self.part {
-                let msg = QMsg::Checkpoints {
-                    have: vec![batch],
-                    asking: false,
-                };
-                net.send(self.me, peer, msg);
+                net.send(self.me, peer, M::checkpoints(vec![batch], false));
             }
         }
         self.forget_covered();
@@ -439,7 +473,7 @@ impl Checkpointer {
             .flatten()
     }
 
-    /// Log entry `index`, of planner batch `batch`, was applied here.
+    /// Log entry `index`, of batch (epoch) `batch`, was applied here.
     pub fn applied(&self, index: u64, batch: u64) {
         if self.every.is_none() {
             // This cluster takes no checkpoints: its log is kept whole (and nothing piles
@@ -502,9 +536,58 @@ impl Checkpointer {
     }
 }
 
-/// The file of checkpoint `batch` in `dir`.
-fn path_of(dir: &Path, batch: u64) -> PathBuf {
-    dir.join(format!("batch-{batch:020}.snap"))
+/// A node of a protocol that checkpoints, as recovery sees it.
+pub(crate) trait Recovers {
+    fn id(&self) -> NodeId;
+    /// Its checkpointer (`None`: no data directory).
+    fn checkpointer(&self) -> Option<&Arc<Checkpointer>>;
+    fn store(&self) -> &PartitionStore;
+    fn history(&self) -> Option<&HistoryRecorder>;
+    /// Everything before batch (epoch) `from` came from the restored checkpoint: replay and
+    /// new work start there.
+    fn resume_at(&self, from: u64);
+}
+
+/// Durability, at a start: every local node with a data directory agrees with every node of
+/// its instance on the newest checkpoint all hold, restores it (before its group log replays
+/// and before anything runs), and starts writing checkpoints.
+pub(crate) fn recover<N: Recovers, M: CheckpointMsg>(
+    nodes: &[&N],
+    net: &Arc<dyn Transport<M>>,
+) -> Result<(), QError> {
+    let nodes: Vec<(&N, &Arc<Checkpointer>)> = nodes
+        .iter()
+        .filter_map(|&n| n.checkpointer().map(|c| (n, c)))
+        .collect();
+    for (_, c) in &nodes {
+        c.ask(&**net);
+    }
+    for &(n, c) in &nodes {
+        if let Some(batch) = c.agree(&**net)? {
+            let started = Instant::now();
+            // SAFETY: recovery runs before anything of the node runs, and before its group's
+            // log replays.
+            let rows = unsafe { c.restore(batch, n.store()) }?;
+            tracing::info!(
+                "node {}: restored the checkpoint after {} {batch} ({rows} rows) in {:?}",
+                n.id(),
+                c.unit,
+                started.elapsed()
+            );
+            n.resume_at(batch + 1);
+            // A history starts from the checkpoint: it is kept for the serial oracle.
+            if let Some((h, (b, path))) = n.history().zip(c.keep_restored()) {
+                h.set_base(c.partition, b, path);
+            }
+        }
+        c.start_writer(net.clone());
+    }
+    Ok(())
+}
+
+/// The file of checkpoint `batch` in `dir`, named by its `unit`.
+fn path_of(dir: &Path, unit: &str, batch: u64) -> PathBuf {
+    dir.join(format!("{unit}-{batch:020}.snap"))
 }
 
 /// Copies `store`'s rows into a checkpoint image of `batch`.
@@ -660,7 +743,7 @@ mod tests {
             })
             .unwrap();
         }
-        let path = path_of(&dir, 41);
+        let path = path_of(&dir, "batch", 41);
         // SAFETY: this thread alone uses the store.
         let image = unsafe { copy(PartitionId(1), 41, &s) };
         write(&path, image).unwrap();
@@ -707,23 +790,38 @@ mod tests {
         assert_eq!(c.compactable_before(), None, "no checkpoint anywhere");
         c.held.lock()[0].as_mut().unwrap().extend([1, 3]);
         assert_eq!(c.compactable_before(), None, "node 1 has not answered");
-        assert!(c.heard_from(NodeId(1), vec![1], true).is_some());
+        assert!(c
+            .heard_from::<Announced>(NodeId(1), vec![1], true)
+            .is_some());
         assert_eq!(
             c.compactable_before(),
             Some(4),
             "entries of batches 0 and 1"
         );
-        assert!(c.heard_from(NodeId(1), vec![3], false).is_none());
+        assert!(c
+            .heard_from::<Announced>(NodeId(1), vec![3], false)
+            .is_none());
         assert_eq!(c.compactable_before(), Some(6));
         assert_eq!(c.common(), Some(3));
         std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// A protocol's announcement of its checkpoints.
+    #[derive(Serialize)]
+    struct Announced;
+
+    impl CheckpointMsg for Announced {
+        fn checkpoints(_: Vec<u64>, _: bool) -> Self {
+            Announced
+        }
     }
 
     impl Checkpointer {
         /// Node 0 of a one-node instance, or of `partition`'s, keeping checkpoints in `dir`.
         fn for_test(dir: &Path, partition: PartitionId) -> Checkpointer {
             let me = NodeId(partition.0);
-            let c = Checkpointer::new(me, PartitionId(0), vec![me], dir.to_path_buf(), None);
+            let at = (dir.to_path_buf(), "batch");
+            let c = Checkpointer::new(me, PartitionId(0), vec![me], at, None);
             Checkpointer { partition, ..c }
         }
     }
