@@ -199,7 +199,8 @@ done
 echo "== durability: every server killed with SIGKILL mid-run, then the cluster restarted"
 # scripts/crash-loop.sh repeats it with random timing.
 for case in "qstore" "qstore --checkpoint-interval-s 1" "calvin" "calvin --checkpoint-interval-s 1" \
-  "qstore --replication-factor 3" "no_wait" "maat" "sundial"; do
+  "qstore --replication-factor 3" "calvin --replication-factor 2 --checkpoint-interval-s 1" \
+  "no_wait" "maat" "sundial"; do
   d="$work/crash-${case// /}"
   # The deterministic protocols replay every start's transactions; the interactive ones put
   # back what committed (the bank's total must hold) and start a new history from it.

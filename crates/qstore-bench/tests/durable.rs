@@ -159,10 +159,13 @@ fn a_later_start_with_the_default_clients_appends_values_of_its_own() {
 /// epoch); the log before it is forgotten, and a later start restores the checkpoint and
 /// replays only what came after: its history starts there, and the serial oracle replays it
 /// onto the checkpoint.
-fn checkpoints_forget_the_log_and_a_restart_resumes_from_them(protocol: &str) {
+/// With replication (`factor` copies), each cluster instance checkpoints on its own.
+fn checkpoints_forget_the_log_and_a_restart_resumes_from_them(protocol: &str, factor: u32) {
     let sub = format!("{protocol}-checkpoints");
-    let dir = data_dir(&sub);
+    let dir = data_dir(&format!("{sub}-rf{factor}"));
     let mut cfg = small(protocol, "bank");
+    cfg.replication.factor = factor;
+    let nodes = cfg.cluster.nodes;
     cfg.durability.data_dir = dir.to_string_lossy().into_owned();
     cfg.durability.checkpoint_interval_s = Some(1);
     // About 2.5 s of transactions: checkpoints after one and two seconds.
@@ -179,14 +182,19 @@ fn checkpoints_forget_the_log_and_a_restart_resumes_from_them(protocol: &str) {
     };
     let (v, _) = verified(&cfg);
     assert!(v.passed(), "first start:\n{v}");
-    let taken = checkpoints(0);
-    assert!(!taken.is_empty(), "no checkpoint taken");
-    for s in 1..3 {
-        assert_eq!(
-            checkpoints(s),
-            taken,
-            "every node checkpoints at the same boundaries"
+    for instance in 0..factor {
+        let taken = checkpoints(instance * nodes);
+        assert!(
+            !taken.is_empty(),
+            "instance {instance}: no checkpoint taken"
         );
+        for s in 1..nodes {
+            assert_eq!(
+                checkpoints(instance * nodes + s),
+                taken,
+                "every node of instance {instance} checkpoints at the same boundaries"
+            );
+        }
     }
     // A second start restores the newest one every node holds and replays the rest.
     cfg.client.txns = 400;
@@ -216,28 +224,20 @@ fn checkpoints_forget_the_log_and_a_restart_resumes_from_them(protocol: &str) {
 
 #[test]
 fn qstore_checkpoints_forget_the_log_and_a_restart_resumes_from_them() {
-    checkpoints_forget_the_log_and_a_restart_resumes_from_them("qstore");
+    checkpoints_forget_the_log_and_a_restart_resumes_from_them("qstore", 1);
 }
 
 #[test]
 fn calvin_checkpoints_forget_the_log_and_a_restart_resumes_from_them() {
-    checkpoints_forget_the_log_and_a_restart_resumes_from_them("calvin");
+    checkpoints_forget_the_log_and_a_restart_resumes_from_them("calvin", 1);
 }
 
 #[test]
-fn a_replicated_deterministic_protocol_refuses_checkpoints() {
-    let dir = data_dir("no-checkpoints");
-    let mut cfg = small("calvin", "bank");
-    cfg.durability.data_dir = dir.to_string_lossy().into_owned();
-    cfg.durability.checkpoint_interval_s = Some(5);
-    cfg.replication.factor = 2;
-    let err = qstore_bench::run(&cfg, Default::default())
-        .err()
-        .expect("refused");
-    assert!(
-        err.to_string()
-            .contains("does not take checkpoints with replication yet"),
-        "{err}"
-    );
-    let _ = std::fs::remove_dir_all(&dir);
+fn replicated_qstore_checkpoints_each_instance_and_recovers_from_them() {
+    checkpoints_forget_the_log_and_a_restart_resumes_from_them("qstore", 2);
+}
+
+#[test]
+fn replicated_calvin_checkpoints_each_instance_and_recovers_from_them() {
+    checkpoints_forget_the_log_and_a_restart_resumes_from_them("calvin", 2);
 }

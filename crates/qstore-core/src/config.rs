@@ -1076,9 +1076,8 @@ pub struct DurabilityConfig {
     pub fsync: Fsync,
     /// Seconds between two checkpoints, after which the log before them is dropped: the
     /// interactive protocols fold their write-ahead log into the last checkpoint; Q-Store and
-    /// Calvin (unreplicated) copy every partition at one batch (epoch) boundary. Unset: every
-    /// `DEFAULT_CHECKPOINT_INTERVAL_S`; 0: never. Replicated, Q-Store and Calvin do not take
-    /// checkpoints yet (their command log is replayed from the start), and refuse it.
+    /// Calvin copy every partition at one batch (epoch) boundary (with replication, each
+    /// cluster instance at its own). Unset: every `DEFAULT_CHECKPOINT_INTERVAL_S`; 0: never.
     pub checkpoint_interval_s: Option<u64>,
 }
 

@@ -311,8 +311,8 @@ struct RunArgs {
     /// Durability: seconds between two checkpoints (default 60; 0 = never), after which the
     /// log before them is dropped, so it stops growing and recovery reads less. Interactive
     /// protocols fold their write-ahead log into the checkpoint in the background; qstore and
-    /// calvin (unreplicated) copy every partition at one batch (epoch) boundary. With
-    /// replication they replay their command log from the start and refuse it.
+    /// calvin copy every partition at one batch (epoch) boundary (replicated: each cluster
+    /// instance at its own).
     #[arg(long, value_name = "SECONDS", help_heading = "Durability")]
     checkpoint_interval_s: Option<u64>,
     /// Calvin: lock manager of the schedulers: lock-table (default) or vll.

@@ -25,6 +25,11 @@
 //!    it. A node without checkpoints, in a cluster whose logs are whole, replays from the
 //!    start.
 //!
+//! With replication, "the cluster" above is each cluster instance: every instance runs the
+//! same boundaries in the same order, so each checkpoints on its own (its node 0 marks, its
+//! nodes agree among themselves), and each member of a replica group lets its own copy of
+//! the group's log forget what its instance's common checkpoint holds.
+//!
 //! A checkpoint file holds a head (partition, boundary) and the partition's rows, by table
 //! and key, in records of `ROWS_PER_RECORD` rows.
 
@@ -137,7 +142,6 @@ impl Checkpointer {
         let peers = (0..nodes as u32)
             .map(|p| ctx.placement.peer_of(me, PartitionId(p)))
             .collect();
-        let every = every.filter(|_| ctx.placement.replicas() == 1);
         let c = Arc::new(Checkpointer::new(me, partition, peers, (dir, unit), every));
         let mine = c.list()?;
         c.held.lock()[c.part] = Some(mine);

@@ -212,21 +212,6 @@ fn open_disk_log(
     dir: &DataDir,
     voters: Vec<u64>,
 ) -> Result<DiskLog, QError> {
-    // Q-Store and Calvin checkpoint an unreplicated cluster (see `protocol::checkpoint`);
-    // replicated, they replay their command log from its start.
-    if let Some(s) = ctx.cfg.durability.checkpoint_interval_s.filter(|&s| s > 0) {
-        if ctx.placement.replicas() > 1 {
-            return Err(QError::Config(qstore_core::error::ConfigError::new(
-                "durability.checkpoint_interval_s",
-                s,
-                format!(
-                    "{} does not take checkpoints with replication yet: its command log is \
-                     replayed from the start; leave the setting out (or 0)",
-                    ctx.cfg.protocol.name
-                ),
-            )));
-        }
-    }
     if dir.existed() {
         tracing::info!("node {me}: recovering from {}", dir.path().display());
     }

@@ -923,9 +923,7 @@ impl QNode {
         if self.synchronous {
             return false;
         }
-        // Node 0's first planner marks the batches after which every node checkpoints.
-        let checkpoint = rank == 0 && self.ckpt.as_ref().is_some_and(|c| c.mark_due(batch));
-        self.deliver(batch, rank, eqs, checkpoint);
+        self.deliver(batch, rank, eqs);
         true
     }
 
@@ -1015,8 +1013,11 @@ impl QNode {
     }
 
     /// Sends every node of the instance its queues of planner batch (`batch`, `rank`), and
-    /// installs this node's own; with `checkpoint`, every node checkpoints after `batch`.
-    fn deliver(&self, batch: u64, rank: u32, eqs: Vec<Vec<Eq>>, checkpoint: bool) {
+    /// installs this node's own. Node 0 of the instance, delivering its first planner's
+    /// batches (planned here, or, with replication, committed by group 0's log), marks those
+    /// after which every node of the instance checkpoints.
+    fn deliver(&self, batch: u64, rank: u32, eqs: Vec<Vec<Eq>>) {
+        let checkpoint = rank == 0 && self.ckpt.as_ref().is_some_and(|c| c.mark_due(batch));
         for (d, eqs) in eqs.into_iter().enumerate() {
             let d = NodeId(d as u32);
             if d != self.part {
@@ -1940,7 +1941,7 @@ impl Applier for QNode {
                          it no longer has"
                     ));
                 };
-                self.deliver(batch, rank, eqs, false);
+                self.deliver(batch, rank, eqs);
                 planner.delivered.fetch_max(batch + 1, Ordering::AcqRel);
             }
             // The `Logged` this node sends itself also retires what `delivered` now allows
@@ -1983,7 +1984,7 @@ impl Applier for QNode {
             self.state.lock().home.insert((batch, rank), home);
         }
         planner.next_batch.fetch_max(batch + 1, Ordering::AcqRel);
-        self.deliver(batch, rank, eqs, false);
+        self.deliver(batch, rank, eqs);
         planner.delivered.fetch_max(batch + 1, Ordering::AcqRel);
         self.tell_instance(|| QMsg::Logged { batch, rank });
     }
