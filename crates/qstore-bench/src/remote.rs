@@ -23,6 +23,7 @@ use qstore_engine::server::proto::{
 use qstore_engine::server::MAX_ANSWER_FRAME;
 use qstore_engine::stages::StageSnapshot;
 use qstore_engine::{ReplyTo, TxnRequest};
+use qstore_log::LogStats;
 use qstore_net::auth::ClusterSecret;
 use qstore_net::frame::{FrameDecoder, FrameEncoder, DEFAULT_FLUSH_BYTES, DEFAULT_MAX_FRAME};
 use rustc_hash::FxHashMap;
@@ -259,6 +260,18 @@ impl Target for RemoteCluster {
                 Vec::new()
             }
         }
+    }
+
+    /// What every server's logs did so far, summed (`None`: none keeps a data directory).
+    fn log_stats(&self) -> Option<LogStats> {
+        let stats = self
+            .stats()
+            .map_err(|e| tracing::warn!("cannot fetch server statistics: {e}"))
+            .ok()?;
+        stats
+            .into_iter()
+            .filter_map(|s| s.log)
+            .reduce(LogStats::plus)
     }
 
     /// Every server's stage totals, merged: means and figures per transaction (percentiles

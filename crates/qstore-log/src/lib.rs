@@ -41,8 +41,8 @@ pub type Lsn = u64;
 /// record read from disk fails its checks; the iterator ends after an error.
 pub type Records<'a> = Box<dyn Iterator<Item = Result<(Lsn, Vec<u8>), LogError>> + Send + 'a>;
 
-/// Counters of a log's work since it was opened.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+/// Counters of a log's work since it was opened (servers report them to clients).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct LogStats {
     /// Records appended.
     pub appends: u64,

@@ -716,6 +716,7 @@ impl IoThread {
             bytes_sent,
             frames_sent,
             stages: self.shared.cluster.stages().map(|s| s.totals().clone()),
+            log: self.shared.cluster.ctx().log_stats(),
         }
     }
 

@@ -127,6 +127,8 @@ pub struct ServerStats {
     pub frames_sent: u64,
     /// The totals of the node's stage clocks so far, for protocols that time stages.
     pub stages: Option<crate::stages::StageTotals>,
+    /// What the node's logs did since it started (with a data directory).
+    pub log: Option<qstore_log::LogStats>,
 }
 
 /// What a node hands the client after a run for checking.
