@@ -283,6 +283,19 @@ impl Cluster {
         self.engine.net_counters()
     }
 
+    /// Waits until the epochs or batches the nodes recovered from their data directories have
+    /// run (see [`Engine::recovered`]), for at most `limit`; returns whether they have.
+    pub fn wait_recovered(&self, limit: std::time::Duration) -> bool {
+        let deadline = std::time::Instant::now() + limit;
+        while !self.engine.recovered() {
+            if std::time::Instant::now() >= deadline {
+                return false;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
+        true
+    }
+
     /// Time per stage of a transaction's life, for protocols that measure it.
     pub fn stages(&self) -> Option<crate::stages::StageSnapshot> {
         self.engine.stages()

@@ -10,6 +10,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+/// How long a restarted server waits for what its log recovered to run before it serves.
+const RECOVERY_WAIT: Duration = Duration::from_secs(60);
+
 /// The line a server prints when it serves (the launcher waits for it).
 pub fn ready_line(node: u32) -> String {
     format!("qstore server: node {node} ready")
@@ -83,6 +86,14 @@ pub fn serve(cfg: RunConfig, node: u32, record_history: bool) -> Result<(), QErr
         }
         Err(e) => return Err(e),
     };
+    // A restarted server serves once it has re-run what its log recovered (a deterministic
+    // protocol's replayed epochs would otherwise still run under the first clients).
+    if !cluster.wait_recovered(RECOVERY_WAIT) {
+        eprintln!(
+            "node {node}: what its log recovered is still running after {RECOVERY_WAIT:?}; \
+             serving clients anyway"
+        );
+    }
     let tally = Some(qstore_bench::verify::partition_tally(workload.clone()));
     let endpoint =
         ClientEndpoint::start(cluster.clone(), me, clients, health, secret, limits, tally)?;

@@ -141,6 +141,13 @@ pub trait Engine: Send + Sync {
     fn stages(&self) -> Option<crate::stages::StageSnapshot> {
         None
     }
+    /// Whether what this process's nodes recovered from their data directories has been
+    /// re-executed and decided: a restarted server waits for it before it serves clients,
+    /// so that nothing of a recovered log is still running under their transactions (their
+    /// results, the history and the state a client collects then agree).
+    fn recovered(&self) -> bool {
+        true
+    }
 }
 
 type Constructor = fn(Arc<EngineCtx>) -> Result<Box<dyn Engine>, QError>;

@@ -250,6 +250,15 @@ impl Engine for Calvin {
         Some(self.net.counters())
     }
 
+    /// Every local node applied what its group's log holds, and finished every transaction
+    /// it is home to (before clients come, those are the recovered log's).
+    fn recovered(&self) -> bool {
+        self.local().all(|n| {
+            let applied = n.group.member.get().is_none_or(|m| m.settled());
+            applied && n.home.lock().is_empty()
+        })
+    }
+
     fn shutdown(&self) {
         // Epochs go on while the transactions in flight finish: every node needs every
         // sequencer's epochs.
