@@ -156,7 +156,8 @@ impl<'a> Scheduler<'a> {
     /// is running or waiting here.
     fn checkpoint_if_due(&mut self) {
         let Some(c) = &self.node.ckpt else { return };
-        if self.next_epoch < c.hold_from() || self.free.len() < self.slots.len() {
+        // Busy first: it is the common case, and it needs no lock.
+        if self.free.len() < self.slots.len() || self.next_epoch < c.hold_from() {
             return;
         }
         // SAFETY: every transaction scheduled here is done (its slot is free), and no later
