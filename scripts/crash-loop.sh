@@ -25,7 +25,12 @@
 # (A server restarted alone, into a cluster still running, is refused by its peers: that
 # rejoin is not built yet.)
 #
-# usage: [WORKLOAD=bank|append] [KILL=all|one] scripts/crash-loop.sh [ROUNDS] [SEED] [PROTOCOLS...]
+# With RF=2 or 3 (qstore and calvin only) every partition has that many copies: a server
+# killed alone is then survived (its groups elect other leaders, its cluster instance goes
+# out of service) until the rest are killed; the restart brings every copy back and
+# `--verify` checks that all copies in service agree.
+#
+# usage: [WORKLOAD=bank|append] [KILL=all|one] [RF=1|2|3] scripts/crash-loop.sh [ROUNDS] [SEED] [PROTOCOLS...]
 #        (default: qstore calvin no_wait occ maat sundial; needs a release build)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -35,6 +40,7 @@ shift $(($# < 2 ? $# : 2))
 protocols=("$@")
 workload=${WORKLOAD:-bank}
 kill=${KILL:-all}
+rf=${RF:-1}
 case "$kill" in all | one) ;; *)
   echo "KILL must be all or one, not $kill" >&2
   exit 2
@@ -53,7 +59,7 @@ for protocol in "${protocols[@]}"; do
   for i in $(seq 1 "$rounds"); do
     d="$work/$protocol-$i" after=$((500 + RANDOM % 3000))
     mkdir -p "$d"
-    common=(--protocol "$protocol" --workload "$workload" --nodes 3 --data-dir "$d"
+    common=(--protocol "$protocol" --workload "$workload" --nodes 3 --replication-factor "$rf" --data-dir "$d"
       --cluster-file "$d/cluster.toml" -q)
     # Every protocol checkpoints every second: the kill strikes before, during or after one,
     # and recovery starts from the checkpoint in place (qstore and calvin: the newest every
@@ -69,7 +75,7 @@ for protocol in "${protocols[@]}"; do
     sleep "$(awk "BEGIN { print $after / 1000 }")"
     what="all servers killed"
     if [ "$kill" = one ]; then
-      victim=$((RANDOM % 3))
+      victim=$((RANDOM % (3 * rf)))
       pkill -9 -f "server --cluster $d/cluster.toml --node $victim( |\$)" || true
       what="server $victim killed, the rest 1 s later,"
       sleep 1

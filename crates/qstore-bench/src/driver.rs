@@ -98,6 +98,9 @@ struct Pending {
     /// The attempt's name, kept when it is resubmitted after a `NotLeader` answer and
     /// cleared for a new attempt (see `TxnKey`).
     key: TxnKey,
+    /// An earlier submission of this attempt was answered `NotLeader`: it may still run
+    /// (its group's log may commit it), so a later refusal does not mean it failed.
+    may_have_run: bool,
 }
 
 /// A retry waiting for its back-off to pass.
@@ -335,6 +338,7 @@ impl<'a> Driver<'a> {
             first_submit,
             birth_us: self.wall_us(first_submit),
             retries: 0,
+            may_have_run: false,
             elle,
             recon: None,
             key: TxnKey::default(),
@@ -449,6 +453,7 @@ impl<'a> Driver<'a> {
                 // transactions that saw the same rows restart together).
                 p.call = p.recon.take().expect("checked above");
                 p.key = TxnKey::default();
+                p.may_have_run = false;
                 self.retry(p, now);
             }
             TxnOutcome::Committed(outputs) => {
@@ -474,15 +479,23 @@ impl<'a> Driver<'a> {
                     self.control.cc_aborts.fetch_add(1, Ordering::Relaxed);
                 }
                 p.key = TxnKey::default();
+                p.may_have_run = false;
                 self.retry(p, now);
             }
             TxnOutcome::NotLeader { .. } => {
-                // Not run: the same attempt goes again (the cluster routes it to the group's
-                // leader, which answers a transaction it already ran with its outcome).
+                // Not run yet: the same attempt goes again (the cluster routes it to the
+                // group's leader, which answers a transaction it already ran with its
+                // outcome). The proposal of the member that answered may still commit.
                 self.stats.redirected += 1;
+                p.may_have_run = true;
                 self.retry(p, now);
             }
             TxnOutcome::LogicAbort(why) => self.logic_abort(p, &why, now),
+            // A refusal of a resubmission says nothing of the earlier submission, which may
+            // have committed: its history says "unknown", not "failed".
+            TxnOutcome::Rejected(why) if p.may_have_run => {
+                self.refused(&p, Completion::Info, why, now)
+            }
             TxnOutcome::Rejected(why) => self.refused(&p, Completion::Fail, why, now),
             // It may have committed: its list-append history says so.
             TxnOutcome::Unknown(why) => self.refused(&p, Completion::Info, why, now),

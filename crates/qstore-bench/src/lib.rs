@@ -502,6 +502,64 @@ mod tests {
         }
     }
 
+    /// A replicated cluster whose group leader is lost: a transaction's first submission is
+    /// answered `NotLeader` (its proposal may still commit), and its resubmission finds
+    /// every server of its group unreachable.
+    #[derive(Default)]
+    struct LeaderLost(parking_lot::Mutex<rustc_hash::FxHashSet<u64>>);
+
+    impl Target for LeaderLost {
+        fn submit(&self, _: NodeId, req: TxnRequest) {
+            use qstore_core::txn::TxnOutcome;
+            let again = !self.0.lock().insert(req.key.seq);
+            req.answer(if again {
+                TxnOutcome::Rejected("every server holding partition 0 is unreachable".into())
+            } else {
+                TxnOutcome::NotLeader { leader: None }
+            });
+        }
+        fn traffic(&self) -> Vec<(u64, u64)> {
+            Vec::new()
+        }
+    }
+
+    #[test]
+    fn a_refused_resubmission_is_recorded_as_unknown_not_failed() {
+        #[derive(Clone, Default)]
+        struct Buf(Arc<parking_lot::Mutex<Vec<u8>>>);
+        impl std::io::Write for Buf {
+            fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+                self.0.lock().extend_from_slice(b);
+                Ok(b.len())
+            }
+            fn flush(&mut self) -> std::io::Result<()> {
+                Ok(())
+            }
+        }
+        let mut cfg = small();
+        cfg.workload.name = "append".into();
+        cfg.workload.append.keys_per_partition = 100;
+        cfg.workload.append.multi_partition_fraction = 0.0;
+        cfg.client.txns = 10;
+        cfg.client.drain_timeout_s = 0.5;
+        let buf = Buf::default();
+        let elle = elle::ElleLog::new(Box::new(buf.clone()));
+        let workload = qstore_workload::build(&cfg).unwrap();
+        let d = drive(
+            &cfg,
+            &LeaderLost::default(),
+            workload.as_ref(),
+            &mut None,
+            Some(&elle),
+        );
+        assert!(d.stats.rejected > 0);
+        let history = String::from_utf8(buf.0.lock().clone()).unwrap();
+        assert!(history.contains(r#""type":"info""#), "{history}");
+        // The first submission may have committed: "fail" would let a checker call a later
+        // read of its append a read of an aborted write.
+        assert!(!history.contains(r#""type":"fail""#), "{history}");
+    }
+
     /// Drives `target` as `cfg` says on another thread; `None` if that takes over `limit`.
     fn drive_within(cfg: RunConfig, target: Answering, limit: Duration) -> Option<Driven> {
         let (tx, rx) = std::sync::mpsc::channel();
