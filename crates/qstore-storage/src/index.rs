@@ -143,7 +143,28 @@ impl Index {
         let slot = self.find(key).ok()?;
         let rid = self.rids[slot].load(Ordering::Relaxed);
         self.keys[slot].store(TOMBSTONE, Ordering::Release);
+        self.clear_tombstones_before(slot);
         Some(rid)
+    }
+
+    /// Turns the run of tombstones that ends at `slot` back into empty slots when the slot
+    /// after it is empty: no probe sequence can pass an empty slot, so none leads through
+    /// that run to a key beyond it, and a lookup that now stops earlier finds what it would
+    /// have found. Without this, tables whose keys come and go (rows moving between nodes,
+    /// deleted orders) fill with tombstones until every lookup of an absent key probes the
+    /// whole index. Called with the writer lock held.
+    fn clear_tombstones_before(&self, slot: usize) {
+        if self.keys[(slot + 1) & self.mask].load(Ordering::Relaxed) != EMPTY {
+            return;
+        }
+        let mut i = slot;
+        for _ in 0..=self.mask {
+            if self.keys[i].load(Ordering::Relaxed) != TOMBSTONE {
+                break;
+            }
+            self.keys[i].store(EMPTY, Ordering::Release);
+            i = i.wrapping_sub(1) & self.mask;
+        }
     }
 
     /// Calls `f(key, rid)` for every entry (unspecified order).
@@ -201,6 +222,34 @@ mod tests {
                 }
             }
         }
+    }
+
+    /// Keys that come and go leave no tombstones behind once their neighbours are gone too:
+    /// an index emptied by removals is all empty slots again.
+    #[test]
+    fn removals_leave_no_tombstone_runs_before_an_empty_slot() {
+        let idx = Index::new(1_000);
+        let mut rng = qstore_core::rng::stream(5, 0);
+        use rand::Rng as _;
+        let mut live = std::collections::BTreeSet::new();
+        for _ in 0..50_000 {
+            let key = rng.random_range(0..5_000u64);
+            if live.remove(&key) {
+                assert!(idx.remove(key).is_some());
+            } else if live.len() < 1_000 {
+                assert!(idx.insert(key, 0));
+                live.insert(key);
+            }
+        }
+        for &k in &live {
+            assert_eq!(idx.get(k), Some(0), "key {k}");
+            idx.remove(k);
+        }
+        let left = idx
+            .keys
+            .iter()
+            .filter(|k| k.load(Ordering::Relaxed) != EMPTY);
+        assert_eq!(left.count(), 0, "slots not empty after every key left");
     }
 
     /// Runs of consecutive keys share a run of slots; runs that land on each other still

@@ -436,6 +436,55 @@ impl Table {
             .map_or(RowVersion::INITIAL, |&(_, grave)| grave)
     }
 
+    /// Takes `key`'s row out of the table, for a protocol that moves records between nodes:
+    /// its bytes and version, or `None` if the key is absent. The slot is reused by later
+    /// inserts; the version travels with the bytes, so the row's history goes on where it
+    /// lands ([`Table::adopt_row`]).
+    ///
+    /// # Safety
+    /// The caller has exclusive access to the row (nobody else reads or writes its bytes).
+    pub unsafe fn take_row(&self, key: u64) -> Option<(Vec<u8>, RowVersion)> {
+        let (rid, version) = self.lookup_versioned(key)?;
+        // SAFETY: `rid` is live, and the caller has the row to itself.
+        let bytes = unsafe { self.row(rid) }.to_vec();
+        self.remove(key);
+        Some((bytes, version))
+    }
+
+    /// Puts a row taken from another table ([`Table::take_row`]) in place with its version.
+    /// `Ok(false)` if the key is already here.
+    pub fn adopt_row(&self, key: u64, bytes: &[u8], version: RowVersion) -> Result<bool, QError> {
+        if bytes.len() != self.row_size() {
+            return Err(QError::Other(format!(
+                "a row of {} bytes for table {}, whose rows have {}",
+                bytes.len(),
+                self.schema.name,
+                self.row_size()
+            )));
+        }
+        let placed = self.insert_with(key, version, |_, row| row.copy_from_slice(bytes))?;
+        Ok(placed.is_some())
+    }
+
+    /// Forgets the deletes recorded for absent `key`, for a protocol that moves the key to
+    /// another node: the version a read of the absent key observes there
+    /// ([`Table::absent_version`]), which [`Table::bury`] puts back where it lands.
+    pub fn take_grave(&self, key: u64) -> RowVersion {
+        let graves = self.graves.lock().remove(&key);
+        graves
+            .and_then(|g| g.last().copied())
+            .map_or(RowVersion::INITIAL, |(_, grave)| grave)
+    }
+
+    /// Records that absent `key` was last deleted at version `grave` (moved here with
+    /// [`Table::take_grave`]). The record's "before" is the grave itself, a dead version no
+    /// live row's delete starts from, so [`Table::unbury`] never takes it back.
+    pub fn bury(&self, key: u64, grave: RowVersion) {
+        if grave != RowVersion::INITIAL {
+            self.graves.lock().insert(key, vec![(grave, grave)]);
+        }
+    }
+
     /// Loads rows `keys` in bulk, filling each with `fill(key, row)`. Used before the run
     /// starts.
     pub fn load(
@@ -502,9 +551,22 @@ pub struct PartitionStore {
 
 impl PartitionStore {
     pub fn new(id: PartitionId, schemas: &[TableSchema]) -> Self {
+        Self::with_room(id, schemas, 1)
+    }
+
+    /// A partition whose tables have room for `room` times their rows per partition (up to
+    /// [`Table::MAX_ROWS`]): for protocols that move records of other partitions in.
+    pub fn with_room(id: PartitionId, schemas: &[TableSchema], room: usize) -> Self {
+        let widen = |s: &TableSchema| TableSchema {
+            capacity_per_partition: s
+                .capacity_per_partition
+                .saturating_mul(room.max(1))
+                .min(Table::MAX_ROWS),
+            ..s.clone()
+        };
         PartitionStore {
             id,
-            tables: schemas.iter().cloned().map(Table::new).collect(),
+            tables: schemas.iter().map(widen).map(Table::new).collect(),
         }
     }
 
