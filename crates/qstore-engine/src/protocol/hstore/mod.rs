@@ -16,26 +16,24 @@ use qstore_core::{Key, QError, TableId, TxnId};
 use std::collections::VecDeque;
 use std::sync::Arc;
 
-/// Who holds the partition, and who waits for it, first come first served.
+/// Who holds the partition, and who waits for it, first come first served. H^L-Store
+/// (`leap`) takes its partitions the same way.
 #[derive(Default)]
-struct PartitionLock {
+pub(crate) struct PartitionLock {
+    state: Mutex<Holders>,
+}
+
+#[derive(Default)]
+struct Holders {
     holder: Option<TxnId>,
     queue: VecDeque<TxnId>,
 }
 
-#[derive(Default)]
-struct HStore {
-    partition: Mutex<PartitionLock>,
-}
-
-impl Cc for HStore {
-    /// Whether the transaction holds the partition.
-    type Held = bool;
-
-    const RESERVES_PARTITIONS: bool = true;
-
-    fn reserve(&self, txn: TxnId, _: &Attempt, held: &mut bool) -> Gate {
-        let mut p = self.partition.lock();
+impl PartitionLock {
+    /// Takes the partition for `txn` (`held`: whether it has it), or queues it. Asked again
+    /// when the wait ends.
+    pub(crate) fn reserve(&self, txn: TxnId, held: &mut bool) -> Gate {
+        let mut p = self.state.lock();
         match p.holder {
             Some(h) if h == txn => {}
             None => p.holder = Some(txn),
@@ -48,6 +46,33 @@ impl Cc for HStore {
         }
         *held = true;
         Gate::Go
+    }
+
+    /// `txn` lets the partition go, if it `held` it; the next in line is added to `woken`.
+    pub(crate) fn release(&self, txn: TxnId, held: &mut bool, woken: &mut Vec<TxnId>) {
+        if !std::mem::take(held) {
+            return;
+        }
+        let mut p = self.state.lock();
+        debug_assert_eq!(p.holder, Some(txn));
+        p.holder = p.queue.pop_front();
+        woken.extend(p.holder);
+    }
+}
+
+#[derive(Default)]
+struct HStore {
+    partition: PartitionLock,
+}
+
+impl Cc for HStore {
+    /// Whether the transaction holds the partition.
+    type Held = bool;
+
+    const RESERVES_PARTITIONS: bool = true;
+
+    fn reserve(&self, txn: TxnId, _: &Attempt, held: &mut bool) -> Gate {
+        self.partition.reserve(txn, held)
     }
 
     fn access(
@@ -64,13 +89,7 @@ impl Cc for HStore {
     }
 
     fn release(&self, txn: TxnId, held: &mut bool, woken: &mut Vec<TxnId>) {
-        if !std::mem::take(held) {
-            return;
-        }
-        let mut p = self.partition.lock();
-        debug_assert_eq!(p.holder, Some(txn));
-        p.holder = p.queue.pop_front();
-        woken.extend(p.holder);
+        self.partition.release(txn, held, woken);
     }
 }
 

@@ -8,13 +8,11 @@
 //! - `dl_detect`: it waits; a detector at node 0 gathers the waits-for edges of every node,
 //!   and aborts the youngest transaction of every cycle (see `interactive::deadlock`).
 
-mod locks;
+pub use crate::protocol::locks::Policy;
 
-pub use locks::Policy;
-
-use self::locks::LockTable;
 use crate::cluster::EngineCtx;
 use crate::protocol::interactive::{self, Attempt, Cc, Gate, WaitEdge};
+use crate::protocol::locks::LockTable;
 use crate::protocol::Engine;
 use qstore_core::{Key, QError, TableId, TxnId};
 use std::sync::Arc;

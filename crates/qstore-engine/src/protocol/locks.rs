@@ -1,5 +1,6 @@
 //! A record lock table: shared and exclusive locks, with the conflict rule of the 2PL
-//! variant (abort at once, or wait if older).
+//! variant (abort at once, or wait if older). 2PL uses the whole table; LEAP keeps a
+//! [`LockEntry`] in each record's state beside its ownership.
 
 use crate::protocol::interactive::{Age, Gate};
 use parking_lot::Mutex;
@@ -21,10 +22,11 @@ pub enum Policy {
     Wait,
 }
 
-type Record = (TableId, Key);
+pub(crate) type Record = (TableId, Key);
 
+/// One record's lock: its holders and, in arrival order, its waiters.
 #[derive(Default)]
-struct LockEntry {
+pub(crate) struct LockEntry {
     exclusive: bool,
     owners: Vec<(TxnId, Age)>,
     waiters: VecDeque<Waiter>,
@@ -37,7 +39,7 @@ struct Waiter {
 }
 
 impl LockEntry {
-    fn owns(&self, txn: TxnId) -> bool {
+    pub(crate) fn owns(&self, txn: TxnId) -> bool {
         self.owners.iter().any(|&(t, _)| t == txn)
     }
 
@@ -63,6 +65,55 @@ impl LockEntry {
         let holders = self.owners.iter().filter(|&&(t, _)| t != txn).map(|o| o.1);
         let waiters = self.waiters.iter().map(|w| w.age);
         holders.chain(waiters).all(|a| age < a)
+    }
+
+    /// Whether nobody holds or waits for the lock.
+    pub(crate) fn is_free(&self) -> bool {
+        self.owners.is_empty() && self.waiters.is_empty()
+    }
+
+    /// Asks for the lock in mode `write` for `txn`, under `policy`; also true when `txn`
+    /// holds it from now on (granted, or queued: a waiter is released with the holders).
+    /// Asking again for a lock held (or granted while waiting) answers `Go`.
+    pub(crate) fn ask(
+        &mut self,
+        policy: Policy,
+        txn: TxnId,
+        age: Age,
+        write: bool,
+    ) -> (Gate, bool) {
+        let holds = self.owns(txn);
+        if holds && (!write || self.exclusive) {
+            return (Gate::Go, false);
+        }
+        if self.compatible(txn, write) && (holds || self.waiters.is_empty()) {
+            self.grant(txn, age, write);
+            return (Gate::Go, !holds);
+        }
+        let queued = self.waiters.iter().any(|w| w.txn == txn);
+        match policy {
+            Policy::NoWait => (Gate::Abort(CcAbortCause::Conflict), false),
+            _ if queued => (Gate::Wait, false),
+            Policy::WaitDie if !self.oldest(txn, age) => {
+                (Gate::Abort(CcAbortCause::WaitDie), false)
+            }
+            Policy::WaitDie | Policy::Wait => {
+                self.waiters.push_back(Waiter { txn, age, write });
+                (Gate::Wait, !holds)
+            }
+        }
+    }
+
+    /// `txn` lets go of the lock (held or waited for); waiters that now fit are granted and
+    /// added to `woken`.
+    pub(crate) fn release(&mut self, txn: TxnId, woken: &mut Vec<TxnId>) {
+        self.owners.retain(|&(t, _)| t != txn);
+        self.waiters.retain(|w| w.txn != txn);
+        // An exclusive lock has a single owner, so it ends with that owner.
+        if self.owners.is_empty() {
+            self.exclusive = false;
+        }
+        self.grant_waiters(woken);
     }
 
     /// Grants waiters from the front for as long as they fit.
@@ -135,49 +186,17 @@ impl LockTable {
     fn ask(&self, txn: TxnId, age: Age, r: Record, write: bool, held: &mut Vec<Record>) -> Gate {
         let mut shard = self.shard(r).lock();
         let e = shard.entry(r).or_default();
-        let holds = e.owns(txn);
-        if holds && (!write || e.exclusive) {
-            return Gate::Go;
+        let (gate, newly) = e.ask(self.policy, txn, age, write);
+        if newly {
+            held.push(r);
         }
-        if e.compatible(txn, write) && (holds || e.waiters.is_empty()) {
-            e.grant(txn, age, write);
-            if !holds {
-                held.push(r);
-            }
-            return Gate::Go;
+        if self.policy == Policy::Wait && gate == Gate::Wait {
+            self.waiting.lock().on.insert(txn, r);
         }
-        match self.policy {
-            Policy::NoWait => {
-                if e.owners.is_empty() && e.waiters.is_empty() {
-                    shard.remove(&r);
-                }
-                Gate::Abort(CcAbortCause::Conflict)
-            }
-            Policy::WaitDie => {
-                if e.waiters.iter().any(|w| w.txn == txn) {
-                    return Gate::Wait;
-                }
-                if !e.oldest(txn, age) {
-                    return Gate::Abort(CcAbortCause::WaitDie);
-                }
-                e.waiters.push_back(Waiter { txn, age, write });
-                if !holds {
-                    // Owned once granted; released with the rest.
-                    held.push(r);
-                }
-                Gate::Wait
-            }
-            Policy::Wait => {
-                if !e.waiters.iter().any(|w| w.txn == txn) {
-                    e.waiters.push_back(Waiter { txn, age, write });
-                    if !holds {
-                        held.push(r);
-                    }
-                }
-                self.waiting.lock().on.insert(txn, r);
-                Gate::Wait
-            }
+        if e.is_free() {
+            shard.remove(&r);
         }
+        gate
     }
 
     /// Every waiting transaction with what it waits for: the record's owners, and the
@@ -226,19 +245,13 @@ impl LockTable {
         for r in held.drain(..) {
             let mut shard = self.shard(r).lock();
             let Some(e) = shard.get_mut(&r) else { continue };
-            e.owners.retain(|&(t, _)| t != txn);
-            e.waiters.retain(|w| w.txn != txn);
+            e.release(txn, woken);
             if self.policy == Policy::Wait {
                 let mut waiting = self.waiting.lock();
                 waiting.on.remove(&txn);
                 waiting.victims.remove(&txn);
             }
-            // An exclusive lock has a single owner, so it ends with that owner.
-            if e.owners.is_empty() {
-                e.exclusive = false;
-            }
-            e.grant_waiters(woken);
-            if e.owners.is_empty() && e.waiters.is_empty() {
+            if e.is_free() {
                 shard.remove(&r);
             }
         }
