@@ -458,6 +458,7 @@ mod tests {
                 tally: None,
                 in_service,
                 failovers: 0,
+                audit: None,
             })
         };
         // 2 partitions x 3 copies, by server: instance after instance.

@@ -24,6 +24,9 @@ pub struct Verification {
     pub oracle: Option<OracleVerdict>,
     /// Workload invariants: summary or failure (`None` if the workload has none).
     pub invariants: Option<Result<String, String>>,
+    /// The protocol's own end-of-run check, for protocols that keep one (LEAP: every record
+    /// has exactly one owner, and the owner tables agree with where the data is).
+    pub protocol_check: Option<Result<String, String>>,
     /// Violations seen by clients in committed answers (e.g. a bank audit's sum).
     pub client_violations: u64,
     pub first_client_violation: Option<String>,
@@ -74,6 +77,7 @@ impl Verification {
                 .as_ref()
                 .is_none_or(|o| o.hashes_match && o.divergent == 0)
             && !matches!(self.invariants, Some(Err(_)))
+            && !matches!(self.protocol_check, Some(Err(_)))
             && self.client_violations == 0
             && self.unanswered == 0
     }
@@ -127,6 +131,11 @@ impl Verification {
             Some(Err(e)) => writeln!(f, "invariants: VIOLATED ({e})")?,
             None => {}
         }
+        match &self.protocol_check {
+            Some(Ok(s)) => writeln!(f, "ownership: ok ({s})")?,
+            Some(Err(e)) => writeln!(f, "ownership: VIOLATED ({e})")?,
+            None => {}
+        }
         if self.client_violations > 0 {
             writeln!(
                 f,
@@ -174,6 +183,7 @@ pub fn verify(
         clients,
     )?;
     v.invariants = check_final(workload, cluster);
+    v.protocol_check = cluster.protocol_check();
     Ok(v)
 }
 
@@ -275,6 +285,13 @@ pub fn verify_remote(
         clients,
     )?;
     v.invariants = invariants;
+    let audits: Vec<Vec<u8>> = collected
+        .iter()
+        .flatten()
+        .filter_map(|c| c.audit.clone())
+        .collect();
+    let pmap = workload.partition_map();
+    v.protocol_check = qstore_engine::protocol::check_audits(&cfg.protocol.name, pmap, &audits);
     Ok(v)
 }
 
@@ -337,6 +354,7 @@ fn verify_recorded(
         read_committed,
         oracle,
         invariants: None,
+        protocol_check: None,
         client_violations: clients.invariant_violations,
         first_client_violation: clients.first_violation.clone(),
         unanswered: clients.unfinished,

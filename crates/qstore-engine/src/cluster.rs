@@ -222,7 +222,14 @@ impl Cluster {
         };
         let mut cfg = cfg;
         cfg.cluster.resolve_workers(local.len() as u32);
-        let partitions = load_partitions(&placement, &local, &catalog, load)?;
+        // A protocol that moves records between nodes may gather any of them on one node.
+        let moves = protocol::info(&cfg.protocol.name).is_some_and(|p| p.moves_records);
+        let room = if moves {
+            placement.servers() as usize
+        } else {
+            1
+        };
+        let partitions = load_partitions(&placement, &local, &catalog, load, room)?;
         let data_dirs = open_data_dirs(&cfg, &partitions)?;
         let load_time = started.elapsed();
         // One recorder per cluster instance hosted here: each records what it runs.
@@ -310,16 +317,32 @@ impl Cluster {
     /// Stops the protocol's threads and hands back the data for inspection.
     pub fn stop(self) -> StoppedCluster {
         self.engine.shutdown();
-        StoppedCluster { ctx: self.ctx }
+        StoppedCluster {
+            audit: self.engine.audit(),
+            ctx: self.ctx,
+        }
+    }
+
+    /// The protocol's account of the nodes hosted here (see [`Engine::audit`]).
+    pub fn audit(&self) -> Option<Vec<u8>> {
+        self.engine.audit()
     }
 }
 
 /// A cluster whose threads have stopped: its data can be inspected safely.
 pub struct StoppedCluster {
     ctx: Arc<EngineCtx>,
+    audit: Option<Vec<u8>>,
 }
 
 impl StoppedCluster {
+    /// The protocol's own end-of-run check over every node (LEAP: record ownership), for
+    /// protocols that keep one.
+    pub fn protocol_check(&self) -> Option<Result<String, String>> {
+        let parts = std::slice::from_ref(self.audit.as_ref()?);
+        protocol::check_audits(&self.ctx.cfg.protocol.name, &self.ctx.pmap, parts)
+    }
+
     /// Content hash of each partition copy hosted here, in node order (instance by instance
     /// with replication).
     pub fn partition_hashes(&self) -> Vec<u64> {
@@ -350,18 +373,22 @@ fn open_data_dirs(
 }
 
 /// Creates and loads the partition copies of the nodes in `local`, several at a time (one
-/// thread per core). By node id.
+/// thread per core), each with `room` times its tables' rows of room. By node id.
 pub(crate) fn load_partitions(
     placement: &Placement,
     local: &[NodeId],
     catalog: &Catalog,
     load: &LoadFn<'_>,
+    room: usize,
 ) -> Result<Vec<Option<Arc<PartitionStore>>>, QError> {
     let stores: Vec<(NodeId, Arc<PartitionStore>)> = local
         .iter()
         .map(|&n| {
             let p = placement.partition_of(n);
-            (n, Arc::new(PartitionStore::new(p, &catalog.tables)))
+            (
+                n,
+                Arc::new(PartitionStore::with_room(p, &catalog.tables, room)),
+            )
         })
         .collect();
     let threads = std::thread::available_parallelism().map_or(2, |n| n.get());

@@ -29,7 +29,7 @@ pub fn replay(
 ) -> Result<OracleResult, QError> {
     let placement = Placement::new(pmap.partitions(), 1);
     let all: Vec<NodeId> = (0..pmap.partitions()).map(NodeId).collect();
-    let stores = load_partitions(&placement, &all, catalog, load)?;
+    let stores = load_partitions(&placement, &all, catalog, load, 1)?;
     let store = |p: PartitionId| stores[p.index()].as_deref().expect("all loaded");
     let mut scratch = TxnScratch::default();
     let mut divergent = Vec::new();

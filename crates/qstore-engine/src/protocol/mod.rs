@@ -5,6 +5,8 @@ pub(crate) mod checkpoint;
 pub use checkpoint::load_into as load_checkpoint;
 pub mod hstore;
 pub(crate) mod interactive;
+pub mod leap;
+pub(crate) mod locks;
 pub mod maat;
 pub mod mvcc;
 pub mod occ;
@@ -148,6 +150,25 @@ pub trait Engine: Send + Sync {
     fn recovered(&self) -> bool {
         true
     }
+    /// The protocol's own account of this process's nodes, for a check after the run that
+    /// needs every node's ([`check_audits`]): LEAP's record ownership. Encoded, so that a
+    /// server can hand it to the client that verifies the run.
+    fn audit(&self) -> Option<Vec<u8>> {
+        None
+    }
+}
+
+/// Checks the accounts ([`Engine::audit`]) of every node of a cluster that ran `protocol`
+/// with partition map `pmap`: `None` when the protocol keeps none.
+pub fn check_audits(
+    protocol: &str,
+    pmap: &qstore_core::partition::PartitionMap,
+    parts: &[Vec<u8>],
+) -> Option<Result<String, String>> {
+    match info(protocol) {
+        Some(p) if p.moves_records => Some(leap::check_audit_parts(pmap, parts)),
+        _ => None,
+    }
 }
 
 type Constructor = fn(Arc<EngineCtx>) -> Result<Box<dyn Engine>, QError>;
@@ -159,6 +180,9 @@ pub struct ProtocolInfo {
     /// Whether a serial replay of its serialization order must reproduce its final state
     /// (the serial oracle applies).
     pub deterministic: bool,
+    /// Whether it moves records between nodes (LEAP): every node's tables then have room
+    /// for every record of the cluster.
+    pub moves_records: bool,
     pub summary: &'static str,
     start: Constructor,
 }
@@ -168,74 +192,100 @@ pub const PROTOCOLS: &[ProtocolInfo] = &[
     ProtocolInfo {
         name: "serial",
         deterministic: true,
+        moves_records: false,
         summary: "one thread runs every transaction of the cluster in turn, no concurrency control",
         start: serial::start,
     },
     ProtocolInfo {
         name: "qstore",
         deterministic: true,
+        moves_records: false,
         summary: "Q-Store: planned batches of prioritised execution queues, no two-phase commit",
         start: qstore::start,
     },
     ProtocolInfo {
         name: "calvin",
         deterministic: true,
+        moves_records: false,
         summary: "Calvin: sequenced epochs, deterministic locking (lock table or VLL), no two-phase commit",
         start: calvin::start,
     },
     ProtocolInfo {
         name: "hstore",
         deterministic: false,
+        moves_records: false,
         summary: "H-Store: one transaction at a time per partition, partitions taken in order, 2PC",
         start: hstore::start,
     },
     ProtocolInfo {
         name: "no_wait",
         deterministic: false,
+        moves_records: false,
         summary: "two-phase locking, abort on any lock conflict, two-phase commit",
         start: twopl::start_no_wait,
     },
     ProtocolInfo {
         name: "wait_die",
         deterministic: false,
+        moves_records: false,
         summary: "two-phase locking, wait only for younger lock holders (else abort), 2PC",
         start: twopl::start_wait_die,
     },
     ProtocolInfo {
         name: "dl_detect",
         deterministic: false,
+        moves_records: false,
         summary: "two-phase locking, wait on any conflict, cluster-wide deadlock detection (youngest of a cycle aborts), 2PC",
         start: twopl::start_dl_detect,
     },
     ProtocolInfo {
         name: "timestamp",
         deterministic: false,
+        moves_records: false,
         summary: "basic timestamp ordering: reads and buffered writes checked against per-row timestamps, 2PC",
         start: timestamp::start,
     },
     ProtocolInfo {
         name: "mvcc",
         deterministic: false,
+        moves_records: false,
         summary: "multi-version timestamp ordering: reads of the past take older versions and never abort, 2PC",
         start: mvcc::start,
     },
     ProtocolInfo {
         name: "occ",
         deterministic: false,
+        moves_records: false,
         summary: "optimistic (Google F1): read phase on copies, then lock, validate and install at commit, 2PC",
         start: occ::start,
     },
     ProtocolInfo {
         name: "maat",
         deterministic: false,
+        moves_records: false,
         summary: "MaaT: commit-timestamp ranges per transaction, shrunk at validation to order conflicts; commit at the smallest common timestamp, 2PC",
         start: maat::start,
     },
     ProtocolInfo {
         name: "sundial",
         deterministic: false,
+        moves_records: false,
         summary: "Sundial: logical leases per row; commit at a timestamp inside every lease, renewed at prepare; write locks WAIT_DIE, 2PC",
         start: sundial::start,
+    },
+    ProtocolInfo {
+        name: "lstore",
+        deterministic: false,
+        moves_records: true,
+        summary: "LEAP (L-Store): records move to the node of the transaction that needs them, which then runs and commits locally; no 2PC",
+        start: leap::start_lstore,
+    },
+    ProtocolInfo {
+        name: "hlstore",
+        deterministic: false,
+        moves_records: true,
+        summary: "LEAP on H-Store (H^L-Store): one transaction at a time per partition; records move to the transaction's node instead of 2PC",
+        start: leap::start_hlstore,
     },
 ];
 

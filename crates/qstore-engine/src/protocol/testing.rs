@@ -86,6 +86,9 @@ pub(crate) fn run_contended(
         }
     });
     let stopped = cluster.stop();
+    if let Some(Err(e)) = stopped.protocol_check() {
+        return Err(format!("the protocol's own check failed: {e}"));
+    }
     match stuck.into_inner() {
         0 => {
             let recorder = stopped.ctx().history.as_ref().expect("recorded");
@@ -96,7 +99,9 @@ pub(crate) fn run_contended(
 }
 
 /// Submits `call` at `home` until it commits (true) or ends otherwise (false), retrying
-/// concurrency-control aborts; `None` if an attempt is not answered within `patience`.
+/// concurrency-control aborts as clients do: with the first attempt's age, after a back-off
+/// that grows with the retries (a retry at once, with a new age, can spin for as long as
+/// what it met is held). `None` if an attempt is not answered within `patience`.
 fn run_to_end(
     cluster: &Cluster,
     home: NodeId,
@@ -104,16 +109,24 @@ fn run_to_end(
     ids: &AtomicU64,
     patience: Duration,
 ) -> Option<bool> {
-    loop {
+    let birth_us = crate::protocol::wall_clock_us();
+    for retries in 0u32.. {
         let (tx, rx) = crossbeam_channel::bounded(1);
         let id = TxnId(ids.fetch_add(1, Ordering::Relaxed));
-        cluster.submit(home, TxnRequest::new(id, call.clone(), tx));
+        let mut req = TxnRequest::new(id, call.clone(), tx);
+        req.birth_us = birth_us;
+        cluster.submit(home, req);
         match rx.recv_timeout(patience).ok()?.outcome {
             TxnOutcome::Committed(_) => return Some(true),
-            TxnOutcome::CcAbort(_) => std::thread::yield_now(),
+            TxnOutcome::CcAbort(_) if retries < 4 => std::thread::yield_now(),
+            TxnOutcome::CcAbort(_) => {
+                let us = 10u64 << retries.min(10);
+                std::thread::sleep(Duration::from_micros(us.min(2_000)));
+            }
             _ => return Some(false),
         }
     }
+    unreachable!("retries until an answer ends the loop")
 }
 
 /// [`run_contended`] that panics when a transaction goes unanswered for 30 s.
@@ -129,12 +142,23 @@ pub(crate) fn contended_ycsb_within(
     commits: u64,
     patience: Duration,
 ) -> Result<qstore_check::Report, String> {
+    contended_ycsb_tuned(start, commits, patience, &|_| {})
+}
+
+/// [`contended_ycsb_within`] with the configuration changed by `tune` (e.g. messages lost).
+pub(crate) fn contended_ycsb_tuned(
+    start: StartFn<'_>,
+    commits: u64,
+    patience: Duration,
+    tune: &dyn Fn(&mut RunConfig),
+) -> Result<qstore_check::Report, String> {
     let mut cfg = RunConfig::default();
     cfg.cluster.nodes = 2;
     cfg.cluster.workers = 2;
     let y = &mut cfg.workload.ycsb;
     (y.records_per_partition, y.ops_per_txn, y.theta) = (64, 4, 0.9);
     y.multi_partition_fraction = 0.5;
+    tune(&mut cfg);
     let workload = qstore_workload::build(&cfg).expect("a valid workload");
     let nodes = cfg.cluster.nodes;
     let load = |p, loader: &mut dyn qstore_core::txn::RowLoader| workload.load(p, loader);
@@ -298,7 +322,18 @@ fn claims_catalog() -> Catalog {
 /// current windows, three claims to a free) on the engine `start` makes, retrying concurrency-control
 /// aborts, and returns the history checker's report.
 pub(crate) fn contended_claims(start: StartFn<'_>, commits: u64) -> qstore_check::Report {
+    contended_claims_as(&RunConfig::default().protocol.name, start, commits)
+}
+
+/// [`contended_claims`] of the registry's protocol `name` (the cluster sizes its tables for
+/// it: a protocol that moves records gathers them on one node).
+pub(crate) fn contended_claims_as(
+    name: &str,
+    start: StartFn<'_>,
+    commits: u64,
+) -> qstore_check::Report {
     let mut cfg = RunConfig::default();
+    cfg.protocol.name = name.into();
     cfg.cluster.nodes = 2;
     cfg.cluster.workers = 2;
     let catalog = Arc::new(claims_catalog());
@@ -349,7 +384,7 @@ mod tests {
     fn every_protocol_protects_reads_of_absent_keys() {
         let mut failed = Vec::new();
         for p in crate::protocol::PROTOCOLS {
-            let report = contended_claims(&p.start, 2000);
+            let report = contended_claims_as(p.name, &p.start, 2000);
             if !report.is_serializable() {
                 failed.push(format!("{}: {report}", p.name));
             }

@@ -732,6 +732,7 @@ impl IoThread {
             failovers: placement.failovers(),
             partition_hash: store.content_hash(),
             tally: self.shared.tally.as_ref().and_then(|t| t(store)),
+            audit: self.shared.cluster.audit(),
             history: ctx
                 .history
                 .as_ref()

@@ -147,6 +147,9 @@ pub struct Collected {
     pub in_service: bool,
     /// Replicated: times the node saw its group's leadership move between servers.
     pub failovers: u32,
+    /// The protocol's account of the node for its own end-of-run check (LEAP: which records
+    /// it owns; see `Engine::audit`), for protocols that keep one.
+    pub audit: Option<Vec<u8>>,
 }
 
 /// The client's side of the handshake on a fresh connection: hello, check the server's proof,

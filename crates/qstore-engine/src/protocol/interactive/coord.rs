@@ -570,7 +570,7 @@ impl<C: Cc> NodeShell for Node<C> {
 
     /// Whether no transaction has state here: nothing coordinated, nothing held.
     fn quiescent(&self) -> bool {
-        self.coords.all().all(|s| s.lock().is_empty()) && self.parts_idle()
+        self.coords.all().all(|s| s.lock().is_empty()) && self.parts_idle() && self.cc.settled()
     }
 }
 

@@ -60,7 +60,7 @@ use qstore_net::{encoded_len, Envelope, NetCounters, Transport};
 use qstore_storage::{PartitionStore, RowId};
 use rustc_hash::FxHashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Weak};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
@@ -116,6 +116,32 @@ pub(crate) trait Cc: Send + Sync + 'static {
     /// Whether the coordinator reserves every partition the transaction touches, one after
     /// the other in ascending order, before its first access (H-Store).
     const RESERVES_PARTITIONS: bool = false;
+
+    /// Whether every access runs at the transaction's home node, whose concurrency control
+    /// brings the records there first (LEAP moves their ownership): the transaction then
+    /// has one participant and commits in one phase.
+    const RUNS_AT_HOME: bool = false;
+
+    /// How often [`Cc::tick`] runs, for protocols with timers of their own.
+    const TICK: Option<Duration> = None;
+
+    /// The node is up: `port` sends the protocol's own messages to peers and resumes
+    /// waiting transactions (for protocols that exchange messages outside transactions).
+    fn attach(&self, _port: Weak<dyn Port>) {}
+
+    /// A message of the protocol's own ([`Port::send_peer`]) from node `from`, about `txn`.
+    fn on_peer(&self, from: NodeId, _txn: TxnId, _msg: &[u8]) {
+        tracing::warn!("node {from} sent a message this protocol does not use; ignored");
+    }
+
+    /// Every [`Cc::TICK`]: resends what went unanswered, expires what is stale.
+    fn tick(&self) {}
+
+    /// Whether nothing of the protocol's own is under way here (LEAP: no transfer), so that
+    /// the node may stop once its transactions are done too.
+    fn settled(&self) -> bool {
+        true
+    }
 
     /// Whether a transaction with a single participant also goes through [`Cc::prepare`]
     /// (protocols that validate at commit); otherwise it commits in one phase.
@@ -303,6 +329,25 @@ pub(crate) trait Cc: Send + Sync + 'static {
     fn release(&self, txn: TxnId, held: &mut Self::Held, woken: &mut Vec<TxnId>);
 }
 
+/// What a node offers a concurrency control that talks to its peers (see [`Cc::attach`]).
+pub(crate) trait Port: Send + Sync {
+    /// Sends `msg`, in the protocol's own encoding, about `txn` to node `to` (to this node:
+    /// handled at once, so call it holding none of the protocol's locks).
+    fn send_peer(&self, to: NodeId, txn: TxnId, msg: Vec<u8>);
+    /// Resumes transactions whose wait ended.
+    fn wake(&self, txns: Vec<TxnId>);
+}
+
+impl<C: Cc> Port for Node<C> {
+    fn send_peer(&self, to: NodeId, txn: TxnId, msg: Vec<u8>) {
+        self.send(to, txn, Body::Peer(msg));
+    }
+
+    fn wake(&self, txns: Vec<TxnId>) {
+        self.wake_all(txns);
+    }
+}
+
 /// How far behind node `id`'s clock runs (the injected skew, `net.clock_skew_us`).
 fn clock_behind_us(ctx: &EngineCtx, id: NodeId) -> u64 {
     let last = u64::from(ctx.nodes().saturating_sub(1).max(1));
@@ -368,6 +413,8 @@ pub(crate) fn start<C: Cc>(
             bound: AtomicU64::new(0),
             raising_bound: Mutex::default(),
         });
+        let port: Weak<dyn Port> = Arc::downgrade(&node) as Weak<Node<C>>;
+        node.cc.attach(port);
         let mut r = node.recover()?;
         *node.decided.lock() = std::mem::take(&mut r.folded.decided);
         node.bound.store(r.folded.bound, Ordering::Release);
@@ -415,6 +462,15 @@ pub(crate) fn start<C: Cc>(
         }
         for env in stash {
             node.handle(env.from, env.msg);
+        }
+        if let Some(every) = C::TICK {
+            let n = node.clone();
+            threads.push(spawn_named(format!("{label}{}-tick", n.id.0), move || {
+                while !n.stop.load(Ordering::Acquire) {
+                    std::thread::sleep(every);
+                    n.cc.tick();
+                }
+            })?);
         }
         for w in 0..workers {
             let (n, q) = (node.clone(), queues.clone());
@@ -627,6 +683,7 @@ impl<C: Cc> Node<C> {
             Body::WaitsFor { round, edges } => self.on_waits_for(round, edges),
             Body::Victim { txn } => self.on_victim(txn),
             Body::Resolve => self.on_resolve(from, txn),
+            Body::Peer(msg) => self.cc.on_peer(from, txn, &msg),
         }
     }
 
@@ -675,8 +732,12 @@ impl<C: Cc> Node<C> {
         self.ctx.server_store(self.id)
     }
 
-    /// The node that holds record (`table`, `key`).
+    /// The node that runs the accesses to record (`table`, `key`): its partition's, or this
+    /// one for protocols that bring records home ([`Cc::RUNS_AT_HOME`]).
     fn node_of(&self, table: TableId, key: Key) -> NodeId {
+        if C::RUNS_AT_HOME {
+            return self.id;
+        }
         self.ctx.node_of(self.ctx.pmap.partition_of(table, key))
     }
 }

@@ -104,6 +104,10 @@ pub enum Body {
     /// A participant that restarted with the transaction prepared asks its coordinator for
     /// the decision; the answer is `Commit` or `Abort`.
     Resolve,
+
+    /// A message of the concurrency control to its peer, in its own encoding (LEAP's
+    /// ownership transfers; see `Cc::on_peer`).
+    Peer(Vec<u8>),
 }
 
 /// How a group of accesses ended at a participant.
