@@ -135,6 +135,15 @@ for protocol in $("$QSTORE" protocols --names); do
     adya check -m list-append -c serializable "$h"
 done
 
+echo "== LEAP: every record has one owner after the run, embedded (with messages lost) and over TCP"
+for protocol in lstore hlstore; do
+  expect_exit 0 "^ownership: ok" "$protocol ycsb, 10% of accesses remote, 2% of messages lost" -- \
+    "$QSTORE" run --protocol "$protocol" --workload ycsb --records 1000 --ops 4 \
+    --remote-access-fraction 0.1 --drop-fraction 0.02 --txns 300 --clients 4 --inflight 1 --verify
+  expect_exit 0 "^ownership: ok" "$protocol bank over TCP, owner tables checked" -- \
+    "$QSTORE" cluster --protocol "$protocol" --workload bank --verify "${small[@]}"
+done
+
 echo "== Sundial's cache of remote rows: every policy, --verify and adya"
 # Reads served from the cache, renewed at their home at prepare; the read-hot mode (reads
 # skewed, writes uniform) hits the cache most.
