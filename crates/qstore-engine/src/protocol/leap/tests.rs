@@ -359,6 +359,53 @@ fn a_record_shipped_for_a_request_no_longer_wanted_is_taken_in() {
     c.check().unwrap();
 }
 
+#[test]
+fn messages_that_fit_no_transfer_change_nothing() {
+    let mut c = Cluster::new();
+    let a = age(1, 1);
+    let stray = [
+        // To node 0 about key 4, whose partitioner is node 1.
+        Msg::OwnerRequest {
+            table: 0,
+            key: 4,
+            age: a,
+        },
+        // An inform for a transfer that was never started.
+        Msg::Inform {
+            table: 0,
+            key: 3,
+            n: 99,
+            owned: true,
+        },
+        // A transfer request for a record node 0 does not hold (key 4 is node 1's).
+        Msg::TransferRequest {
+            table: 0,
+            key: 4,
+            to: NodeId(2),
+            age: a,
+            n: 7,
+        },
+        // A refusal of a request nobody made.
+        Msg::Refused {
+            table: 0,
+            key: 3,
+            n: None,
+        },
+    ];
+    for m in stray {
+        c.queue.push_back((NodeId(2), NodeId(0), TxnId(1), m));
+    }
+    c.run(|_| false);
+    assert_eq!(c.delivered.len(), 4, "nothing answered: {:?}", c.delivered);
+    assert!(c.woken.is_empty());
+    assert_eq!(c.holder(3), 0);
+    assert_eq!(c.holder(4), 1);
+    c.check().unwrap();
+    // The records still move when asked properly.
+    c.move_to(2, 2, 3);
+    assert_eq!(c.holder(3), 2);
+}
+
 /// Drops the first message of each kind in `kinds`, then delivers the rest and lets the
 /// timers resend until the transfer completes.
 fn lose_once(kinds: &[&'static str]) {
