@@ -39,6 +39,20 @@ pub fn has_oracle(cfg: &RunConfig) -> bool {
         .any(|p| p.name == cfg.protocol.name && p.deterministic)
 }
 
+/// How many times its partition's rows each node's tables have room for: every record of the
+/// cluster for a protocol that moves records between nodes (any may gather on one), once
+/// otherwise.
+fn room(cfg: &RunConfig) -> u128 {
+    let moves = qstore_engine::PROTOCOLS
+        .iter()
+        .any(|p| p.name == cfg.protocol.name && p.moves_records);
+    if moves {
+        cfg.cluster.nodes as u128
+    } else {
+        1
+    }
+}
+
 /// Refuses `cfg` if what `loads` says cannot fit in this machine's available memory, or
 /// exceeds what a table can hold.
 pub fn check(cfg: &RunConfig, loads: Loads) -> Result<(), ConfigError> {
@@ -52,10 +66,17 @@ fn check_against(cfg: &RunConfig, loads: Loads, available: Option<u64>) -> Resul
     let catalog = workload.catalog();
     let per_partition: u128 = catalog.tables.iter().map(Table::footprint).sum();
     let oracle = if loads.oracle { cfg.cluster.nodes } else { 0 };
-    let needed = per_partition * (loads.partitions as u128 + oracle as u128);
+    let room = room(cfg);
+    let needed = per_partition * (room * loads.partitions as u128 + oracle as u128);
     if let Some(available) = available.filter(|&a| needed > a as u128) {
         let oracle = if loads.oracle {
             format!(", plus {oracle} for the serial oracle of --verify")
+        } else if room > 1 {
+            format!(
+                ", each with room for the {room} partitions' records, which {} moves between \
+                 nodes",
+                cfg.protocol.name
+            )
         } else {
             String::new()
         };
@@ -75,7 +96,7 @@ fn check_against(cfg: &RunConfig, loads: Loads, available: Option<u64>) -> Resul
     match catalog
         .tables
         .iter()
-        .find(|t| t.capacity_per_partition > Table::MAX_ROWS)
+        .find(|t| t.capacity_per_partition as u128 * room > Table::MAX_ROWS as u128)
     {
         Some(t) => Err(ConfigError::new(
             setting,
@@ -179,6 +200,29 @@ mod tests {
         // Unknown memory: nothing to weigh against (only the row id limit; see below).
         c.workload.ycsb.records_per_partition = 1 << 32;
         check_against(&c, all(&c), None).unwrap();
+    }
+
+    #[test]
+    fn a_protocol_that_moves_records_needs_room_for_the_cluster_on_every_node() {
+        let mut c = RunConfig::default();
+        let per_partition: u128 = qstore_workload::build(&c)
+            .unwrap()
+            .catalog()
+            .tables
+            .iter()
+            .map(Table::footprint)
+            .sum();
+        // Twice what every partition loaded once needs: enough for qstore, not for lstore.
+        let twice = (2 * per_partition * c.cluster.nodes as u128) as u64;
+        check_against(&c, all(&c), Some(twice)).unwrap();
+        c.protocol.name = "lstore".into();
+        let e = check_against(&c, all(&c), Some(twice)).unwrap_err();
+        assert!(
+            e.to_string().contains("room for the 4 partitions' records"),
+            "{e}"
+        );
+        c.cluster.nodes = 1;
+        check_against(&c, all(&c), Some(twice)).unwrap();
     }
 
     #[test]
