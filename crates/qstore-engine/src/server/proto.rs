@@ -40,7 +40,7 @@ use std::time::Duration;
 const MAX_HANDSHAKE_FRAME: usize = 4096;
 
 /// Version of the client protocol; a client with another version is refused.
-pub const CLIENT_FORMAT_VERSION: u32 = 7;
+pub const CLIENT_FORMAT_VERSION: u32 = 8;
 
 /// Role labels of the client handshake's proofs.
 pub const SERVER_ROLE: &str = "qstore client-port server";
