@@ -593,11 +593,40 @@ pub struct YcsbConfig {
     /// Sundial's mode, instead of multi-partition transactions: each access independently
     /// goes to a uniformly chosen other partition with this probability (Sundial uses 0.1).
     pub remote_access_fraction: f64,
+    /// LEAP's P(L|R) (section 3.4.1): the probability that a remote access is *with
+    /// locality*, touching a record only the requesting home's transactions touch. When set,
+    /// each partition's keys are split into `nodes` stripes by rank modulo the partition count:
+    /// partition p's stripe p serves its local accesses and the remote accesses without
+    /// locality, its stripe h (h != p) only the remote accesses with locality from home h.
+    /// `None` (the default) keeps today's key choice. Needs `remote_access_fraction > 0`.
+    pub remote_locality: Option<f64>,
+    /// LEAP's multi-step transactions (figure 11): the accesses are split into `steps + 1`
+    /// consecutive steps, and every access of a step takes the output of the first access of
+    /// the step before as input (a data dependency; keys stay known up front). 0 = one step,
+    /// no dependencies. At most `ops_per_txn - 1`.
+    pub steps: u32,
+    /// LEAP's access-pattern phases (figure 13): in turn, for its `seconds`, each phase limits
+    /// every remote access to one of the `partitions` partitions following the home one (0 =
+    /// all), cycling through the list from the generator's creation (the load generator's
+    /// start, warm-up included). Empty (the default): no phases. Needs
+    /// `remote_access_fraction > 0`; the stream then depends on timing, not on the seed alone.
+    pub remote_phases: Vec<RemotePhase>,
     /// Allow one transaction to pick the same key twice.
     pub allow_duplicate_keys: bool,
     /// Declare the table read-mostly (see `TableSchema::read_mostly`): for Sundial's table
     /// leases on a table that is written now and then.
     pub read_mostly: bool,
+}
+
+/// One access-pattern phase of `workload.ycsb.remote_phases`.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RemotePhase {
+    /// How long the phase lasts, in seconds (> 0).
+    pub seconds: f64,
+    /// A remote access goes to one of the `partitions` partitions following its home
+    /// (home+1 .. home+partitions, modulo the partition count), uniformly; 0 = any other.
+    pub partitions: u32,
 }
 
 impl Default for YcsbConfig {
@@ -612,6 +641,9 @@ impl Default for YcsbConfig {
             multi_partition_fraction: 0.0,
             partitions_per_mp_txn: 2,
             remote_access_fraction: 0.0,
+            remote_locality: None,
+            steps: 0,
+            remote_phases: Vec::new(),
             allow_duplicate_keys: false,
             read_mostly: false,
         }
@@ -1457,6 +1489,7 @@ impl YcsbConfig {
             self.partitions_per_mp_txn,
             &format!("must be between 2 and the number of nodes ({partitions})"),
         )?;
+        self.validate_leap_knobs(partitions)?;
         // Without duplicates, one partition must hold enough distinct keys for its share.
         let per_partition = self
             .ops_per_txn
@@ -1475,6 +1508,121 @@ impl YcsbConfig {
             ),
         )
     }
+}
+
+impl YcsbConfig {
+    /// The knobs of LEAP's extended YCSB: `remote_locality`, `steps`, `remote_phases`.
+    fn validate_leap_knobs(&self, partitions: u32) -> Result<(), ConfigError> {
+        let remote = self.remote_access_fraction > 0.0 && partitions >= 2;
+        if let Some(locality) = self.remote_locality {
+            let setting = "workload.ycsb.remote_locality";
+            fraction(setting, locality)?;
+            check(
+                remote,
+                setting,
+                locality,
+                "needs remote accesses: set workload.ycsb.remote_access_fraction \
+                 (--remote-access-fraction) above 0 on 2+ nodes, or leave remote_locality unset",
+            )?;
+            // Every stripe holds enough distinct keys for a whole transaction, from every home.
+            let stripe = self.records_per_partition / partitions as u64;
+            let need = partitions as u64 * self.ops_per_txn as u64;
+            check(
+                (self.allow_duplicate_keys && stripe >= 1) || stripe >= need,
+                "workload.ycsb.records_per_partition",
+                self.records_per_partition,
+                &format!(
+                    "must be at least nodes x nodes x ops_per_txn ({}) with \
+                     workload.ycsb.remote_locality set: each of the {partitions} stripes of a \
+                     partition needs nodes x ops_per_txn ({need}) keys (raise --records, lower \
+                     --ops, or unset remote_locality)",
+                    need * partitions as u64
+                ),
+            )?;
+        }
+        check(
+            self.steps < self.ops_per_txn,
+            "workload.ycsb.steps",
+            self.steps,
+            &format!(
+                "must be at most workload.ycsb.ops_per_txn - 1 ({}): every one of the steps + 1 \
+                 steps needs an access (lower --steps or raise --ops)",
+                self.ops_per_txn.saturating_sub(1)
+            ),
+        )?;
+        if !self.remote_phases.is_empty() {
+            let setting = "workload.ycsb.remote_phases";
+            let shown = format_phases(&self.remote_phases);
+            check(
+                remote,
+                setting,
+                &shown,
+                "need remote accesses: set workload.ycsb.remote_access_fraction \
+                 (--remote-access-fraction) above 0 on 2+ nodes, or leave remote_phases empty",
+            )?;
+            for phase in &self.remote_phases {
+                check(
+                    phase.seconds.is_finite() && phase.seconds > 0.0 && phase.seconds <= 1e9,
+                    setting,
+                    &shown,
+                    &format!(
+                        "every phase must last a finite number of seconds above 0 (got {})",
+                        phase.seconds
+                    ),
+                )?;
+                check(
+                    phase.partitions < partitions,
+                    setting,
+                    &shown,
+                    &format!(
+                        "a phase's partitions must be at most nodes - 1 ({}), or 0 (all) (got {})",
+                        partitions - 1,
+                        phase.partitions
+                    ),
+                )?;
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Phases as the command line takes them: `seconds:partitions,...`, `all` for 0.
+pub fn format_phases(phases: &[RemotePhase]) -> String {
+    phases
+        .iter()
+        .map(|p| match p.partitions {
+            0 => format!("{}:all", p.seconds),
+            k => format!("{}:{k}", p.seconds),
+        })
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
+/// Parses `seconds:partitions,...` (partitions a number or `all`), e.g. `10:1,10:2,10:all`.
+/// Only the syntax is checked here; [`YcsbConfig::validate`] checks the values.
+pub fn parse_phases(text: &str) -> Result<Vec<RemotePhase>, String> {
+    text.split(',')
+        .map(|phase| {
+            let phase = phase.trim();
+            let (seconds, partitions) = phase.split_once(':').ok_or_else(|| {
+                format!("phase {phase:?} must be SECONDS:PARTITIONS, e.g. 10:1 or 10:all")
+            })?;
+            let seconds: f64 = seconds
+                .trim()
+                .parse()
+                .map_err(|_| format!("phase {phase:?}: {seconds:?} is not a number of seconds"))?;
+            let partitions = match partitions.trim() {
+                "all" => 0,
+                n => n.parse().map_err(|_| {
+                    format!("phase {phase:?}: {n:?} is not a partition count or \"all\"")
+                })?,
+            };
+            Ok(RemotePhase {
+                seconds,
+                partitions,
+            })
+        })
+        .collect()
 }
 
 /// A multi-partition fraction: a fraction, and 0 on a single-node cluster.
@@ -1863,6 +2011,99 @@ mod tests {
             c.client.txns = 0;
         });
         assert_eq!(e.setting, "client.duration_s");
+    }
+
+    #[test]
+    fn leap_ycsb_knobs_are_validated_and_round_trip_through_toml() {
+        let remote = |c: &mut RunConfig| {
+            c.cluster.nodes = 3;
+            c.workload.ycsb.records_per_partition = 10_000;
+            c.workload.ycsb.remote_access_fraction = 0.1;
+        };
+        let mut c = RunConfig::default();
+        remote(&mut c);
+        c.workload.ycsb.remote_locality = Some(0.9);
+        c.workload.ycsb.steps = 15;
+        c.workload.ycsb.remote_phases = parse_phases("10:1, 0.5:2,10:all").unwrap();
+        c.validate().unwrap();
+        assert_eq!(
+            c.workload.ycsb.remote_phases,
+            [
+                RemotePhase {
+                    seconds: 10.0,
+                    partitions: 1
+                },
+                RemotePhase {
+                    seconds: 0.5,
+                    partitions: 2
+                },
+                RemotePhase {
+                    seconds: 10.0,
+                    partitions: 0
+                },
+            ]
+        );
+        assert_eq!(
+            format_phases(&c.workload.ycsb.remote_phases),
+            "10:1,0.5:2,10:all"
+        );
+        assert_eq!(RunConfig::from_toml(&c.to_toml()).unwrap(), c);
+
+        // Each knob needs remote accesses, and names the setting that enables them.
+        for knob in [
+            (|c: &mut RunConfig| c.workload.ycsb.remote_locality = Some(0.5)) as fn(&mut _),
+            |c| c.workload.ycsb.remote_phases = parse_phases("1:1").unwrap(),
+        ] {
+            let e = invalid(|c| {
+                remote(c);
+                c.workload.ycsb.remote_access_fraction = 0.0;
+                knob(c);
+            });
+            assert!(e.setting.starts_with("workload.ycsb.remote_"), "{e}");
+            assert!(e.to_string().contains("remote_access_fraction"), "{e}");
+        }
+        let e = invalid(|c| {
+            remote(c);
+            c.workload.ycsb.remote_locality = Some(1.5);
+        });
+        assert_eq!(e.setting, "workload.ycsb.remote_locality");
+        // 3 stripes of 3 x 16 keys each: 144 records per partition at least.
+        let e = invalid(|c| {
+            remote(c);
+            c.workload.ycsb.records_per_partition = 143;
+            c.workload.ycsb.remote_locality = Some(0.5);
+        });
+        assert_eq!(e.setting, "workload.ycsb.records_per_partition");
+        assert!(e.to_string().contains("(144)"), "{e}");
+        let mut ok = RunConfig::default();
+        remote(&mut ok);
+        ok.workload.ycsb.records_per_partition = 144;
+        ok.workload.ycsb.remote_locality = Some(0.5);
+        ok.validate().unwrap();
+
+        let e = invalid(|c| c.workload.ycsb.steps = 16);
+        assert_eq!(e.setting, "workload.ycsb.steps");
+        assert!(
+            e.to_string()
+                .contains("at most workload.ycsb.ops_per_txn - 1 (15)"),
+            "{e}"
+        );
+
+        for (phases, expect) in [
+            ("0:1", "above 0"),
+            ("1:3", "at most nodes - 1 (2)"),
+            ("1:1,inf:1", "above 0"),
+        ] {
+            let e = invalid(|c| {
+                remote(c);
+                c.workload.ycsb.remote_phases = parse_phases(phases).unwrap();
+            });
+            assert_eq!(e.setting, "workload.ycsb.remote_phases");
+            assert!(e.to_string().contains(expect), "{phases}: {e}");
+        }
+        for bad in ["", "1", "1:x", "x:1", "1:1,"] {
+            assert!(parse_phases(bad).is_err(), "{bad:?}");
+        }
     }
 
     #[test]

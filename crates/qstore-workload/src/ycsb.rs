@@ -6,10 +6,29 @@
 //!
 //! Row layout: bytes 0..8 are a little-endian counter that every read-modify-write increments;
 //! the rest is payload, rewritten by each write.
+//!
+//! Three knobs give LEAP's extended YCSB (Lin et al., SIGMOD 2016, sections 3.4.1 and 5):
+//!
+//! * `remote_locality` (P(L|R)): whether a remote access touches records only its home's
+//!   transactions touch. Each partition's keys are split into one stripe per partition by
+//!   rank modulo the partition count (rank `r` is in stripe `r % partitions`); partition
+//!   `p`'s stripe `p` serves its local accesses and the remote accesses without locality,
+//!   its stripe `h` (`h != p`) only the remote accesses with locality from home `h`. Within
+//!   a stripe, ranks keep the configured skew.
+//! * `steps` (figure 11): the accesses are split into `steps + 1` consecutive steps, and
+//!   every access of a step depends on (takes as input) the output of the first access of
+//!   the step before. The paper derives the next step's keys from the previous step's
+//!   result; here the dependency is on data, not on keys, so the key set stays known up
+//!   front and deterministic protocols can still plan it, while an interactive protocol
+//!   must still bring the intermediate result to the step's node before running it.
+//! * `remote_phases` (figure 13): in turn, each phase limits every remote access to one of
+//!   the few partitions following the home one, for some seconds. A generator times the
+//!   phases from its creation (`std::time::Instant`), so with phases its stream depends on
+//!   timing, not on the seed alone; without them it is the seed's as always.
 
 use crate::zipf::RankChooser;
 use crate::{TxnCall, TxnGenerator, Workload};
-use qstore_core::config::YcsbConfig;
+use qstore_core::config::{RemotePhase, YcsbConfig};
 use qstore_core::partition::PartitionMap;
 use qstore_core::rng::Rng;
 use qstore_core::txn::{
@@ -20,6 +39,7 @@ use qstore_core::{ConfigError, PartitionId, QError, RunConfig};
 use rand::distr::{Bernoulli, Distribution};
 use rand::Rng as _;
 use std::sync::Arc;
+use std::time::Instant;
 
 /// The only table.
 pub const USERTABLE: u16 = 0;
@@ -28,10 +48,15 @@ pub const USERTABLE: u16 = 0;
 pub const OP_READ: u8 = 0;
 /// Operation code of a read-modify-write in a `ycsb_txn` call.
 pub const OP_RMW: u8 = 1;
+/// Flag of an operation byte (or-ed with the code): the access begins a new step, and it and
+/// every other access of its step take the output of the previous step's first access as
+/// input (see [`YcsbTxn::program_into`]). Never on the first access.
+pub const STEP_START: u8 = 0x80;
 /// Bytes of one access in a `ycsb_txn` call: the key (8, little-endian), then the operation.
 pub const ACCESS_BYTES: usize = 9;
 
-/// The one argument of a `ycsb_txn` call of `accesses`, given as (key, operation code).
+/// The one argument of a `ycsb_txn` call of `accesses`, given as (key, operation byte: the
+/// code, or-ed with [`STEP_START`] where a step begins).
 pub fn ycsb_args(accesses: impl IntoIterator<Item = (u64, u8)>) -> Vec<Value> {
     let mut packed = Vec::new();
     for (key, op) in accesses {
@@ -51,6 +76,8 @@ pub struct Ycsb {
     ranks: RankChooser,
     /// The keys written, when their skew is not the reads' (`write_theta`).
     write_ranks: Option<RankChooser>,
+    /// With `remote_locality`: ranks inside a stripe (read, written), with the same skews.
+    stripes: Option<(RankChooser, Option<RankChooser>)>,
 }
 
 impl Ycsb {
@@ -78,6 +105,14 @@ impl Ycsb {
             write_ranks: cfg
                 .write_theta
                 .map(|theta| RankChooser::new(cfg.records_per_partition, theta)),
+            stripes: cfg.remote_locality.map(|_| {
+                // Validation keeps at least one key per stripe.
+                let n = cfg.records_per_partition / partitions as u64;
+                (
+                    RankChooser::new(n, cfg.theta),
+                    cfg.write_theta.map(|theta| RankChooser::new(n, theta)),
+                )
+            }),
             catalog: Arc::new(catalog),
             cfg,
             seed: run.seed,
@@ -109,14 +144,24 @@ impl Workload for Ycsb {
             partition,
             count,
             &mut |key, row| {
-                // Counter 0, payload derived from the key so rows differ.
+                // Counter 0 (written: a loader need not hand out zeroed rows), payload
+                // derived from the key so rows differ.
+                row[..8].fill(0);
                 row[8..].fill(key as u8);
             },
         )
     }
 
     fn generator(&self, client: u32, home: PartitionId) -> Box<dyn TxnGenerator> {
-        Box::new(YcsbGenerator {
+        Box::new(self.ycsb_generator(client, home))
+    }
+}
+
+impl Ycsb {
+    fn ycsb_generator(&self, client: u32, home: PartitionId) -> YcsbGenerator {
+        let ops = self.cfg.ops_per_txn as usize;
+        let steps = self.cfg.steps as usize;
+        YcsbGenerator {
             rng: qstore_core::rng::stream(self.seed, client as u64),
             home,
             cfg: self.cfg.clone(),
@@ -130,7 +175,58 @@ impl Workload for Ycsb {
             parts: Vec::new(),
             // Validation keeps the fraction within [0, 1].
             writes: Bernoulli::new(self.cfg.write_fraction).expect("validated write fraction"),
-        })
+            locality: self.cfg.remote_locality.map(|p| Locality {
+                with: Bernoulli::new(p).expect("validated remote locality"),
+                stripes: self.stripes.clone().expect("built with remote_locality"),
+            }),
+            phases: (!self.cfg.remote_phases.is_empty()).then(|| Phases {
+                start: Instant::now(),
+                total: self.cfg.remote_phases.iter().map(|p| p.seconds).sum(),
+                list: self.cfg.remote_phases.clone(),
+            }),
+            span: self.partitions.saturating_sub(1).max(1),
+            // Steps 1..=steps begin at k * ops / (steps + 1): sizes differ by one at most, and
+            // every step has an access (validation keeps steps < ops).
+            step_starts: (1..=steps).map(|k| k * ops / (steps + 1)).collect(),
+        }
+    }
+}
+
+/// `remote_locality` in a generator.
+struct Locality {
+    /// Whether a remote access is with locality.
+    with: Bernoulli,
+    /// Ranks inside a stripe (read, written).
+    stripes: (RankChooser, Option<RankChooser>),
+}
+
+/// `remote_phases` in a generator, timed from its creation: which partitions a remote
+/// access may go to depends on when the transaction is generated, so the stream is no
+/// longer a function of the seed alone.
+struct Phases {
+    start: Instant,
+    list: Vec<RemotePhase>,
+    /// The length of one cycle through the list, in seconds.
+    total: f64,
+}
+
+impl Phases {
+    /// How many partitions following the home one remote accesses go to, `elapsed` seconds
+    /// after the start.
+    fn span_at(&self, elapsed: f64, partitions: u32) -> u32 {
+        let mut t = elapsed % self.total;
+        let span = |phase: &RemotePhase| match phase.partitions {
+            0 => partitions - 1,
+            k => k,
+        };
+        for phase in &self.list {
+            if t < phase.seconds {
+                return span(phase);
+            }
+            t -= phase.seconds;
+        }
+        // Only by rounding: the cycle's end.
+        span(self.list.last().expect("phases are not empty"))
     }
 }
 
@@ -149,6 +245,16 @@ struct YcsbGenerator {
     parts: Vec<PartitionId>,
     /// Whether an access writes (an integer comparison, not a float draw per access).
     writes: Bernoulli,
+    /// `remote_locality`, if set.
+    locality: Option<Locality>,
+    /// `remote_phases`, if any: remote accesses then depend on the time since creation.
+    phases: Option<Phases>,
+    /// A remote access goes to one of the `span` partitions following the home one: all
+    /// others (`partitions - 1`), unless the current phase limits them.
+    span: u32,
+    /// Where steps 1 and later begin (`steps`): their accesses' op bytes carry
+    /// [`STEP_START`].
+    step_starts: Vec<usize>,
 }
 
 impl YcsbGenerator {
@@ -175,6 +281,14 @@ impl YcsbGenerator {
     /// its partitions, round-robin, none twice (unless duplicates are allowed; configuration
     /// validation guarantees enough distinct keys exist).
     ///
+    /// With `remote_access_fraction`, each access goes with that probability to one of the
+    /// `span` partitions after the home one (all others but in a limiting phase). With
+    /// `steps`, this draw stays per access: a step may have no remote access or several
+    /// (the paper's one remote access per step is the average when the fraction is
+    /// `(steps + 1) / ops`). With `remote_locality`, a remote access is then with locality
+    /// with that probability, which picks its stripe; without it, the draws are exactly
+    /// those of a generator without the knob.
+    ///
     /// The random generator is copied into a local for the loop and back after it: as a
     /// field behind `&mut self` its state went to memory and back at every draw.
     fn choose_keys(&mut self, ops: usize) {
@@ -187,16 +301,31 @@ impl YcsbGenerator {
         // generator's time.
         let mut next = 0;
         let remote = self.cfg.remote_access_fraction;
+        let (home, partitions, span) = (self.home.0, self.partitions, self.span);
+        let (read_ranks, write_ranks) = match &self.locality {
+            Some(l) => (&l.stripes.0, l.stripes.1.as_ref()),
+            None => (&self.ranks, self.write_ranks.as_ref()),
+        };
         for _ in 0..ops {
             let mut p = parts[next];
             next = if next + 1 == parts.len() { 0 } else { next + 1 };
+            // With locality: the stripe of `p` the key comes from, `p`'s own unless the
+            // access is remote with locality.
+            let mut stripe = p.0;
             if remote > 0.0 && rng.random::<f64>() < remote {
-                // Any partition but the home one, uniformly.
-                let other = rng.random_range(1..self.partitions);
-                p = PartitionId((self.home.0 + other) % self.partitions);
+                // One of the `span` partitions after the home one, uniformly (without phases,
+                // any partition but the home one).
+                let other = rng.random_range(1..span + 1);
+                p = PartitionId((home + other) % partitions);
+                stripe = p.0;
+                if let Some(locality) = &self.locality {
+                    if locality.with.sample(&mut rng) {
+                        stripe = home;
+                    }
+                }
             }
-            let mut ranks = &self.ranks;
-            if let Some(write_ranks) = &self.write_ranks {
+            let mut ranks = read_ranks;
+            if let Some(write_ranks) = write_ranks {
                 let write = self.writes.sample(&mut rng);
                 self.writing.push(write);
                 if write {
@@ -204,7 +333,11 @@ impl YcsbGenerator {
                 }
             }
             loop {
-                let key = self.pmap.nth_key_of(USERTABLE, p, ranks.sample(&mut rng));
+                let mut rank = ranks.sample(&mut rng);
+                if self.locality.is_some() {
+                    rank = rank * partitions as u64 + stripe as u64;
+                }
+                let key = self.pmap.nth_key_of(USERTABLE, p, rank);
                 if self.cfg.allow_duplicate_keys || !chosen.contains(&key) {
                     chosen.push(key);
                     break;
@@ -224,6 +357,10 @@ impl TxnGenerator for YcsbGenerator {
     }
 
     fn next_txn_reusing(&mut self, old: ProcCall) -> TxnCall {
+        if let Some(phases) = &self.phases {
+            // Once per transaction: a clock read per access would cost more than the draws.
+            self.span = phases.span_at(phases.start.elapsed().as_secs_f64(), self.partitions);
+        }
         self.choose_partitions();
         let ops = self.cfg.ops_per_txn;
         self.choose_keys(ops as usize);
@@ -253,6 +390,9 @@ impl TxnGenerator for YcsbGenerator {
             access[8] = if write { OP_RMW } else { OP_READ };
         }
         self.rng = rng;
+        for &start in &self.step_starts {
+            packed[start * ACCESS_BYTES + 8] |= STEP_START;
+        }
         args.push(Value::Bytes(packed));
         TxnCall {
             call: ProcCall {
@@ -272,7 +412,10 @@ struct YcsbSteps {
 
 /// `ycsb_txn(accesses)`: reads (op 0) or read-modify-writes (op 1) of `usertable` rows, in
 /// order. The one argument is bytes: per access, the key (8 bytes, little-endian) and the op
-/// (1 byte); see [`ycsb_args`].
+/// (1 byte); see [`ycsb_args`]. An op byte with [`STEP_START`] (0x80) begins a new step of a
+/// multi-step transaction (`workload.ycsb.steps`): each access of a step but the first
+/// depends on the output of the first access of the step before. Arguments without the flag
+/// (all before it existed) are single-step transactions without dependencies, as before.
 struct YcsbTxn {
     steps: YcsbSteps,
 }
@@ -293,7 +436,14 @@ impl Procedure for YcsbTxn {
     }
 
     /// Planners call this once per transaction: the accesses go into the caller's buffer, so
-    /// building a program allocates nothing once the buffer has grown.
+    /// building a program allocates nothing once the buffer has grown (but for dependencies).
+    ///
+    /// Steps: the accesses from one with [`STEP_START`] to the next one with it form a step;
+    /// every access of step `k >= 1` gets `deps = [first access of step k - 1]`, and the
+    /// read-modify-writes fold that input into the payload they write. The keys stay those
+    /// of the argument (no key is derived from a result), so deterministic protocols know
+    /// the read/write set up front; the dependencies only order the steps and carry the
+    /// intermediate results between them.
     fn program_into(&self, args: &[Value], out: &mut Program) -> Result<(), String> {
         let [Value::Bytes(packed)] = args else {
             return Err(format!(
@@ -310,15 +460,45 @@ impl Procedure for YcsbTxn {
         let accesses = &mut out.accesses;
         accesses.clear();
         accesses.reserve(packed.len() / ACCESS_BYTES);
-        for access in packed.chunks_exact(ACCESS_BYTES) {
+        // The first access of the previous step, and of the current one.
+        let (mut previous, mut current) = (None::<u16>, 0u16);
+        for (i, access) in packed.chunks_exact(ACCESS_BYTES).enumerate() {
             let (key, op) = access.split_at(8);
             let key = u64::from_le_bytes(key.try_into().expect("8 bytes"));
-            let (kind, step, arg) = match op[0] {
+            let byte = op[0];
+            let begins = byte & STEP_START != 0;
+            let (kind, step, arg) = match byte & !STEP_START {
                 OP_READ => (AccessKind::Read, self.steps.read, Value::Null),
                 OP_RMW => (AccessKind::ReadModifyWrite, self.steps.rmw, Value::Int(1)),
+                other if begins => {
+                    return Err(format!(
+                        "op must be 0 (read) or 1 (rmw), got {other} (access {i}, byte \
+                         {byte:#04x}: the step flag 0x80 with op {other})"
+                    ))
+                }
                 other => return Err(format!("op must be 0 (read) or 1 (rmw), got {other}")),
             };
-            accesses.push(Access::plain(USERTABLE, key, kind, step, arg, Vec::new()));
+            if begins {
+                if i == 0 {
+                    return Err(format!(
+                        "access 0 has the step flag 0x80 (byte {byte:#04x}), but the first \
+                         step begins there anyway: only a later access may begin a step"
+                    ));
+                }
+                let Ok(at) = u16::try_from(i) else {
+                    return Err(format!(
+                        "access {i} begins a step, but steps begin at accesses 1 to {}",
+                        u16::MAX
+                    ));
+                };
+                previous = Some(current);
+                current = at;
+            }
+            let deps = match previous {
+                Some(first) => vec![first],
+                None => Vec::new(),
+            };
+            accesses.push(Access::plain(USERTABLE, key, kind, step, arg, deps));
         }
         Ok(())
     }
@@ -334,22 +514,28 @@ fn ycsb_read(row: RowRef<'_>, _arg: &Value, _inputs: Inputs<'_>) -> Result<Value
     Ok(Value::Int(counter(row.bytes())))
 }
 
-/// Read-modify-write: adds the argument to the counter and rewrites the payload; returns the
-/// counter as read.
-fn ycsb_rmw(row: RowRef<'_>, arg: &Value, _inputs: Inputs<'_>) -> Result<Value, LogicAbort> {
+/// Read-modify-write: adds the argument to the counter and rewrites the payload with the
+/// low byte of (new counter + input), the input being the previous step's result (0 without
+/// one: the payload is then the new counter's low byte); returns the counter as read.
+fn ycsb_rmw(row: RowRef<'_>, arg: &Value, inputs: Inputs<'_>) -> Result<Value, LogicAbort> {
     let RowRef::Write(row) = row else {
         return Err(LogicAbort("ycsb_rmw needs a writable row"));
     };
     let old = counter(row);
     let new = old.wrapping_add(arg.as_int().unwrap_or(1));
+    // A missing record's access outputs Null: no input.
+    let input = inputs.get(0).as_int().unwrap_or(0);
     row[..8].copy_from_slice(&new.to_le_bytes());
-    row[8..].fill(new as u8);
+    row[8..].fill(new.wrapping_add(input) as u8);
     Ok(Value::Int(old))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::testing::MemStore;
+    use qstore_core::config::Partitioning;
+    use std::collections::HashMap;
 
     fn config(nodes: u32, mp: f64, theta: f64) -> RunConfig {
         let mut c = RunConfig::default();
@@ -484,6 +670,403 @@ mod tests {
             hot[1] * 30 < all[1],
             "writes are uniform: {hot:?} of {all:?}"
         );
+    }
+
+    /// FNV-1a over the packed arguments of a generator's first `n` calls.
+    fn stream_fingerprint(y: &Ycsb, client: u32, home: u32, n: usize) -> u64 {
+        let mut g = y.generator(client, PartitionId(home));
+        let mut h = 0xcbf2_9ce4_8422_2325u64;
+        for _ in 0..n {
+            let [Value::Bytes(packed)] = &g.next_txn().call.args[..] else {
+                panic!("one bytes argument");
+            };
+            for &b in packed {
+                h = (h ^ b as u64).wrapping_mul(0x100_0000_01b3);
+            }
+        }
+        h
+    }
+
+    #[test]
+    fn without_the_leap_knobs_the_stream_is_unchanged() {
+        // Fingerprints of the streams before remote_locality, steps and remote_phases existed.
+        let mut remote = config(4, 0.0, 0.9);
+        remote.workload.ycsb.remote_access_fraction = 0.1;
+        remote.workload.ycsb.write_theta = Some(0.0);
+        let mut plain = config(3, 0.0, 0.0);
+        plain.workload.ycsb.remote_access_fraction = 0.3;
+        let mp = config(4, 0.5, 0.99);
+        for (c, golden) in [
+            (remote, 0xd039_72fd_4f89_f2b9),
+            (plain, 0x40ef_2a36_afea_69e7),
+            (mp, 0xdd7d_647c_9fc9_5cc1),
+        ] {
+            let got = stream_fingerprint(&Ycsb::new(&c).unwrap(), 7, 1, 300);
+            assert_eq!(got, golden, "{got:#x}");
+        }
+    }
+
+    /// Every key of the table: its partition and its rank there.
+    fn placement(y: &Ycsb) -> HashMap<u64, (u32, u64)> {
+        let mut at = HashMap::new();
+        for p in 0..y.partitions {
+            for r in 0..y.cfg.records_per_partition {
+                at.insert(y.pmap.nth_key_of(USERTABLE, PartitionId(p), r), (p, r));
+            }
+        }
+        at
+    }
+
+    fn locality_config(nodes: u32, remote: f64, locality: f64) -> RunConfig {
+        let mut c = config(nodes, 0.0, 0.0);
+        c.workload.ycsb.remote_access_fraction = remote;
+        c.workload.ycsb.remote_locality = Some(locality);
+        c
+    }
+
+    /// The (key, partition, rank) of every access `n` calls of home `home`'s generator make.
+    fn accesses_with_placement(
+        y: &Ycsb,
+        at: &HashMap<u64, (u32, u64)>,
+        home: u32,
+        n: usize,
+    ) -> Vec<(u64, u32, u64)> {
+        let mut g = y.generator(10 + home, PartitionId(home));
+        let mut out = Vec::new();
+        for _ in 0..n {
+            let keys = keys_of(&g.next_txn());
+            let mut sorted = keys.clone();
+            sorted.sort();
+            sorted.dedup();
+            assert_eq!(sorted.len(), keys.len(), "no duplicate keys");
+            for k in keys {
+                let (p, r) = at[&k];
+                out.push((k, p, r));
+            }
+        }
+        out
+    }
+
+    #[test]
+    fn remote_accesses_with_locality_touch_keys_no_other_home_touches() {
+        for (theta, partitioning) in [(0.0, Partitioning::Range), (0.99, Partitioning::Hash)] {
+            let mut c = locality_config(4, 0.3, 1.0);
+            c.workload.ycsb.theta = theta;
+            c.cluster.partitioning = partitioning;
+            let y = Ycsb::new(&c).unwrap();
+            let at = placement(&y);
+            let per_home: Vec<_> = (0..4)
+                .map(|h| accesses_with_placement(&y, &at, h, 300))
+                .collect();
+            // Which homes chose each key.
+            let mut chosen_by = HashMap::<u64, Vec<u32>>::new();
+            for (h, accesses) in per_home.iter().enumerate() {
+                for a in accesses {
+                    chosen_by.entry(a.0).or_default().push(h as u32);
+                }
+            }
+            for (h, accesses) in per_home.iter().enumerate() {
+                let h = h as u32;
+                let mut remote = 0;
+                for &(key, p, r) in accesses {
+                    // Local keys in the home's own stripe, remote ones in the home's stripe
+                    // of the other partition.
+                    assert_eq!(r % 4, h as u64, "key {key} (partition {p}) of home {h}");
+                    if p != h {
+                        remote += 1;
+                        let homes = &chosen_by[&key];
+                        assert!(
+                            homes.iter().all(|&x| x == h),
+                            "remote key {key} of home {h} also chosen by homes {homes:?}"
+                        );
+                    }
+                }
+                assert!((1200..1680).contains(&remote), "{remote} remote of 4800");
+            }
+        }
+    }
+
+    #[test]
+    fn remote_accesses_without_locality_stay_in_the_target_partitions_own_stripe() {
+        let y = Ycsb::new(&locality_config(4, 0.3, 0.0)).unwrap();
+        let at = placement(&y);
+        let mut remote_homes = HashMap::<u64, Vec<u32>>::new();
+        for h in 0..4 {
+            for (key, p, r) in accesses_with_placement(&y, &at, h, 300) {
+                assert_eq!(r % 4, p as u64, "key {key}: the stripe of its partition");
+                if p != h {
+                    remote_homes.entry(key).or_default().push(h);
+                }
+            }
+        }
+        // Without locality, other homes share the same stripe: some remote keys are chosen
+        // from several homes (and every local key lies there too).
+        let shared = remote_homes
+            .values()
+            .filter(|homes| homes.iter().any(|&x| x != homes[0]))
+            .count();
+        assert!(shared > 10, "{shared}");
+    }
+
+    #[test]
+    fn remote_and_locality_rates_are_respected() {
+        let y = Ycsb::new(&locality_config(3, 0.2, 0.7)).unwrap();
+        let at = placement(&y);
+        let (mut remote, mut with_locality) = (0, 0);
+        let accesses = accesses_with_placement(&y, &at, 1, 2000);
+        for &(_, p, r) in &accesses {
+            if p != 1 {
+                remote += 1;
+                with_locality += usize::from(r % 3 == 1);
+            } else {
+                assert_eq!(r % 3, 1);
+            }
+        }
+        // 32,000 accesses: 6,400 remote expected (sd 72), 4,480 of them with locality (sd 37).
+        assert_eq!(accesses.len(), 32_000);
+        assert!((6100..6700).contains(&remote), "{remote}");
+        let share = with_locality as f64 / remote as f64;
+        assert!((0.67..0.73).contains(&share), "{share}");
+        // And the stream is a function of the seed.
+        let again = accesses_with_placement(&y, &at, 1, 2000);
+        assert_eq!(accesses, again);
+    }
+
+    fn steps_config(ops: u32, steps: u32) -> RunConfig {
+        let mut c = config(3, 0.0, 0.0);
+        c.workload.ycsb.remote_access_fraction = 0.2;
+        c.workload.ycsb.ops_per_txn = ops;
+        c.workload.ycsb.steps = steps;
+        c
+    }
+
+    #[test]
+    fn steps_mark_their_first_accesses_and_depend_on_the_step_before() {
+        let y = Ycsb::new(&steps_config(16, 4)).unwrap();
+        let cat = y.catalog();
+        let mut g = y.generator(0, PartitionId(0));
+        for _ in 0..50 {
+            let call = g.next_txn();
+            let starts: Vec<usize> = accesses_of(&call)
+                .iter()
+                .enumerate()
+                .filter(|(_, a)| a.1 & STEP_START != 0)
+                .map(|(i, _)| i)
+                .collect();
+            // 16 accesses in 5 steps of 3, 3, 3, 3 and 4.
+            assert_eq!(starts, [3, 6, 9, 12]);
+            let program = cat.program(&call.call).unwrap();
+            let deps: Vec<Vec<u16>> = program.accesses.iter().map(|a| a.deps.clone()).collect();
+            let step = |i: usize| starts.iter().filter(|&&s| s <= i).count();
+            for (i, d) in deps.iter().enumerate() {
+                let want: Vec<u16> = match step(i) {
+                    0 => vec![],
+                    k => vec![if k == 1 { 0 } else { starts[k - 2] as u16 }],
+                };
+                assert_eq!(*d, want, "access {i}: {deps:?}");
+            }
+        }
+        // As evenly as possible, whatever the sizes.
+        for (ops, steps, want) in [
+            (2, 1, vec![1]),
+            (5, 4, vec![1, 2, 3, 4]),
+            (10, 2, vec![3, 6]),
+            (7, 0, vec![]),
+        ] {
+            let y = Ycsb::new(&steps_config(ops, steps)).unwrap();
+            let call = y.generator(0, PartitionId(2)).next_txn();
+            let starts: Vec<usize> = accesses_of(&call)
+                .iter()
+                .enumerate()
+                .filter(|(_, a)| a.1 & STEP_START != 0)
+                .map(|(i, _)| i)
+                .collect();
+            assert_eq!(starts, want, "{ops} ops in {} steps", steps + 1);
+        }
+    }
+
+    #[test]
+    fn steps_change_only_the_op_flags_of_the_stream() {
+        let plain = Ycsb::new(&steps_config(16, 0)).unwrap();
+        let stepped = Ycsb::new(&steps_config(16, 5)).unwrap();
+        let (mut a, mut b) = (
+            plain.generator(4, PartitionId(1)),
+            stepped.generator(4, PartitionId(1)),
+        );
+        for _ in 0..100 {
+            let unflagged: Vec<_> = accesses_of(&b.next_txn())
+                .into_iter()
+                .map(|(k, op)| (k, op & !STEP_START))
+                .collect();
+            assert_eq!(accesses_of(&a.next_txn()), unflagged);
+        }
+    }
+
+    #[test]
+    fn old_arguments_parse_to_the_same_program() {
+        let y = Ycsb::new(&config(2, 0.0, 0.0)).unwrap();
+        let call = ProcCall {
+            proc: y.proc,
+            args: ycsb_args([(3, OP_READ), (5, OP_RMW), (8, OP_RMW), (1, OP_READ)]),
+        };
+        let program = y.catalog().program(&call).unwrap();
+        let want: Vec<Access> = [(3, OP_READ), (5, OP_RMW), (8, OP_RMW), (1, OP_READ)]
+            .into_iter()
+            .map(|(key, op)| {
+                let step = |name| y.catalog.steps.id(name).unwrap();
+                let (kind, step, arg) = if op == OP_RMW {
+                    (AccessKind::ReadModifyWrite, step("ycsb_rmw"), Value::Int(1))
+                } else {
+                    (AccessKind::Read, step("ycsb_read"), Value::Null)
+                };
+                Access::plain(USERTABLE, key, kind, step, arg, Vec::new())
+            })
+            .collect();
+        assert_eq!(program.accesses, want);
+    }
+
+    #[test]
+    fn read_modify_writes_fold_the_previous_steps_result_into_the_payload() {
+        let y = Ycsb::new(&config(1, 0.0, 0.0)).unwrap();
+        let cat = y.catalog();
+        let mut store = MemStore::loaded(&y, [0]);
+        // Give key 4 a counter of 40 (40 increments), key 6 one of 2, key 7 one of 5.
+        for (key, times) in [(4, 40), (6, 2), (7, 5)] {
+            for _ in 0..times {
+                let call = ProcCall {
+                    proc: y.proc,
+                    args: ycsb_args([(key, OP_RMW)]),
+                };
+                store.execute(&cat, &call).unwrap();
+            }
+        }
+        assert_eq!(counter(store.get(USERTABLE, 4)), 40);
+        assert_eq!(
+            store.get(USERTABLE, 4)[8],
+            40,
+            "no input: the counter's low byte"
+        );
+        // Step 0: read key 4 (outputs 40), rmw key 6 (outputs 2). Step 1: rmw keys 7 and 9,
+        // both taking 40 as input (key 7 outputs 5). Step 2: rmw key 6 again, taking 5.
+        let call = ProcCall {
+            proc: y.proc,
+            args: ycsb_args([
+                (4, OP_READ),
+                (6, OP_RMW),
+                (7, OP_RMW | STEP_START),
+                (9, OP_RMW),
+                (6, OP_RMW | STEP_START),
+            ]),
+        };
+        let outputs = store.execute(&cat, &call).unwrap();
+        assert_eq!(outputs, [40, 2, 5, 0, 3].map(Value::Int));
+        // (key, counter, payload byte): the counters go +1, the payloads add the inputs.
+        for (key, count, byte) in [(7, 6, 6 + 40), (9, 1, 1 + 40), (6, 4, 4 + 5)] {
+            let row = store.get(USERTABLE, key);
+            assert_eq!(counter(row), count, "key {key}");
+            assert!(
+                row[8..].iter().all(|&b| b == byte),
+                "key {key}: {:?}",
+                &row[8..12]
+            );
+        }
+        // The same accesses as one step: no inputs, payloads are the counters' low bytes.
+        let mut flat = MemStore::loaded(&y, [0]);
+        let unflagged = ycsb_args([(4, OP_READ), (7, OP_RMW), (9, OP_RMW)]);
+        let call = ProcCall {
+            proc: y.proc,
+            args: unflagged,
+        };
+        flat.execute(&cat, &call).unwrap();
+        assert_eq!(flat.get(USERTABLE, 7)[8], 1);
+    }
+
+    #[test]
+    fn bad_step_flags_are_errors_not_panics() {
+        let y = Ycsb::new(&config(1, 0.0, 0.0)).unwrap();
+        let cat = y.catalog();
+        for (args, expect) in [
+            (
+                ycsb_args([(1, OP_READ | STEP_START), (2, OP_READ)]),
+                "access 0 has the step flag 0x80",
+            ),
+            (
+                ycsb_args([(1, OP_READ), (2, 7 | STEP_START)]),
+                "op must be 0 (read) or 1 (rmw), got 7 (access 1, byte 0x87",
+            ),
+            (
+                ycsb_args([(1, OP_READ), (2, 0x7f)]),
+                "op must be 0 (read) or 1 (rmw), got 127",
+            ),
+        ] {
+            let call = ProcCall { proc: y.proc, args };
+            let err = cat.program(&call).unwrap_err().to_string();
+            assert!(err.contains(expect), "{err}");
+        }
+        // Steps beyond the accesses a transaction has are refused by validation.
+        let err = Ycsb::new(&steps_config(4, 4)).err().unwrap();
+        assert_eq!(err.setting, "workload.ycsb.steps");
+    }
+
+    fn phases_config(phases: &str) -> RunConfig {
+        let mut c = config(4, 0.0, 0.0);
+        c.workload.ycsb.remote_access_fraction = 0.5;
+        c.workload.ycsb.remote_phases = qstore_core::config::parse_phases(phases).unwrap();
+        c
+    }
+
+    /// How many accesses of `n` calls go to each partition.
+    fn partitions_hit(y: &Ycsb, g: &mut dyn TxnGenerator, n: usize) -> [u32; 4] {
+        let mut hit = [0; 4];
+        for _ in 0..n {
+            for k in keys_of(&g.next_txn()) {
+                hit[y.pmap.partition_of(USERTABLE, k).index()] += 1;
+            }
+        }
+        hit
+    }
+
+    #[test]
+    fn a_phase_limits_remote_accesses_until_it_ends() {
+        let y = Ycsb::new(&phases_config("0.05:1,100:all")).unwrap();
+        let mut g = y.generator(0, PartitionId(3));
+        let started = Instant::now();
+        let first = partitions_hit(&y, &mut *g, 20);
+        // A phase of 50 ms: 20 calls take far less, unless the machine stalls the test.
+        if started.elapsed().as_secs_f64() < 0.05 {
+            assert_eq!(first[1..3], [0, 0], "only partition 0 follows 3: {first:?}");
+            assert!(first[0] > 100, "{first:?}");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(60));
+        let second = partitions_hit(&y, &mut *g, 100);
+        for p in 0..3 {
+            assert!(second[p] > 200, "all others now: {second:?}");
+        }
+    }
+
+    #[test]
+    fn phases_cycle_through_their_spans() {
+        let y = Ycsb::new(&phases_config("1:1,2:2,1:all")).unwrap();
+        let g = y.ycsb_generator(0, PartitionId(1));
+        let phases = g.phases.as_ref().unwrap();
+        for (t, span) in [
+            (0.0, 1),
+            (0.99, 1),
+            (1.0, 2),
+            (2.5, 2),
+            (3.2, 3),
+            (4.1, 1),
+            (6.0, 2),
+            (7.5, 3),
+        ] {
+            assert_eq!(phases.span_at(t, 4), span, "at {t} s");
+        }
+        // A span of 2 after home 3 is partitions 0 and 1, both of them.
+        let mut g = y.ycsb_generator(0, PartitionId(3));
+        g.phases.as_mut().unwrap().start -= std::time::Duration::from_millis(1500);
+        let hit = partitions_hit(&y, &mut g, 100);
+        assert_eq!(hit[2], 0, "{hit:?}");
+        assert!(hit[0] > 150 && hit[1] > 150, "{hit:?}");
     }
 
     #[test]

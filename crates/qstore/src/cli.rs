@@ -4,8 +4,8 @@ use crate::sizing;
 use clap::{Args, Parser, Subcommand};
 use qstore_bench::{Progress, RunOptions};
 use qstore_core::config::{
-    CachePolicy, CalvinLocks, Fsync, Isolation, ItemPlacement, Partitioning, QStoreMode,
-    ReplicationCompression, ReplicationLayer, ReplicationMode, TpccMix,
+    parse_phases, CachePolicy, CalvinLocks, Fsync, Isolation, ItemPlacement, Partitioning,
+    QStoreMode, RemotePhase, ReplicationCompression, ReplicationLayer, ReplicationMode, TpccMix,
 };
 use qstore_core::{QError, RunConfig};
 use std::io::{IsTerminal, Write};
@@ -405,6 +405,26 @@ struct RunArgs {
     /// uniformly chosen other partition with this probability (e.g. 0.1).
     #[arg(long, allow_negative_numbers = true, help_heading = "Workload")]
     remote_access_fraction: Option<f64>,
+    /// ycsb, with --remote-access-fraction: LEAP's P(L|R), the probability that a remote
+    /// access is with locality (touches rows of the other partition that only this home's
+    /// transactions touch; the others touch rows shared with every home).
+    #[arg(
+        long,
+        value_name = "P",
+        allow_negative_numbers = true,
+        help_heading = "Workload"
+    )]
+    remote_locality: Option<f64>,
+    /// ycsb: LEAP's multi-step transactions: N intermediate results, the accesses split into
+    /// N+1 steps, each taking the result of the step before (0 = one step; at most --ops - 1).
+    #[arg(long, value_name = "N", help_heading = "Workload")]
+    steps: Option<u32>,
+    /// ycsb, with --remote-access-fraction: LEAP's access-pattern phases, SECONDS:K,... each
+    /// sending remote accesses to the K partitions after the home one (all: every other)
+    /// for SECONDS, in a cycle, timed from the load generator's start, warm-up included (so
+    /// the stream depends on timing, not on --seed alone), e.g. 10:1,10:2,10:all.
+    #[arg(long, value_name = "PHASES", value_parser = parse_remote_phases, help_heading = "Workload")]
+    remote_phases: Option<RemotePhases>,
     /// ycsb: allow a transaction to pick the same key twice.
     #[arg(long, help_heading = "Workload")]
     allow_duplicate_keys: bool,
@@ -594,6 +614,13 @@ fn parse_item_placement(s: &str) -> Result<ItemPlacement, String> {
     }
 }
 
+/// `--remote-phases`' list (an alias, so that clap takes the list as one value).
+type RemotePhases = Vec<RemotePhase>;
+
+fn parse_remote_phases(s: &str) -> Result<RemotePhases, String> {
+    parse_phases(s)
+}
+
 fn parse_tpcc_mix(s: &str) -> Result<TpccMix, String> {
     match s {
         "standard" => Ok(TpccMix::Standard),
@@ -781,6 +808,9 @@ impl RunArgs {
                 set(&mut y.write_fraction, self.write_fraction);
                 y.write_theta = self.write_theta.or(y.write_theta);
                 set(&mut y.remote_access_fraction, self.remote_access_fraction);
+                y.remote_locality = self.remote_locality.or(y.remote_locality);
+                set(&mut y.steps, self.steps);
+                set(&mut y.remote_phases, self.remote_phases.clone());
                 y.allow_duplicate_keys |= self.allow_duplicate_keys;
                 y.read_mostly |= self.read_mostly;
             }
@@ -848,6 +878,9 @@ impl RunArgs {
             || self.write_fraction.is_some()
             || self.write_theta.is_some()
             || self.remote_access_fraction.is_some()
+            || self.remote_locality.is_some()
+            || self.steps.is_some()
+            || self.remote_phases.is_some()
             || self.allow_duplicate_keys
             || self.read_mostly;
         let bank_only = self.branch_size.is_some()
@@ -860,7 +893,7 @@ impl RunArgs {
             || self.active_keys.is_some();
         not_for(
             "--row-size/--write-fraction/--write-theta/--remote-access-fraction/\
-             --allow-duplicate-keys",
+             --remote-locality/--steps/--remote-phases/--allow-duplicate-keys",
             ycsb_only && name != "ycsb",
         )?;
         not_for(

@@ -41,6 +41,19 @@ fn invalid_values_exit_2_with_one_clear_line() {
             "workload.ycsb.remote_access_fraction = 1.5",
         ),
         (
+            &["--remote-locality", "0.5"],
+            "workload.ycsb.remote_locality = 0.5: needs remote accesses",
+        ),
+        (&["--steps", "16"], "workload.ycsb.steps = 16"),
+        (
+            &["--remote-access-fraction", "0.1", "--remote-phases", "1:9"],
+            "workload.ycsb.remote_phases = 1:9",
+        ),
+        (
+            &["--workload", "bank", "--steps", "2"],
+            "does not apply to workload bank",
+        ),
+        (
             &["--config", "/nonexistent/q.toml"],
             "cannot read configuration file",
         ),
