@@ -123,6 +123,10 @@ fn rows_setting(cfg: &RunConfig) -> (&'static str, u64) {
             "workload.append.keys_per_partition",
             w.append.keys_per_partition,
         ),
+        "tpcc" => (
+            "workload.tpcc.warehouses_per_partition",
+            w.tpcc.warehouses_per_partition as u64,
+        ),
         _ => (
             "workload.ycsb.records_per_partition",
             w.ycsb.records_per_partition,
@@ -237,6 +241,12 @@ mod tests {
         let e = check_against(&append, all(&append), Some(16 * GIB)).unwrap_err();
         assert_eq!(e.setting, "workload.append.keys_per_partition");
         assert!(e.to_string().contains("needs about 195.3 GiB"), "{e}");
+        // TPC-C's partitions grow with their warehouses.
+        let mut tpcc = with_workload("tpcc");
+        tpcc.workload.tpcc.warehouses_per_partition = 64;
+        let e = check_against(&tpcc, all(&tpcc), Some(GIB)).unwrap_err();
+        assert_eq!(e.setting, "workload.tpcc.warehouses_per_partition");
+        assert_eq!(e.value, "64");
     }
 
     #[test]
