@@ -45,6 +45,8 @@ pub struct Control {
     pub stop: AtomicBool,
     /// Commits counted so far (progress lines, and the `txns` bound).
     pub commits: AtomicU64,
+    /// The latencies of those commits, summed (the timeline's mean latency per interval).
+    pub latency_us: AtomicU64,
     pub cc_aborts: AtomicU64,
     /// With a `txns` bound: fresh transactions issued and not logic-aborted or rejected.
     issued: AtomicU64,
@@ -469,6 +471,9 @@ impl<'a> Driver<'a> {
                 if measuring {
                     let latency = now.saturating_duration_since(p.first_submit).as_micros() as u64;
                     self.stats.record_commit(p.ops, latency);
+                    self.control
+                        .latency_us
+                        .fetch_add(latency, Ordering::Relaxed);
                     self.count_commit();
                 }
                 self.finish(p, now);

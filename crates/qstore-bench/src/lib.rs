@@ -8,10 +8,12 @@ pub mod remote;
 pub mod report;
 pub mod stats;
 pub mod suite;
+pub mod timeline;
 pub mod verify;
 
 use driver::{Control, Driver};
 use qstore_core::{NodeId, QError, RunConfig};
+use qstore_engine::protocol::ProtocolCounters;
 use qstore_engine::stages::{StageSnapshot, StageSummary};
 use qstore_engine::{Cluster, StoppedCluster, TxnRequest};
 use qstore_log::LogStats;
@@ -22,6 +24,7 @@ use stats::ClientStats;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
+use timeline::{Timeline, TimelinePoint, Totals};
 
 /// A progress sample, taken once per second of the run.
 #[derive(Clone, Debug)]
@@ -77,6 +80,11 @@ pub trait Target: Sync {
     fn log_stats(&self) -> Option<LogStats> {
         None
     }
+    /// The protocol's own event counts so far, summed over the nodes (see
+    /// `Engine::counters`).
+    fn protocol_counters(&self) -> ProtocolCounters {
+        ProtocolCounters::new()
+    }
 }
 
 impl Target for Cluster {
@@ -101,6 +109,10 @@ impl Target for Cluster {
     fn log_stats(&self) -> Option<LogStats> {
         self.ctx().log_stats()
     }
+
+    fn protocol_counters(&self) -> ProtocolCounters {
+        Cluster::protocol_counters(self)
+    }
 }
 
 /// The client side of a run: statistics, the measurement window, traffic and the timeline.
@@ -108,7 +120,9 @@ pub(crate) struct Driven {
     pub stats: ClientStats,
     pub window_s: f64,
     pub traffic: Traffic,
-    pub timeline: Vec<u64>,
+    pub timeline: Vec<TimelinePoint>,
+    /// What the protocol's own counters added during the window.
+    pub counters: ProtocolCounters,
     /// Time per stage over the measurement window, where the protocol measures it.
     pub stages: Vec<StageSummary>,
     /// What the servers' logs did during the window (runs with data directories).
@@ -174,6 +188,7 @@ pub fn run(cfg: &RunConfig, opts: RunOptions<'_>) -> Result<RunOutcome, QError> 
     let d = drive(cfg, &cluster, workload.as_ref(), &mut progress, opts.elle);
     let mut report = RunReport::new(cfg, &d.stats, d.window_s, load_s, d.traffic, d.timeline);
     report.stages = d.stages;
+    report.counters = d.counters;
     report.log = d
         .log
         .map(|l| LogActivity::over(&l, d.window_s, report.committed));
@@ -226,6 +241,7 @@ pub fn run_remote(cfg: &RunConfig, opts: RunOptions<'_>) -> Result<RemoteOutcome
     let d = drive(&cfg, &remote, workload.as_ref(), &mut progress, opts.elle);
     let mut report = RunReport::new(&cfg, &d.stats, d.window_s, 0.0, d.traffic, d.timeline);
     report.stages = d.stages;
+    report.counters = d.counters;
     report.log = d
         .log
         .map(|l| LogActivity::over(&l, d.window_s, report.committed));
@@ -327,14 +343,23 @@ fn control_run(
     let by_count = cfg.client.txns > 0;
     if !by_count {
         let warmup = Window::seconds(cfg.client.warmup_s);
-        wait_with_progress(start, warmup, control, progress, &mut Vec::new());
+        wait_with_progress(start, warmup, control, progress, None);
     }
     let before = snapshot();
     let stages_before = target.stages();
     let log_before = target.log_stats();
+    let counters_before = target.protocol_counters();
     let window_start = if by_count { start } else { Instant::now() };
     control.measuring.store(true, Ordering::Relaxed);
-    let mut timeline = Vec::new();
+    let totals = |traffic: &[(u64, u64)]| {
+        Totals::new(
+            control.commits.load(Ordering::Relaxed),
+            control.latency_us.load(Ordering::Relaxed),
+            traffic,
+        )
+    };
+    let mut timeline = Timeline::starting(totals(&before));
+    let mut sample = |t_s: f64| timeline.sample(t_s, totals(&snapshot()));
     // Validation allows a zero duration only when the count bounds the run.
     let window = if cfg.client.duration_s > 0.0 {
         Window::seconds(cfg.client.duration_s)
@@ -344,7 +369,7 @@ fn control_run(
             stall: Some(Duration::from_secs_f64(cfg.client.drain_timeout_s.max(1.0))),
         }
     };
-    let window = wait_with_progress(start, window, control, progress, &mut timeline);
+    let window = wait_with_progress(start, window, control, progress, Some(&mut sample));
     control.measuring.store(false, Ordering::Relaxed);
     control.stop.store(true, Ordering::Relaxed);
     let after = snapshot();
@@ -361,11 +386,20 @@ fn control_run(
         .zip(before.iter().chain(std::iter::repeat(&(0, 0))))
         .map(|(a, b)| (a.0.saturating_sub(b.0), a.1.saturating_sub(b.1)))
         .collect();
+    let counters = target
+        .protocol_counters()
+        .into_iter()
+        .map(|(name, n)| {
+            let was = counters_before.get(&name).copied().unwrap_or(0);
+            (name, n.saturating_sub(was))
+        })
+        .collect();
     Driven {
         stats: ClientStats::default(),
         window_s,
         traffic,
-        timeline,
+        timeline: timeline.points,
+        counters,
         stages,
         log: target.log_stats().zip(log_before).map(|(a, b)| a.since(b)),
     }
@@ -389,13 +423,14 @@ impl Window {
 }
 
 /// Waits as `window` says (or until the run is stopped), reporting progress each second and
-/// appending commits per second to `timeline`. Returns the time waited.
+/// calling `sample` then with the seconds since the wait began (the timeline of a measurement
+/// window). Returns the time waited.
 fn wait_with_progress(
     run_start: Instant,
     window: Window,
     control: &Control,
     progress: &mut Option<&mut dyn FnMut(&Progress)>,
-    timeline: &mut Vec<u64>,
+    mut sample: Option<&mut dyn FnMut(f64)>,
 ) -> Duration {
     let begin = Instant::now();
     let end = (window.seconds.is_finite()).then(|| begin + Duration::from_secs_f64(window.seconds));
@@ -405,6 +440,11 @@ fn wait_with_progress(
     loop {
         let now = Instant::now();
         if end.is_some_and(|e| now >= e) || control.stop.load(Ordering::Relaxed) {
+            // The window's last part, unless it is too short to say anything.
+            let since_tick = now + Duration::from_secs(1) - next_tick;
+            if let Some(sample) = sample.as_mut().filter(|_| since_tick.as_millis() >= 100) {
+                sample((now - begin).as_secs_f64());
+            }
             return now - begin;
         }
         let commits = control.commits.load(Ordering::Relaxed);
@@ -421,8 +461,8 @@ fn wait_with_progress(
         if now >= next_tick {
             let commits = control.commits.load(Ordering::Relaxed);
             let measuring = control.measuring.load(Ordering::Relaxed);
-            if measuring {
-                timeline.push(commits - last_commits);
+            if let Some(sample) = sample.as_mut().filter(|_| measuring) {
+                sample((now - begin).as_secs_f64());
             }
             if let Some(f) = progress.as_mut() {
                 f(&Progress {

@@ -274,6 +274,19 @@ impl Target for RemoteCluster {
             .reduce(LogStats::plus)
     }
 
+    /// Every server's protocol counters, summed.
+    fn protocol_counters(&self) -> qstore_engine::protocol::ProtocolCounters {
+        let mut all = qstore_engine::protocol::ProtocolCounters::new();
+        let stats = self
+            .stats()
+            .map_err(|e| tracing::warn!("cannot fetch server statistics: {e}"))
+            .unwrap_or_default();
+        for (name, n) in stats.into_iter().flat_map(|s| s.counters) {
+            *all.entry(name).or_default() += n;
+        }
+        all
+    }
+
     /// Every server's stage totals, merged: means and figures per transaction (percentiles
     /// stay with the servers' histograms).
     fn stages(&self) -> Option<StageSnapshot> {

@@ -86,8 +86,12 @@ pub struct RunReport {
     /// The back-off policy after concurrency-control aborts, in microseconds.
     pub backoff_base_us: u64,
     pub backoff_max_us: u64,
-    /// Commits in each second of the measurement window.
-    pub timeline_tps: Vec<u64>,
+    /// Throughput, latency and traffic in each second of the measurement window.
+    pub timeline: Vec<crate::timeline::TimelinePoint>,
+    /// The protocol's own event counts over the measurement window, by name (e.g. LEAP's
+    /// transfers by case), summed over the nodes.
+    #[serde(skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub counters: qstore_engine::protocol::ProtocolCounters,
     /// Content hash of each partition after the run, when asked for.
     pub state_hashes: Option<Vec<String>>,
     /// Where transactions spent their time, stage by stage, over the measurement window
@@ -159,13 +163,24 @@ impl RunReport {
         }
     }
 
+    /// The protocol counter `name` over the window per committed transaction (0 when the
+    /// protocol has no such counter or nothing committed).
+    pub fn counter_per_txn(&self, name: &str) -> f64 {
+        let n = self.counters.get(name).copied().unwrap_or(0);
+        if self.committed == 0 {
+            0.0
+        } else {
+            n as f64 / self.committed as f64
+        }
+    }
+
     pub(crate) fn new(
         cfg: &RunConfig,
         stats: &ClientStats,
         window_s: f64,
         load_s: f64,
         traffic: Traffic,
-        timeline_tps: Vec<u64>,
+        timeline: Vec<crate::timeline::TimelinePoint>,
     ) -> Self {
         let h = &stats.latency_us;
         let per_commit = |x: u64| {
@@ -253,7 +268,8 @@ impl RunReport {
                 .collect(),
             backoff_base_us: cfg.client.backoff_base_us,
             backoff_max_us: cfg.client.backoff_max_us,
-            timeline_tps,
+            timeline,
+            counters: Default::default(),
             state_hashes: None,
             stages: Vec::new(),
             log: None,
@@ -401,6 +417,12 @@ impl RunReport {
         }
         let mut rows: Vec<(String, String)> =
             rows.into_iter().map(|(k, v)| (k.to_string(), v)).collect();
+        for (name, &n) in &self.counters {
+            rows.push((
+                name.clone(),
+                format!("{} ({:.3} per txn)", group(n), self.counter_per_txn(name)),
+            ));
+        }
         for s in &self.stages {
             if let Some(c) = s.per_txn {
                 rows.push((
@@ -534,20 +556,31 @@ mod tests {
         let mut stats = ClientStats::default();
         stats.record_commit(16, 250);
         stats.record_cc_abort(qstore_core::txn::CcAbortCause::Conflict);
-        let r = RunReport::new(
+        let mut r = RunReport::new(
             &RunConfig::default(),
             &stats,
             2.0,
             0.1,
             vec![(4, 400), (2, 100)],
-            vec![1],
+            vec![crate::timeline::TimelinePoint {
+                t_s: 1.0,
+                tps: 1.0,
+                latency_mean_ms: 0.25,
+                msgs_per_s: 6.0,
+                bytes_per_s: 500.0,
+            }],
         );
+        r.counters.insert("leap_received_rp_o".into(), 3);
         assert_eq!(r.throughput_tps, 0.5);
         assert_eq!(r.abort_rate, 0.5);
         assert_eq!(r.msgs_per_txn, 6.0);
         let table = r.table();
         assert!(
             table.contains("throughput (txn/s)") && table.contains("conflict=1"),
+            "{table}"
+        );
+        assert!(
+            table.contains("leap_received_rp_o") && table.contains("3 (3.000 per txn)"),
             "{table}"
         );
         let mut csv = Vec::new();
@@ -559,5 +592,7 @@ mod tests {
         let v: serde_json::Value = serde_json::from_slice(&json).unwrap();
         assert_eq!(v["latency"]["p50_us"], 250);
         assert_eq!(v["cc_aborts"]["conflict"], 1);
+        assert_eq!(v["counters"]["leap_received_rp_o"], 3);
+        assert_eq!(v["timeline"][0]["latency_mean_ms"], 0.25);
     }
 }

@@ -303,6 +303,11 @@ impl Cluster {
         true
     }
 
+    /// The protocol's own event counts so far (see `Engine::counters`).
+    pub fn protocol_counters(&self) -> crate::protocol::ProtocolCounters {
+        self.engine.counters()
+    }
+
     /// Time per stage of a transaction's life, for protocols that measure it.
     pub fn stages(&self) -> Option<crate::stages::StageSnapshot> {
         self.engine.stages()

@@ -267,3 +267,97 @@ fn the_list_names_every_spec_and_what_it_lacks() {
     assert!(out.contains("not built yet: no-such-protocol"), "{out}");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[test]
+fn an_over_time_figure_draws_each_series_second_by_second() {
+    let dir = scratch("over-time");
+    let spec = dir.join("timeline.toml");
+    std::fs::write(
+        &spec,
+        r#"
+paper = "Test paper"
+figure = "Figure 2"
+title = "over time"
+claim = "Throughput is drawn second by second."
+
+[base]
+cluster = { nodes = 2, workers = 1 }
+workload.ycsb = { records_per_partition = 2000, ops_per_txn = 4, remote_access_fraction = 0.1 }
+client = { duration_s = 2.5, warmup_s = 0.0, inflight = 4 }
+
+[x]
+label = "time (s)"
+over_time = true
+
+[[metric]]
+name = "throughput_tps"
+
+[[metric]]
+name = "bytes_per_s"
+
+[[series]]
+protocol = "lstore"
+
+[[series]]
+protocol = "hstore"
+
+[[trend]]
+kind = "ratio"
+series = "lstore"
+over = "hstore"
+at_least = 0.0
+"#,
+    )
+    .unwrap();
+    let out = dir.join("out");
+    let o = run(&[
+        "figure",
+        spec.to_str().unwrap(),
+        "--out",
+        out.to_str().unwrap(),
+    ]);
+    let (stdout, stderr) = (text(&o.stdout), text(&o.stderr));
+    assert_eq!(o.status.code(), Some(0), "{stdout}\n{stderr}");
+    assert!(stdout.contains("verdict: holds"), "{stdout}");
+
+    // Three rows per series (seconds 1 and 2, and the last half second), each with the
+    // second as its x and the timeline's metrics; the rest are not measured per second.
+    let results = out.join("results.csv");
+    let h = header(&results);
+    let col = |name: &str| h.iter().position(|c| c == name).unwrap();
+    let data = rows(&results);
+    for series in ["lstore", "hstore"] {
+        let mine: Vec<_> = data.iter().filter(|r| r[col("series")] == series).collect();
+        let xs: Vec<f64> = mine.iter().map(|r| r[col("x")].parse().unwrap()).collect();
+        assert_eq!(xs, [1.0, 2.0, 2.5], "{series}: {mine:?}");
+        for r in &mine {
+            assert!(
+                r[col("throughput_tps")].parse::<f64>().unwrap() > 0.0,
+                "{r:?}"
+            );
+            assert!(r[col("bytes_per_s")].parse::<f64>().unwrap() > 0.0, "{r:?}");
+            assert_eq!(r[col("latency_p99_ms")], "NaN", "{r:?}");
+        }
+    }
+    assert_eq!(rows(&out.join("summary.csv")).len(), 6);
+    assert!(std::fs::read(out.join("figure.png")).unwrap().len() > 1000);
+
+    // A run metric that has no per-second value cannot be drawn over time.
+    let bad = std::fs::read_to_string(&spec)
+        .unwrap()
+        .replace("bytes_per_s", "latency_p99_ms");
+    std::fs::write(&spec, bad).unwrap();
+    let o = run(&[
+        "figure",
+        spec.to_str().unwrap(),
+        "--out",
+        dir.join("bad").to_str().unwrap(),
+    ]);
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o.stderr));
+    assert!(
+        text(&o.stderr).contains("is not measured second by second"),
+        "{}",
+        text(&o.stderr)
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}

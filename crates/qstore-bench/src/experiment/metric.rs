@@ -2,6 +2,7 @@
 //! columns of `results.csv`.
 
 use crate::report::RunReport;
+use crate::timeline::TimelinePoint;
 
 /// A measured quantity of a run.
 pub struct Metric {
@@ -35,6 +36,19 @@ fn aborts_pct(r: &RunReport, cause: &str) -> f64 {
         return 0.0;
     }
     r.abort_rate * 100.0 * of_cause as f64 / all as f64
+}
+
+/// Records LEAP moved to a transaction's node, in any of the three cases, per committed
+/// transaction.
+fn leap_transfers_per_txn(r: &RunReport) -> f64 {
+    [
+        "leap_received_rp_o",
+        "leap_received_r_po",
+        "leap_received_r_p_o",
+    ]
+    .iter()
+    .map(|c| r.counter_per_txn(c))
+    .sum()
 }
 
 /// Every metric, in the column order of `results.csv`.
@@ -126,6 +140,16 @@ pub const METRICS: &[Metric] = &[
         of: |r| r.bytes_per_txn,
     },
     Metric {
+        name: "msgs_per_s",
+        label: "messages sent per second (all nodes)",
+        of: |r| r.msgs_per_txn * r.throughput_tps,
+    },
+    Metric {
+        name: "bytes_per_s",
+        label: "bytes sent per second (all nodes)",
+        of: |r| r.bytes_per_txn * r.throughput_tps,
+    },
+    Metric {
         name: "phase_execution_us",
         label: "execution phase per txn (us)",
         of: |r| phase_us(r, "execution"),
@@ -161,11 +185,67 @@ pub const METRICS: &[Metric] = &[
         of: |r| phase_msgs(r, "aborted attempts"),
     },
     Metric {
+        name: "leap_transfers_per_txn",
+        label: "records moved to the transaction's node per txn",
+        of: leap_transfers_per_txn,
+    },
+    Metric {
+        name: "leap_transfers_per_s",
+        label: "records moved per second (all nodes)",
+        of: |r| leap_transfers_per_txn(r) * r.throughput_tps,
+    },
+    Metric {
+        name: "leap_rp_o_per_txn",
+        label: "RP-O transfers per txn (requester is the partitioner)",
+        of: |r| r.counter_per_txn("leap_received_rp_o"),
+    },
+    Metric {
+        name: "leap_r_po_per_txn",
+        label: "R-PO transfers per txn (partitioner is the owner)",
+        of: |r| r.counter_per_txn("leap_received_r_po"),
+    },
+    Metric {
+        name: "leap_r_p_o_per_txn",
+        label: "R-P-O transfers per txn (three nodes)",
+        of: |r| r.counter_per_txn("leap_received_r_p_o"),
+    },
+    Metric {
         name: "committed",
         label: "committed transactions",
         of: |r| r.committed as f64,
     },
 ];
+
+/// How a metric is read off one point of a run's timeline.
+pub type PerSecond = fn(&TimelinePoint) -> f64;
+
+/// The metrics a run's timeline has, with the value of each at one of its points: what
+/// an over-time figure can draw.
+pub const OVER_TIME: &[(&str, PerSecond)] = &[
+    ("throughput_tps", |p| p.tps),
+    ("latency_mean_ms", |p| p.latency_mean_ms),
+    ("msgs_per_s", |p| p.msgs_per_s),
+    ("bytes_per_s", |p| p.bytes_per_s),
+];
+
+/// How metric `name` is read off a timeline point, if a timeline has it.
+pub fn over_time(name: &str) -> Result<PerSecond, String> {
+    OVER_TIME
+        .iter()
+        .find(|(n, _)| *n == name)
+        .map(|(_, f)| *f)
+        .ok_or_else(|| {
+            format!(
+                "metric {name:?} is not measured second by second; an over-time figure can \
+                 draw: {}",
+                OVER_TIME
+                    .iter()
+                    .map(|(n, _)| *n)
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            )
+        })
+}
 
 /// The metric called `name`.
 pub fn find(name: &str) -> Result<&'static Metric, String> {

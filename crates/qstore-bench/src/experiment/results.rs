@@ -2,7 +2,7 @@
 //! every metric), appended as each run finishes, so that an interrupted sweep resumes from
 //! the runs already written.
 
-use super::metric::METRICS;
+use super::metric::{PerSecond, METRICS};
 use super::spec::{setting, Plan, Point};
 use crate::report::RunReport;
 use std::path::{Path, PathBuf};
@@ -42,9 +42,32 @@ impl ResultRow {
         }
     }
 
-    /// Whether this row is point `p`'s run in `round`.
+    /// The rows of an over-time plan's successful run: one per second of its timeline, at
+    /// x = the second (to a tenth, so that every series' seconds line up), with the
+    /// metrics a timeline has (the others are NaN).
+    pub fn over_time(plan: &Plan, p: &Point, round: u32, run: &RunReport) -> Vec<Self> {
+        let of: Vec<Option<PerSecond>> = METRICS
+            .iter()
+            .map(|m| super::metric::over_time(m.name).ok())
+            .collect();
+        run.timeline
+            .iter()
+            .map(|t| ResultRow {
+                round,
+                series: plan.series[p.series].clone(),
+                x: (t.t_s * 10.0).round() / 10.0,
+                failure: String::new(),
+                params: plan.params.iter().map(|k| setting(&p.cfg, k)).collect(),
+                metrics: of.iter().map(|f| f.map_or(f64::NAN, |f| f(t))).collect(),
+            })
+            .collect()
+    }
+
+    /// Whether this row is (one of the rows of) point `p`'s run in `round`.
     pub fn is(&self, plan: &Plan, p: &Point, round: u32) -> bool {
-        self.round == round && self.series == plan.series[p.series] && self.x == p.x
+        self.round == round
+            && self.series == plan.series[p.series]
+            && (self.x == p.x || plan.spec.x.over_time)
     }
 }
 

@@ -85,6 +85,11 @@ pub struct XAxis {
     /// Logarithmic axis.
     #[serde(default)]
     pub log: bool,
+    /// The x axis is time into the run's measurement window (seconds), with neither param
+    /// nor values: each series runs once per round at the spec's settings, and its
+    /// throughput, latency and traffic are drawn second by second (the run's timeline).
+    #[serde(default)]
+    pub over_time: bool,
 }
 
 /// One dotted path, or several.
@@ -214,7 +219,18 @@ impl Spec {
         }
         let by_values = !self.x.values.is_empty();
         let by_points = !self.x.points.is_empty();
-        if by_values == by_points {
+        if self.x.over_time {
+            if by_values || by_points || !self.x.param.paths().is_empty() {
+                return Err(
+                    "[x] over_time takes no param, values or points: the x axis is \
+                            the run's time"
+                        .into(),
+                );
+            }
+            for m in &self.metrics {
+                metric::over_time(&m.name)?;
+            }
+        } else if by_values == by_points {
             return Err("[x] needs either param and values, or points".into());
         }
         if by_values && self.x.param.paths().is_empty() {
@@ -322,6 +338,10 @@ impl Spec {
 
     /// Each x of the sweep with the settings it makes.
     fn x_points(&self, quick: bool) -> Vec<(f64, Table)> {
+        if self.x.over_time {
+            // One run per series; its rows take their x from its timeline.
+            return vec![(0.0, Table::new())];
+        }
         if !self.x.points.is_empty() {
             return self.x.points.iter().map(|p| (p.x, p.set.clone())).collect();
         }

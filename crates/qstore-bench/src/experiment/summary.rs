@@ -35,7 +35,15 @@ pub struct Summary {
 impl Summary {
     /// Groups `rows` by point; failed runs are counted, not measured.
     pub fn new(plan: &Plan, rows: &[ResultRow]) -> Summary {
-        let mut xs: Vec<f64> = plan.points.iter().map(|p| p.x).collect();
+        let mut xs: Vec<f64> = if plan.spec.x.over_time {
+            // The seconds of the timelines (a failed run's row, at 0, is counted only).
+            rows.iter()
+                .filter(|r| r.failure.is_empty())
+                .map(|r| r.x)
+                .collect()
+        } else {
+            plan.points.iter().map(|p| p.x).collect()
+        };
         xs.sort_by(f64::total_cmp);
         xs.dedup();
         let mut points: BTreeMap<(usize, u64), PointRuns> = BTreeMap::new();

@@ -72,9 +72,25 @@ pub fn sweep(
         });
         let report = run(&p.cfg);
         let row = ResultRow::new(plan, p, round, report.as_ref().map_err(Clone::clone));
-        file.append(&row)?;
+        let written = match &report {
+            Ok(r) if plan.spec.x.over_time && row.failure.is_empty() => {
+                match ResultRow::over_time(plan, p, round, r) {
+                    rows if rows.is_empty() => vec![ResultRow {
+                        failure: "no timeline: the measurement window was under a second \
+                                  (over-time figures need a duration, not a transaction count)"
+                            .into(),
+                        ..row.clone()
+                    }],
+                    rows => rows,
+                }
+            }
+            _ => vec![row.clone()],
+        };
+        for w in &written {
+            file.append(w)?;
+        }
         on(Event::Ran { row: &row });
-        rows.push(row);
+        rows.extend(written);
     }
     finish(plan, dir, &rows)
 }

@@ -156,7 +156,16 @@ pub trait Engine: Send + Sync {
     fn audit(&self) -> Option<Vec<u8>> {
         None
     }
+    /// The protocol's own event counts so far, summed over this process's nodes, by
+    /// name (e.g. LEAP's transfers by case). They only grow, so a run reports what its
+    /// measurement window added.
+    fn counters(&self) -> ProtocolCounters {
+        ProtocolCounters::new()
+    }
 }
+
+/// A protocol's event counts by name (see [`Engine::counters`]).
+pub type ProtocolCounters = std::collections::BTreeMap<String, u64>;
 
 /// Checks the accounts ([`Engine::audit`]) of every node of a cluster that ran `protocol`
 /// with partition map `pmap`: `None` when the protocol keeps none.

@@ -717,6 +717,7 @@ impl IoThread {
             frames_sent,
             stages: self.shared.cluster.stages().map(|s| s.totals().clone()),
             log: self.shared.cluster.ctx().log_stats(),
+            counters: self.shared.cluster.protocol_counters(),
         }
     }
 

@@ -40,7 +40,7 @@ use std::time::Duration;
 const MAX_HANDSHAKE_FRAME: usize = 4096;
 
 /// Version of the client protocol; a client with another version is refused.
-pub const CLIENT_FORMAT_VERSION: u32 = 8;
+pub const CLIENT_FORMAT_VERSION: u32 = 9;
 
 /// Role labels of the client handshake's proofs.
 pub const SERVER_ROLE: &str = "qstore client-port server";
@@ -129,6 +129,8 @@ pub struct ServerStats {
     pub stages: Option<crate::stages::StageTotals>,
     /// What the node's logs did since it started (with a data directory).
     pub log: Option<qstore_log::LogStats>,
+    /// The protocol's own event counts so far (see `Engine::counters`).
+    pub counters: crate::protocol::ProtocolCounters,
 }
 
 /// What a node hands the client after a run for checking.

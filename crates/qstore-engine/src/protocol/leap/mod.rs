@@ -240,6 +240,14 @@ impl Engine for LeapEngine {
         self.inner.stages()
     }
 
+    fn counters(&self) -> crate::protocol::ProtocolCounters {
+        let mut all = crate::protocol::ProtocolCounters::new();
+        for (own, _) in &self.nodes {
+            own.counters.add_to(&mut all);
+        }
+        all
+    }
+
     fn audit(&self) -> Option<Vec<u8>> {
         // A server is audited while it runs, right after its clients' last answer: the
         // informs of the last transfers may still be on their way.

@@ -85,6 +85,34 @@ pub(crate) struct Counters {
     pub resent: AtomicU64,
 }
 
+impl Counters {
+    /// The counts by their names in run results (`leap_...`), added to `into`.
+    pub fn add_to(&self, into: &mut crate::protocol::ProtocolCounters) {
+        let load = |c: &AtomicU64| c.load(Ordering::Relaxed);
+        let named = [
+            (
+                "leap_received_rp_o",
+                load(&self.received[Case::RequesterPartitions as usize]),
+            ),
+            (
+                "leap_received_r_po",
+                load(&self.received[Case::PartitionerOwns as usize]),
+            ),
+            (
+                "leap_received_r_p_o",
+                load(&self.received[Case::ThreeNodes as usize]),
+            ),
+            ("leap_shipped", load(&self.shipped)),
+            ("leap_shipped_bytes", load(&self.shipped_bytes)),
+            ("leap_refused", load(&self.refused)),
+            ("leap_resent", load(&self.resent)),
+        ];
+        for (name, n) in named {
+            *into.entry(name.to_string()).or_default() += n;
+        }
+    }
+}
+
 /// What this node knows and does about one record. Absent from the map (all defaults) for
 /// a record of its own partition that never moved and that nobody is using.
 #[derive(Default)]
