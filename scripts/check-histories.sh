@@ -144,6 +144,19 @@ for protocol in lstore hlstore; do
     "$QSTORE" cluster --protocol "$protocol" --workload bank --verify "${small[@]}"
 done
 
+echo "== LEAP's YCSB: steps with intermediate results across nodes, and locality"
+# Every access of a step takes the previous step's first result as input: deterministic
+# protocols forward it between nodes (the serial oracle checks the written bytes), 2PC ones
+# run the steps in waves, LEAP runs them where the records came.
+for protocol in qstore calvin hstore lstore; do
+  expect_exit 0 "^serializable: yes" "$protocol ycsb, 4 steps, 30% of accesses remote --verify" -- \
+    "$QSTORE" run --protocol "$protocol" --workload ycsb --records 1000 --theta 0.9 \
+    --remote-access-fraction 0.3 --steps 4 --txns 2000 --verify -q --nodes 3
+done
+expect_exit 0 "^ownership: ok" "lstore ycsb, 90% locality of remote accesses, 2% of messages lost" -- \
+  "$QSTORE" run --protocol lstore --workload ycsb --records 3000 --remote-access-fraction 0.2 \
+  --remote-locality 0.9 --drop-fraction 0.02 --txns 2000 --verify --nodes 3
+
 echo "== Sundial's cache of remote rows: every policy, --verify and adya"
 # Reads served from the cache, renewed at their home at prepare; the read-hot mode (reads
 # skewed, writes uniform) hits the cache most.
