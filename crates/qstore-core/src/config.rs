@@ -784,14 +784,21 @@ pub struct TpccConfig {
     /// one other partition. Every other transaction stays in its home partition. The default
     /// is the spec's 15% of remote Payments, which the paper applies to both transactions.
     pub multi_partition_fraction: f64,
-    /// Chance that a line of a single-partition New-Order is supplied by another warehouse of
-    /// the home partition (the spec's 1%, clause 2.4.1.5). Other warehouses of other
-    /// partitions come only through `multi_partition_fraction`, so with one warehouse per
-    /// partition this has no effect.
+    /// LEAP's remote share per access (section 5.3, figure 9), instead of
+    /// `multi_partition_fraction` (which must then be 0): each New-Order line is supplied by,
+    /// and each Payment's customer belongs to, a uniformly chosen warehouse of a uniformly
+    /// chosen other partition with this probability, independently; otherwise the line or
+    /// customer is chosen as below. A New-Order may so span several partitions. 0 (the
+    /// default) = off, the stream unchanged.
+    pub remote_access_fraction: f64,
+    /// Chance that a line of a New-Order is supplied by another warehouse of the home
+    /// partition (the spec's 1%, clause 2.4.1.5), when not already remote. Other warehouses
+    /// of other partitions come only through `multi_partition_fraction` or
+    /// `remote_access_fraction`, so with one warehouse per partition this has no effect.
     pub remote_new_order_line_fraction: f64,
-    /// Chance that the customer of a single-partition Payment belongs to another warehouse of
-    /// the home partition (the spec's 15%, clause 2.5.1.2); as above, remote partitions come
-    /// only through `multi_partition_fraction`.
+    /// Chance that the customer of a Payment belongs to another warehouse of the home
+    /// partition (the spec's 15%, clause 2.5.1.2), when not already remote; as above, remote
+    /// partitions come only through `multi_partition_fraction` or `remote_access_fraction`.
     pub remote_payment_fraction: f64,
     /// Where ITEM lives: replicated in every partition, or partitioned on the item id.
     pub items: ItemPlacement,
@@ -808,6 +815,7 @@ impl Default for TpccConfig {
             stock_level_fraction: 0.0,
             delivery_fraction: 0.0,
             multi_partition_fraction: 0.15,
+            remote_access_fraction: 0.0,
             remote_new_order_line_fraction: 0.01,
             remote_payment_fraction: 0.15,
             items: ItemPlacement::Replicated,
@@ -1825,6 +1833,24 @@ impl TpccConfig {
             self.multi_partition_fraction,
             partitions,
         )?;
+        mp_fraction(
+            "workload.tpcc.remote_access_fraction",
+            self.remote_access_fraction,
+            partitions,
+        )?;
+        check(
+            self.remote_access_fraction == 0.0 || self.multi_partition_fraction == 0.0,
+            "workload.tpcc.remote_access_fraction",
+            self.remote_access_fraction,
+            &format!(
+                "must be 0 when workload.tpcc.multi_partition_fraction is not (it is {}; the \
+                 default is 0.15): choose remote accesses (LEAP's mode: each New-Order line \
+                 and Payment customer remote on its own) or multi-partition transactions; for \
+                 remote accesses set workload.tpcc.multi_partition_fraction = 0 (--mp-fraction \
+                 0)",
+                self.multi_partition_fraction
+            ),
+        )?;
         fraction(
             "workload.tpcc.remote_new_order_line_fraction",
             self.remote_new_order_line_fraction,
@@ -2494,6 +2520,66 @@ mod tests {
         assert!(err.contains("warehouses"), "{err}");
     }
 
+    /// LEAP's remote share per access: valid from 0 to 1 with multi-partition transactions
+    /// off and 2+ partitions; otherwise refused, naming the setting (and the one in the way).
+    #[test]
+    fn tpcc_remote_access_fraction_is_validated_and_round_trips_through_toml() {
+        let remote = |r: f64| {
+            move |c: &mut RunConfig| {
+                c.workload.name = "tpcc".into();
+                c.cluster.nodes = 3;
+                c.workload.tpcc.multi_partition_fraction = 0.0;
+                c.workload.tpcc.remote_access_fraction = r;
+            }
+        };
+        for r in [0.0, 0.01, 0.5, 1.0] {
+            let mut c = RunConfig::default();
+            remote(r)(&mut c);
+            c.validate().unwrap();
+            assert_eq!(RunConfig::from_toml(&c.to_toml()).unwrap(), c);
+        }
+        assert_eq!(TpccConfig::default().remote_access_fraction, 0.0);
+        let c = RunConfig::from_toml(
+            "[workload]\nname = \"tpcc\"\n[workload.tpcc]\nremote_access_fraction = 0.1\n\
+             multi_partition_fraction = 0.0\n",
+        )
+        .unwrap();
+        assert_eq!(c.workload.tpcc.remote_access_fraction, 0.1);
+        c.validate().unwrap();
+        // Both modes at once: the error names both settings and how to choose.
+        let e = invalid(|c| {
+            remote(0.1)(c);
+            c.workload.tpcc.multi_partition_fraction = 0.15;
+        });
+        assert_eq!(e.setting, "workload.tpcc.remote_access_fraction");
+        let text = e.to_string();
+        for want in [
+            "workload.tpcc.remote_access_fraction",
+            "workload.tpcc.multi_partition_fraction",
+            "must be 0 when",
+            "--mp-fraction 0",
+        ] {
+            assert!(text.contains(want), "{want}: {text}");
+        }
+        // The default multi-partition fraction (0.15) is in the way too.
+        let e = invalid(|c| {
+            c.workload.name = "tpcc".into();
+            c.workload.tpcc.remote_access_fraction = 0.1;
+        });
+        assert!(e.to_string().contains("0.15"), "{e}");
+        for bad in [-0.1, 1.01, f64::NAN, f64::INFINITY] {
+            let e = invalid(|c| remote(bad)(c));
+            assert_eq!(e.setting, "workload.tpcc.remote_access_fraction", "{bad}");
+            assert!(e.to_string().contains("between 0 and 1"), "{bad}: {e}");
+        }
+        let e = invalid(|c| {
+            remote(0.1)(c);
+            c.cluster.nodes = 1;
+        });
+        assert_eq!(e.setting, "workload.tpcc.remote_access_fraction");
+        assert!(e.to_string().contains("single-node"), "{e}");
+    }
+
     #[test]
     fn bad_tpcc_values_are_rejected_with_the_setting_named() {
         let np = |c: &mut RunConfig| c.workload.tpcc.mix = TpccMix::NeworderPayment;
@@ -2583,6 +2669,24 @@ mod tests {
             (
                 "workload.tpcc.multi_partition_fraction",
                 Box::new(|c| c.cluster.nodes = 1),
+            ),
+            (
+                "workload.tpcc.remote_access_fraction",
+                Box::new(|c| {
+                    c.workload.tpcc.multi_partition_fraction = 0.0;
+                    c.workload.tpcc.remote_access_fraction = 1.5;
+                }),
+            ),
+            (
+                "workload.tpcc.remote_access_fraction",
+                Box::new(|c| {
+                    c.workload.tpcc.multi_partition_fraction = 0.0;
+                    c.workload.tpcc.remote_access_fraction = f64::NAN;
+                }),
+            ),
+            (
+                "workload.tpcc.remote_access_fraction",
+                Box::new(|c| c.workload.tpcc.remote_access_fraction = 0.1),
             ),
             (
                 "workload.tpcc.remote_new_order_line_fraction",

@@ -401,8 +401,10 @@ struct RunArgs {
     /// (default: --theta for both). Sundial's read-hot workload: --theta 1.3 --write-theta 0.
     #[arg(long, allow_negative_numbers = true, help_heading = "Workload")]
     write_theta: Option<f64>,
-    /// ycsb: Sundial's mode instead of multi-partition transactions: each access goes to a
-    /// uniformly chosen other partition with this probability (e.g. 0.1).
+    /// ycsb, tpcc: remote accesses instead of multi-partition transactions: each access goes
+    /// to a uniformly chosen other partition with this probability (Sundial's mode for ycsb,
+    /// e.g. 0.1; LEAP's figure 9 for tpcc, where the accesses are New-Order lines and Payment
+    /// customers, and --mp-fraction then defaults to 0).
     #[arg(long, allow_negative_numbers = true, help_heading = "Workload")]
     remote_access_fraction: Option<f64>,
     /// ycsb, with --remote-access-fraction: LEAP's P(L|R), the probability that a remote
@@ -849,6 +851,15 @@ impl RunArgs {
                 set(&mut t.delivery_fraction, self.delivery_fraction);
                 set(&mut t.max_orders_per_district, self.max_orders_per_district);
                 set(&mut t.multi_partition_fraction, self.mp_fraction);
+                set(&mut t.remote_access_fraction, self.remote_access_fraction);
+                // Remote accesses replace multi-partition transactions: the fraction of
+                // those (15% by default) yields to the flag, unless --mp-fraction is given
+                // too (validation then refuses both being on).
+                if self.remote_access_fraction.is_some_and(|r| r != 0.0)
+                    && self.mp_fraction.is_none()
+                {
+                    t.multi_partition_fraction = 0.0;
+                }
                 not_for("--records", self.records.is_some())?;
                 not_for("--ops", self.ops.is_some())?;
                 not_for("--theta", self.theta.is_some())?;
@@ -877,7 +888,6 @@ impl RunArgs {
         let ycsb_only = self.row_size.is_some()
             || self.write_fraction.is_some()
             || self.write_theta.is_some()
-            || self.remote_access_fraction.is_some()
             || self.remote_locality.is_some()
             || self.steps.is_some()
             || self.remote_phases.is_some()
@@ -892,9 +902,13 @@ impl RunArgs {
             || self.read_fraction.is_some()
             || self.active_keys.is_some();
         not_for(
-            "--row-size/--write-fraction/--write-theta/--remote-access-fraction/\
-             --remote-locality/--steps/--remote-phases/--allow-duplicate-keys",
+            "--row-size/--write-fraction/--write-theta/--remote-locality/--steps/\
+             --remote-phases/--allow-duplicate-keys",
             ycsb_only && name != "ycsb",
+        )?;
+        not_for(
+            "--remote-access-fraction (ycsb and tpcc only)",
+            self.remote_access_fraction.is_some() && name != "ycsb" && name != "tpcc",
         )?;
         not_for(
             "bank flags (--branch-size, --max-amount, ...)",

@@ -54,6 +54,45 @@ fn invalid_values_exit_2_with_one_clear_line() {
             "does not apply to workload bank",
         ),
         (
+            &["--workload", "bank", "--remote-access-fraction", "0.1"],
+            "--remote-access-fraction (ycsb and tpcc only) does not apply to workload bank",
+        ),
+        (
+            &["--workload", "append", "--remote-access-fraction", "0.1"],
+            "--remote-access-fraction (ycsb and tpcc only) does not apply to workload append",
+        ),
+        (
+            &[
+                "--workload",
+                "tpcc",
+                "--remote-access-fraction",
+                "0.1",
+                "--mp-fraction",
+                "0.2",
+            ],
+            "workload.tpcc.remote_access_fraction = 0.1: must be 0 when \
+             workload.tpcc.multi_partition_fraction is not (it is 0.2",
+        ),
+        (
+            &["--workload", "tpcc", "--remote-access-fraction", "1.5"],
+            "workload.tpcc.remote_access_fraction = 1.5",
+        ),
+        (
+            &[
+                "--workload",
+                "tpcc",
+                "--nodes",
+                "1",
+                "--remote-access-fraction",
+                "0.1",
+            ],
+            "workload.tpcc.remote_access_fraction = 0.1: must be 0 on a single-node",
+        ),
+        (
+            &["--workload", "tpcc", "--remote-locality", "0.5"],
+            "does not apply to workload tpcc",
+        ),
+        (
             &["--config", "/nonexistent/q.toml"],
             "cannot read configuration file",
         ),

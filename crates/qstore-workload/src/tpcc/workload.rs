@@ -4,7 +4,11 @@
 //! Each client belongs to a home partition and, for each transaction, picks one of its
 //! warehouses and a district uniformly, as a terminal of that district would (there is no
 //! keying or thinking time: a throughput benchmark, as the papers run it). Inputs follow
-//! clauses 2.4.1 and 2.5.1; which warehouses are remote follows `TpccConfig`.
+//! clauses 2.4.1 and 2.5.1; which warehouses are remote follows `TpccConfig`: per
+//! transaction (`multi_partition_fraction`, the Q-Store paper's knob: a New-Order or Payment
+//! spans two partitions) or per access (`remote_access_fraction`, LEAP's: each New-Order line
+//! and each Payment's customer is of another partition on its own, so a New-Order may span
+//! several).
 //!
 //! All five transactions run: the standard mix (`mix = "standard"`, the minor ones at 4%
 //! each), or New-Order and Payment with the minor ones at the shares configured
@@ -439,6 +443,13 @@ impl TpccGenerator {
         self.keys.partitions() > 1 && self.chance(self.cfg.multi_partition_fraction)
     }
 
+    /// Whether this access (a New-Order line, a Payment's customer) goes to another partition,
+    /// LEAP's remote share per access (never with one partition). Draws nothing when the
+    /// share is 0, so the stream is then the one without it.
+    fn remote_access(&mut self) -> bool {
+        self.keys.partitions() > 1 && self.chance(self.cfg.remote_access_fraction)
+    }
+
     fn new_order_call(&mut self, w: u32, d: u32) -> TxnCall {
         let c = nurand(&mut self.rng, A_C_ID, 1, CUSTOMERS, self.nurand.c_id);
         let ol_cnt = uniform(&mut self.rng, MIN_OL_CNT, MAX_OL_CNT);
@@ -453,7 +464,7 @@ impl TpccGenerator {
                 true => ITEMS + 1,
                 false => nurand(&mut self.rng, A_OL_I_ID, 1, ITEMS, self.nurand.ol_i_id),
             };
-            let supply_w = if remote_line == Some(ol) {
+            let supply_w = if remote_line == Some(ol) || self.remote_access() {
                 self.remote_partition_warehouse()
             } else if self.chance(self.cfg.remote_new_order_line_fraction) {
                 self.other_home_warehouse(w).unwrap_or(w)
@@ -535,7 +546,7 @@ impl TpccGenerator {
     }
 
     fn payment_call(&mut self, w: u32, d: u32) -> TxnCall {
-        let (c_w, c_d) = if self.multi_partition() {
+        let (c_w, c_d) = if self.multi_partition() || self.remote_access() {
             (
                 self.remote_partition_warehouse(),
                 uniform(&mut self.rng, 1, DISTRICTS),
@@ -1013,6 +1024,247 @@ mod tests {
                 .unwrap();
             assert_eq!(program.accesses[2].key, k.customer(1, 4, want));
         }
+    }
+
+    /// FNV-1a over the arguments (and procedure) of a generator's first `n` calls.
+    fn stream_fingerprint(t: &Tpcc, client: u32, home: u32, n: usize) -> u64 {
+        let mut g = t.generator(client, PartitionId(home));
+        let mut h = 0xcbf2_9ce4_8422_2325u64;
+        let mut eat = |v: u64| {
+            for b in v.to_le_bytes() {
+                h = (h ^ b as u64).wrapping_mul(0x100_0000_01b3);
+            }
+        };
+        for _ in 0..n {
+            let call = g.next_txn().call;
+            eat(call.proc.0 as u64);
+            for a in &call.args {
+                eat(a.as_int().expect("integer arguments") as u64);
+            }
+        }
+        h
+    }
+
+    #[test]
+    fn without_remote_accesses_the_stream_is_unchanged() {
+        // Fingerprints of the streams before remote_access_fraction existed: the
+        // multi-partition knob, the spec's in-partition remote fractions and the standard mix.
+        let mp = config(3, 4_000);
+        let mut standard = config(4, 4_000);
+        standard.workload.tpcc.mix = TpccMix::Standard;
+        standard.workload.tpcc.payment_fraction = 0.43;
+        standard.workload.tpcc.multi_partition_fraction = 0.15;
+        standard.workload.tpcc.warehouses_per_partition = 2;
+        let mut local = config(2, 4_000);
+        local.workload.tpcc.multi_partition_fraction = 0.0;
+        local.workload.tpcc.warehouses_per_partition = 3;
+        local.workload.tpcc.remote_new_order_line_fraction = 0.2;
+        let got =
+            [mp, standard, local].map(|c| stream_fingerprint(&Tpcc::new(&c).unwrap(), 7, 1, 400));
+        assert_eq!(
+            got,
+            [
+                0x649d_6f7e_abc3_6159,
+                0x31b8_a536_40b1_ce99,
+                0x1400_acfb_0953_238a
+            ],
+            "{got:#x?}"
+        );
+    }
+
+    /// LEAP's TPC-C (section 5.3): New-Order and Payment half and half, remote accesses
+    /// instead of multi-partition transactions.
+    fn remote_config(nodes: u32, warehouses: u32, r: f64) -> RunConfig {
+        let mut c = config(nodes, 4_000);
+        c.workload.tpcc.warehouses_per_partition = warehouses;
+        c.workload.tpcc.multi_partition_fraction = 0.0;
+        c.workload.tpcc.remote_access_fraction = r;
+        c.validate().unwrap();
+        c
+    }
+
+    /// Each New-Order line's supplier and each Payment's customer is of another partition
+    /// with probability r, independently, of each other partition alike; otherwise of the
+    /// home partition, its other warehouses at the spec's shares as without remote accesses.
+    #[test]
+    fn remote_accesses_go_to_other_partitions_at_the_configured_share() {
+        for r in [0.1, 0.5, 1.0] {
+            let t = Tpcc::new(&remote_config(4, 2, r)).unwrap();
+            let (k, home) = (*t.keys(), PartitionId(2));
+            let mut g = t.generator(5, home);
+            let (mut lines, mut payments) = ([0u32; 2], [0u32; 2]);
+            // Remote accesses by partition; local ones of another home warehouse.
+            let (mut to, mut other_home_w) = ([0u32; 4], [0u32; 2]);
+            let n = 12_000;
+            for _ in 0..n {
+                let call = g.next_txn().call;
+                let a: Vec<u32> = call
+                    .args
+                    .iter()
+                    .map(|v| v.as_int().unwrap() as u32)
+                    .collect();
+                assert_eq!(k.partition_of_warehouse(a[0]), home);
+                let payment = call.proc == t.procs.payment;
+                let (accessed, tally): (Vec<u32>, _) = match payment {
+                    true => (vec![a[2]], &mut payments),
+                    false => (a[4..].chunks(3).map(|l| l[1]).collect(), &mut lines),
+                };
+                for w in accessed {
+                    let p = k.partition_of_warehouse(w);
+                    to[p.0 as usize] += 1;
+                    tally[(p != home) as usize] += 1;
+                    other_home_w[payment as usize] += (p == home && w != a[0]) as u32;
+                }
+            }
+            let share = |[local, remote]: [u32; 2]| remote as f64 / (local + remote) as f64;
+            let (line_share, payment_share) = (share(lines), share(payments));
+            assert!((line_share - r).abs() < 0.015, "r {r}: lines {line_share}");
+            assert!(
+                (payment_share - r).abs() < 0.03,
+                "r {r}: payments {payment_share}"
+            );
+            // The other partitions alike, never the home one for a remote access.
+            let remote: u32 = lines[1] + payments[1];
+            for p in [0, 1, 3] {
+                let of = to[p] as f64 / remote as f64;
+                assert!((of - 1.0 / 3.0).abs() < 0.02, "r {r}: partition {p}: {of}");
+            }
+            // What stays home goes to the home partition's other warehouse at the spec's
+            // shares: 1% of lines, 15% of payments.
+            if r < 1.0 {
+                let line_other = other_home_w[0] as f64 / lines[0] as f64;
+                let payment_other = other_home_w[1] as f64 / payments[0] as f64;
+                assert!((line_other - 0.01).abs() < 0.005, "r {r}: {line_other}");
+                assert!(
+                    (payment_other - 0.15).abs() < 0.04,
+                    "r {r}: {payment_other}"
+                );
+            } else {
+                assert_eq!(lines[0] + payments[0], 0);
+            }
+        }
+    }
+
+    /// The partitions a call's program touches, and whether every access to another
+    /// partition than the home one has its key known up front (what the deterministic
+    /// planners, Calvin's and Q-Store's, need).
+    fn partitions_touched(t: &Tpcc, call: &ProcCall, home: PartitionId) -> (usize, bool) {
+        let program = t.catalog().program(call).unwrap();
+        let mut touched: Vec<PartitionId> = program
+            .accesses
+            .iter()
+            .map(|a| t.pmap.partition_of(a.table, a.key))
+            .collect();
+        let planned = program
+            .accesses
+            .iter()
+            .all(|a| a.key_dep.is_none() || t.pmap.partition_of(a.table, a.key) == home);
+        touched.sort();
+        touched.dedup();
+        (touched.len(), planned)
+    }
+
+    /// LEAP's figure 9a: the share of distributed transactions as the remote share per access
+    /// grows (one warehouse per partition, as there). A New-Order of n lines is distributed
+    /// with probability 1 - (1 - r)^n, n uniform in 5..=15; a Payment with probability r.
+    #[test]
+    fn the_distributed_share_grows_with_the_remote_share_as_in_leap_figure_9a() {
+        let expected_new_order = |r: f64| {
+            let n = (MIN_OL_CNT..=MAX_OL_CNT).map(|n| 1.0 - (1.0 - r).powi(n as i32));
+            n.sum::<f64>() / (MAX_OL_CNT - MIN_OL_CNT + 1) as f64
+        };
+        for (r, tolerance) in [(0.0, 0.0), (0.01, 0.01), (0.1, 0.02), (0.5, 0.02)] {
+            let t = Tpcc::new(&remote_config(4, 1, r)).unwrap();
+            let home = PartitionId(1);
+            let mut g = t.generator(3, home);
+            // [New-Order, Payment]: [transactions, distributed ones].
+            let mut count = [[0u32; 2]; 2];
+            for _ in 0..10_000 {
+                let call = g.next_txn().call;
+                let (touched, planned) = partitions_touched(&t, &call, home);
+                assert!(planned, "r {r}: {call:?}");
+                let c = &mut count[(call.proc == t.procs.payment) as usize];
+                c[0] += 1;
+                c[1] += (touched > 1) as u32;
+            }
+            let share = |[n, distributed]: [u32; 2]| distributed as f64 / n as f64;
+            let (new_order, payment) = (share(count[0]), share(count[1]));
+            let all = (count[0][1] + count[1][1]) as f64 / 10_000.0;
+            eprintln!(
+                "r = {r}: distributed: New-Order {new_order:.3} (expected {:.3}), Payment \
+                 {payment:.3}, both at 50/50 {all:.3}",
+                expected_new_order(r)
+            );
+            assert!(
+                (new_order - expected_new_order(r)).abs() <= tolerance,
+                "r {r}"
+            );
+            assert!((payment - r).abs() <= 2.0 * tolerance, "r {r}: {payment}");
+            assert!(
+                (all - (expected_new_order(r) + r) / 2.0).abs() <= tolerance,
+                "r {r}"
+            );
+        }
+        // The paper's points: 1% -> about 10%, 10% -> about 63%, 50% -> nearly 100% of the
+        // New-Orders (its counts match the New-Orders').
+        assert!((expected_new_order(0.01) - 0.095).abs() < 0.001);
+        assert!((expected_new_order(0.1) - 0.632).abs() < 0.001);
+        assert!(expected_new_order(0.5) > 0.99);
+    }
+
+    /// New-Orders and Payments with remote accesses, run serially over three partitions, keep
+    /// the consistency conditions; every committed remote line counts in its STOCK row's
+    /// S_REMOTE_CNT, and every committed remote Payment's HISTORY row names a customer of
+    /// another partition.
+    #[test]
+    fn remote_accesses_run_and_keep_the_consistency_conditions() {
+        let t = Tpcc::new(&remote_config(3, 1, 0.3)).unwrap();
+        let k = *t.keys();
+        let mut m = MemStore::loaded(&t, 0..3);
+        let remote_cnt = |m: &MemStore| -> i64 {
+            m.rows(STOCK)
+                .map(|(_, r)| S_REMOTE_CNT.get_i32(r) as i64)
+                .sum()
+        };
+        let (stock_before, history_before) = (remote_cnt(&m), m.len(HISTORY));
+        let cat = t.catalog();
+        let (mut remote_lines, mut remote_payments, mut distributed) = (0i64, 0, 0);
+        for home in 0..3 {
+            let mut g = t.generator(home, PartitionId(home));
+            for _ in 0..400 {
+                let call = g.next_txn().call;
+                let a: Vec<u32> = call
+                    .args
+                    .iter()
+                    .map(|v| v.as_int().unwrap() as u32)
+                    .collect();
+                let remote = |w: u32| k.partition_of_warehouse(w) != PartitionId(home);
+                let (lines, payment) = match call.proc == t.procs.payment {
+                    true => (0, remote(a[2]) as u32),
+                    false => (a[4..].chunks(3).filter(|l| remote(l[1])).count() as i64, 0),
+                };
+                distributed += (lines > 0 || payment > 0) as u32;
+                if m.execute(&cat, &call).is_some() {
+                    remote_lines += lines;
+                    remote_payments += payment;
+                }
+            }
+        }
+        assert!(distributed > 500, "{distributed} of 1200 distributed");
+        assert!(remote_lines > 1_000 && remote_payments > 100);
+        assert_eq!(remote_cnt(&m) - stock_before, remote_lines);
+        let history: Vec<_> = m.rows(HISTORY).map(|(_, r)| r.to_vec()).collect();
+        let remote_history = history.iter().filter(|r| {
+            k.partition_of_warehouse(H_C_W_ID.get_u32(r))
+                != k.partition_of_warehouse(H_W_ID.get_u32(r))
+        });
+        assert_eq!(remote_history.count(), remote_payments as usize);
+        assert!(history.len() > history_before);
+        assert!(m
+            .check_final(&t)
+            .unwrap()
+            .unwrap()
+            .contains("hold in all 30"));
     }
 
     #[test]
