@@ -557,6 +557,16 @@ mod tests {
             .collect()
     }
 
+    /// The accesses of a call that begin a step.
+    fn step_starts(call: &TxnCall) -> Vec<usize> {
+        accesses_of(call)
+            .iter()
+            .enumerate()
+            .filter(|(_, a)| a.1 & STEP_START != 0)
+            .map(|(i, _)| i)
+            .collect()
+    }
+
     fn keys_of(call: &TxnCall) -> Vec<u64> {
         accesses_of(call).into_iter().map(|(k, _)| k).collect()
     }
@@ -847,12 +857,7 @@ mod tests {
         let mut g = y.generator(0, PartitionId(0));
         for _ in 0..50 {
             let call = g.next_txn();
-            let starts: Vec<usize> = accesses_of(&call)
-                .iter()
-                .enumerate()
-                .filter(|(_, a)| a.1 & STEP_START != 0)
-                .map(|(i, _)| i)
-                .collect();
+            let starts = step_starts(&call);
             // 16 accesses in 5 steps of 3, 3, 3, 3 and 4.
             assert_eq!(starts, [3, 6, 9, 12]);
             let program = cat.program(&call.call).unwrap();
@@ -875,12 +880,7 @@ mod tests {
         ] {
             let y = Ycsb::new(&steps_config(ops, steps)).unwrap();
             let call = y.generator(0, PartitionId(2)).next_txn();
-            let starts: Vec<usize> = accesses_of(&call)
-                .iter()
-                .enumerate()
-                .filter(|(_, a)| a.1 & STEP_START != 0)
-                .map(|(i, _)| i)
-                .collect();
+            let starts = step_starts(&call);
             assert_eq!(starts, want, "{ops} ops in {} steps", steps + 1);
         }
     }

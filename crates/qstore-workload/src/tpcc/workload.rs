@@ -609,6 +609,14 @@ mod tests {
     use crate::testing::MemStore;
     use qstore_core::config::Partitioning;
 
+    /// The integer arguments of a call (every TPC-C procedure's).
+    fn int_args(call: &ProcCall) -> Vec<u32> {
+        call.args
+            .iter()
+            .map(|v| v.as_int().unwrap() as u32)
+            .collect()
+    }
+
     fn config(nodes: u32, max_orders: u32) -> RunConfig {
         let mut c = RunConfig::default();
         c.workload.name = "tpcc".into();
@@ -1098,11 +1106,7 @@ mod tests {
             let n = 12_000;
             for _ in 0..n {
                 let call = g.next_txn().call;
-                let a: Vec<u32> = call
-                    .args
-                    .iter()
-                    .map(|v| v.as_int().unwrap() as u32)
-                    .collect();
+                let a = int_args(&call);
                 assert_eq!(k.partition_of_warehouse(a[0]), home);
                 let payment = call.proc == t.procs.payment;
                 let (accessed, tally): (Vec<u32>, _) = match payment {
@@ -1233,11 +1237,7 @@ mod tests {
             let mut g = t.generator(home, PartitionId(home));
             for _ in 0..400 {
                 let call = g.next_txn().call;
-                let a: Vec<u32> = call
-                    .args
-                    .iter()
-                    .map(|v| v.as_int().unwrap() as u32)
-                    .collect();
+                let a = int_args(&call);
                 let remote = |w: u32| k.partition_of_warehouse(w) != PartitionId(home);
                 let (lines, payment) = match call.proc == t.procs.payment {
                     true => (0, remote(a[2]) as u32),
