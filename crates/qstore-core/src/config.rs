@@ -602,8 +602,11 @@ pub struct YcsbConfig {
     pub remote_locality: Option<f64>,
     /// LEAP's multi-step transactions (figure 11): the accesses are split into `steps + 1`
     /// consecutive steps, and every access of a step takes the output of the first access of
-    /// the step before as input (a data dependency; keys stay known up front). 0 = one step,
-    /// no dependencies. At most `ops_per_txn - 1`.
+    /// the step before as input (a data dependency; keys stay known up front). As the
+    /// paper's, every step after the first begins with an access to another partition (when
+    /// there is one), so that under 2PC each intermediate result crosses the network; the
+    /// other accesses are remote as `remote_access_fraction` says. 0 = one step, no
+    /// dependencies. At most `ops_per_txn - 1`.
     pub steps: u32,
     /// LEAP's access-pattern phases (figure 13): in turn, for its `seconds`, each phase limits
     /// every remote access to one of the `partitions` partitions following the home one (0 =

@@ -306,13 +306,22 @@ impl YcsbGenerator {
             Some(l) => (&l.stripes.0, l.stripes.1.as_ref()),
             None => (&self.ranks, self.write_ranks.as_ref()),
         };
-        for _ in 0..ops {
+        // The paper's multi-step transactions: every step after the first begins with a
+        // remote access, which needs the step before's result (so that under 2PC each
+        // intermediate result crosses the network), besides the accesses drawn remote.
+        let step_starts: &[usize] = if partitions > 1 {
+            &self.step_starts
+        } else {
+            &[]
+        };
+        for i in 0..ops {
             let mut p = parts[next];
             next = if next + 1 == parts.len() { 0 } else { next + 1 };
             // With locality: the stripe of `p` the key comes from, `p`'s own unless the
             // access is remote with locality.
             let mut stripe = p.0;
-            if remote > 0.0 && rng.random::<f64>() < remote {
+            let begins_step = step_starts.contains(&i);
+            if begins_step || (remote > 0.0 && rng.random::<f64>() < remote) {
                 // One of the `span` partitions after the home one, uniformly (without phases,
                 // any partition but the home one).
                 let other = rng.random_range(1..span + 1);
@@ -886,20 +895,27 @@ mod tests {
     }
 
     #[test]
-    fn steps_change_only_the_op_flags_of_the_stream() {
-        let plain = Ycsb::new(&steps_config(16, 0)).unwrap();
-        let stepped = Ycsb::new(&steps_config(16, 5)).unwrap();
-        let (mut a, mut b) = (
-            plain.generator(4, PartitionId(1)),
-            stepped.generator(4, PartitionId(1)),
-        );
+    fn every_step_after_the_first_begins_with_a_remote_access() {
+        let mut c = steps_config(16, 5);
+        c.workload.ycsb.remote_access_fraction = 0.0;
+        let y = Ycsb::new(&c).unwrap();
+        let mut g = y.generator(4, PartitionId(1));
         for _ in 0..100 {
-            let unflagged: Vec<_> = accesses_of(&b.next_txn())
-                .into_iter()
-                .map(|(k, op)| (k, op & !STEP_START))
-                .collect();
-            assert_eq!(accesses_of(&a.next_txn()), unflagged);
+            let call = g.next_txn();
+            let starts = step_starts(&call);
+            assert_eq!(starts.len(), 5);
+            for (i, key) in keys_of(&call).into_iter().enumerate() {
+                let remote = y.pmap.partition_of(USERTABLE, key) != PartitionId(1);
+                assert_eq!(remote, starts.contains(&i), "access {i} of {starts:?}");
+            }
         }
+        // On one partition there is nowhere to go: the steps stay home.
+        let mut one = steps_config(16, 5);
+        one.cluster.nodes = 1;
+        one.workload.ycsb.remote_access_fraction = 0.0;
+        let y = Ycsb::new(&one).unwrap();
+        let call = y.generator(0, PartitionId(0)).next_txn();
+        assert_eq!(step_starts(&call).len(), 5);
     }
 
     #[test]

@@ -418,7 +418,8 @@ struct RunArgs {
     )]
     remote_locality: Option<f64>,
     /// ycsb: LEAP's multi-step transactions: N intermediate results, the accesses split into
-    /// N+1 steps, each taking the result of the step before (0 = one step; at most --ops - 1).
+    /// N+1 steps, each taking the result of the step before and each after the first
+    /// beginning with an access to another partition (0 = one step; at most --ops - 1).
     #[arg(long, value_name = "N", help_heading = "Workload")]
     steps: Option<u32>,
     /// ycsb, with --remote-access-fraction: LEAP's access-pattern phases, SECONDS:K,... each

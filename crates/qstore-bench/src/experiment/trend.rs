@@ -17,7 +17,8 @@ pub enum Kind {
     /// `series` varies by at most `within` (a fraction of its largest value) over the range.
     Flat,
     /// `series` at the last x in range over the first: at least `at_least`, at most
-    /// `at_most` (a growth when at_least > 1, a fall when at_most < 1).
+    /// `at_most` (a growth when at_least > 1, a fall when at_most < 1). With `over`, of
+    /// the ratio `series` / `over` (a speedup that grows or shrinks).
     Change,
 }
 
@@ -138,7 +139,10 @@ impl Trend {
             ),
             Kind::Change => format!(
                 "{metric}: {} at the last x over the first {}{range}",
-                self.series,
+                match &self.over {
+                    Some(over) => format!("{} / {over}", self.series),
+                    None => self.series.clone(),
+                },
                 bounds("×")
             ),
         }
@@ -163,9 +167,22 @@ impl Trend {
             holds: None,
             line: format!("not checked: {statement}: {why}"),
         };
-        let Some(a) = values(&self.series) else {
+        let Some(mut a) = values(&self.series) else {
             return not_checked(format!("series {} did not run", self.series));
         };
+        if let (Kind::Change, Some(over)) = (self.kind, &self.over) {
+            // The change of a ratio: divide first, at the x values both have.
+            let Some(b) = values(over) else {
+                return not_checked(format!("series {over} did not run"));
+            };
+            a = a
+                .iter()
+                .filter_map(|(x, v)| {
+                    let (_, w) = b.iter().find(|(bx, _)| bx == x)?;
+                    Some((*x, v / w.max(f64::MIN_POSITIVE)))
+                })
+                .collect();
+        }
         if a.is_empty() {
             return not_checked("no point in range has a successful run".into());
         }
@@ -324,6 +341,27 @@ mod tests {
             "kind = 'ratio'\nseries = 'qstore'\nover = 'calvin-count'\nat_least = 3.5\nanywhere = true",
         );
         assert_eq!(some.evaluate(&spec, &s).holds, Some(true));
+    }
+
+    #[test]
+    fn a_change_with_over_is_the_change_of_the_ratio() {
+        // qstore / calvin: 1x, 1.8x, 4x.
+        let (spec, s) = summary([100.0, 90.0, 80.0], [100.0, 50.0, 20.0]);
+        let grows =
+            trend("kind = 'change'\nseries = 'qstore'\nover = 'calvin-count'\nat_least = 3.5");
+        let v = grows.evaluate(&spec, &s);
+        assert_eq!(v.holds, Some(true), "{}", v.line);
+        assert!(
+            v.line
+                .contains("qstore / calvin-count at the last x over the first")
+                && v.line.contains("4.00× (1.00 at 0, 4.00 at 100)"),
+            "{}",
+            v.line
+        );
+        let to = trend(
+            "kind = 'change'\nseries = 'qstore'\nover = 'calvin-count'\nat_least = 3.5\nto = 50",
+        );
+        assert_eq!(to.evaluate(&spec, &s).holds, Some(false));
     }
 
     #[test]
