@@ -175,13 +175,7 @@ impl Trend {
             let Some(b) = values(over) else {
                 return not_checked(format!("series {over} did not run"));
             };
-            a = a
-                .iter()
-                .filter_map(|(x, v)| {
-                    let (_, w) = b.iter().find(|(bx, _)| bx == x)?;
-                    Some((*x, v / w.max(f64::MIN_POSITIVE)))
-                })
-                .collect();
+            a = ratios(&a, &b);
         }
         if a.is_empty() {
             return not_checked("no point in range has a successful run".into());
@@ -192,13 +186,7 @@ impl Trend {
                 let Some(b) = values(over) else {
                     return not_checked(format!("series {over} did not run"));
                 };
-                let ratios: Vec<(f64, f64)> = a
-                    .iter()
-                    .filter_map(|(x, v)| {
-                        let (_, w) = b.iter().find(|(bx, _)| bx == x)?;
-                        Some((*x, v / w.max(f64::MIN_POSITIVE)))
-                    })
-                    .collect();
+                let ratios = ratios(&a, &b);
                 if ratios.is_empty() {
                     return not_checked(format!("{over} has no successful run in range"));
                 }
@@ -257,6 +245,16 @@ impl Trend {
     fn bounds_hold(&self, r: f64) -> bool {
         self.at_least.is_none_or(|l| r >= l) && self.at_most.is_none_or(|m| r <= m)
     }
+}
+
+/// `a` over `b` at each x both have, as (x, ratio).
+fn ratios(a: &[(f64, f64)], b: &[(f64, f64)]) -> Vec<(f64, f64)> {
+    a.iter()
+        .filter_map(|(x, v)| {
+            let (_, w) = b.iter().find(|(bx, _)| bx == x)?;
+            Some((*x, v / w.max(f64::MIN_POSITIVE)))
+        })
+        .collect()
 }
 
 /// A number as short as it can be written exactly enough for a verdict line.
