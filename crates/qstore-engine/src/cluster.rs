@@ -354,6 +354,18 @@ impl StoppedCluster {
         self.ctx.hosted().map(|p| p.content_hash()).collect()
     }
 
+    /// The content hash of all the data hosted here as one partition: the same wherever
+    /// its records live (LEAP moves them between nodes).
+    pub fn data_hash(&self) -> u64 {
+        let mut all = Vec::new();
+        for p in self.ctx.hosted() {
+            let sums = p.content_sums();
+            all.resize(sums.len(), qstore_storage::ContentSum::default());
+            all.iter_mut().zip(sums).for_each(|(a, s)| a.add(s));
+        }
+        qstore_storage::content_hash_of(&all)
+    }
+
     pub fn ctx(&self) -> &EngineCtx {
         &self.ctx
     }

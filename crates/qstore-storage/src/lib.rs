@@ -13,4 +13,4 @@ mod table;
 
 pub use meta::MetaColumn;
 pub use qstore_core::partition::PartitionMap;
-pub use table::{PartitionStore, RowId, RowVersion, Table};
+pub use table::{content_hash_of, ContentSum, PartitionStore, RowId, RowVersion, Table};

@@ -519,17 +519,7 @@ impl Table {
     ///
     /// Must be called while no transaction writes the table.
     pub fn content_hash(&self) -> u64 {
-        let mut sum = 0u64;
-        let mut count = 0u64;
-        self.for_each(|key, rid| {
-            // SAFETY: `rid` is live (the index holds it), and the caller runs this only while
-            // no transaction writes the table (see above), so nothing writes the row while
-            // it is hashed.
-            let bytes = unsafe { self.row(rid) };
-            sum = sum.wrapping_add(xxhash_rust::xxh3::xxh3_64_with_seed(bytes, key));
-            count += 1;
-        });
-        qstore_core::rng::splitmix64(sum ^ qstore_core::rng::splitmix64(count))
+        ContentSum::of(self).hash()
     }
 
     /// Calls `f(key, row)` for every row, tombstones left out (unspecified order).
@@ -540,6 +530,41 @@ impl Table {
                 f(key, rid)
             }
         });
+    }
+}
+
+/// The order-independent sum a content hash is made of: the sums of tables that hold parts
+/// of one table's rows add up to the whole table's (see [`PartitionStore::content_sums`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ContentSum {
+    sum: u64,
+    rows: u64,
+}
+
+impl ContentSum {
+    /// Of `t`'s rows (keys and bytes, not versions); quiescent tables only.
+    fn of(t: &Table) -> Self {
+        let mut s = ContentSum::default();
+        t.for_each(|key, rid| {
+            // SAFETY: `rid` is live (the index holds it), and the caller runs this only while
+            // no transaction writes the table (see `Table::content_hash`), so nothing writes
+            // the row while it is hashed.
+            let bytes = unsafe { t.row(rid) };
+            s.sum = s
+                .sum
+                .wrapping_add(xxhash_rust::xxh3::xxh3_64_with_seed(bytes, key));
+            s.rows += 1;
+        });
+        s
+    }
+
+    pub fn add(&mut self, other: ContentSum) {
+        self.sum = self.sum.wrapping_add(other.sum);
+        self.rows += other.rows;
+    }
+
+    pub fn hash(&self) -> u64 {
+        qstore_core::rng::splitmix64(self.sum ^ qstore_core::rng::splitmix64(self.rows))
     }
 }
 
@@ -623,10 +648,20 @@ impl PartitionStore {
 
     /// Content hash of the whole partition (see [`Table::content_hash`]).
     pub fn content_hash(&self) -> u64 {
-        self.tables.iter().enumerate().fold(0u64, |acc, (i, t)| {
-            acc ^ qstore_core::rng::splitmix64(t.content_hash().wrapping_add(i as u64))
-        })
+        content_hash_of(&self.content_sums())
     }
+
+    /// Each table's [`ContentSum`].
+    pub fn content_sums(&self) -> Vec<ContentSum> {
+        self.tables.iter().map(ContentSum::of).collect()
+    }
+}
+
+/// The content hash of a partition whose tables have `sums`.
+pub fn content_hash_of(sums: &[ContentSum]) -> u64 {
+    sums.iter().enumerate().fold(0u64, |acc, (i, s)| {
+        acc ^ qstore_core::rng::splitmix64(s.hash().wrapping_add(i as u64))
+    })
 }
 
 impl qstore_core::txn::RowLoader for &PartitionStore {

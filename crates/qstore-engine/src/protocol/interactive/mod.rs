@@ -40,6 +40,7 @@ mod wal;
 
 pub(crate) use deadlock::WaitEdge;
 pub(crate) use msg::{Age, Attempt, Fill, TabLease, TsRange, Vote};
+pub(crate) use wal::NoteMap;
 
 use self::coord::CoordTxn;
 use self::msg::{Body, GroupEnd, IMsg};
@@ -136,6 +137,12 @@ pub(crate) trait Cc: Send + Sync + 'static {
 
     /// Every [`Cc::TICK`]: resends what went unanswered, expires what is stale.
     fn tick(&self) {}
+
+    /// After a restart, before anything is served: the latest note of each record the log
+    /// holds ([`Port::log_note`]), and how many times the node started before this start.
+    fn recovered(&self, _notes: &NoteMap, _starts: u64) -> Result<(), QError> {
+        Ok(())
+    }
 
     /// Whether nothing of the protocol's own is under way here (LEAP: no transfer), so that
     /// the node may stop once its transactions are done too.
@@ -336,11 +343,44 @@ pub(crate) trait Port: Send + Sync {
     fn send_peer(&self, to: NodeId, txn: TxnId, msg: Vec<u8>);
     /// Resumes transactions whose wait ended.
     fn wake(&self, txns: Vec<TxnId>);
+    /// With a data directory: appends the protocol's note `state` about record `r` (the
+    /// latest one of each record is handed back at recovery, [`Cc::recovered`]; empty: none
+    /// is kept), with the record's new image here when it moved in (`Some(Some(row))`) or
+    /// out (`Some(None)`), put back by recovery in the log's order with the commits'
+    /// (protocols that order commits by timestamp cannot move rows). Where it is in the
+    /// log; `None` without a log, or if the log failed.
+    fn log_note(
+        &self,
+        r: (TableId, Key),
+        state: &[u8],
+        image: Option<Option<&[u8]>>,
+    ) -> Option<u64>;
+    /// Where the last record appended to the log is (`None`: none, or no log).
+    fn log_written(&self) -> Option<u64>;
+    /// Sends `msgs` ([`Port::send_peer`]) once the log is on disk up to record `lsn`.
+    fn send_peer_after(&self, lsn: u64, msgs: Vec<(NodeId, TxnId, Vec<u8>)>);
 }
 
 impl<C: Cc> Port for Node<C> {
     fn send_peer(&self, to: NodeId, txn: TxnId, msg: Vec<u8>) {
         self.send(to, txn, Body::Peer(msg));
+    }
+
+    fn log_note(
+        &self,
+        r: (TableId, Key),
+        state: &[u8],
+        image: Option<Option<&[u8]>>,
+    ) -> Option<u64> {
+        self.append_note(r, state, image)
+    }
+
+    fn log_written(&self) -> Option<u64> {
+        qstore_log::RecordLog::next_lsn(&self.wal.as_ref()?.log).checked_sub(1)
+    }
+
+    fn send_peer_after(&self, lsn: u64, msgs: Vec<(NodeId, TxnId, Vec<u8>)>) {
+        self.send_when_durable(lsn, msgs)
     }
 
     fn wake(&self, txns: Vec<TxnId>) {
@@ -416,6 +456,9 @@ pub(crate) fn start<C: Cc>(
         let port: Weak<dyn Port> = Arc::downgrade(&node) as Weak<Node<C>>;
         node.cc.attach(port);
         let mut r = node.recover()?;
+        if node.wal.is_some() {
+            node.cc.recovered(&r.folded.notes, r.folded.starts)?;
+        }
         *node.decided.lock() = std::mem::take(&mut r.folded.decided);
         node.bound.store(r.folded.bound, Ordering::Release);
         recovered.push(r);

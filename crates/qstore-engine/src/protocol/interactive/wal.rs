@@ -118,7 +118,19 @@ pub(super) enum Record<I = RowImage> {
     /// Every timestamp the node hands out stays below `ts` (protocols whose timestamps must
     /// outlive a restart, [`Cc::BOUNDS_TIMESTAMPS`]: Sundial's upper-bound timestamp).
     Bound { ts: u64 },
+    /// The protocol's note about a record here, and its new image if it moved in or out
+    /// (see [`super::Port::log_note`]).
+    Note {
+        table: TableId,
+        key: Key,
+        #[serde(with = "serde_bytes")]
+        state: Vec<u8>,
+        image: Option<I>,
+    },
 }
+
+/// The latest note of each record (see [`Record::Note`]).
+pub(crate) type NoteMap = FxHashMap<(TableId, Key), Vec<u8>>;
 
 /// What waits for a record to be on disk.
 pub(super) enum Durable {
@@ -134,6 +146,8 @@ pub(super) enum Durable {
     Decision { txn: TxnId },
     /// A participant's acknowledgement of a commit, once its outcome record is.
     Ack { coord: NodeId, txn: TxnId },
+    /// The protocol's own messages, once its notes are.
+    Send(Vec<(NodeId, TxnId, Vec<u8>)>),
 }
 
 /// A prepared transaction whose outcome the log does not hold.
@@ -159,6 +173,8 @@ pub(super) struct Folded {
     pub decided: FxHashMap<TxnId, u64>,
     /// Above every timestamp the log names (see [`Record::Bound`]).
     pub bound: u64,
+    /// The protocol's notes.
+    pub notes: NoteMap,
 }
 
 /// Where the after-images of committed transactions go, with their place in the commit order.
@@ -183,7 +199,7 @@ impl Folded {
             Record::Outcome { commit_ts, .. } => commit_ts.map_or(0, |ts| ts.saturating_add(1)),
             Record::Decided { ts, .. } => ts.saturating_add(1),
             Record::Bound { ts } => *ts,
-            Record::Started | Record::Ended { .. } => 0,
+            Record::Started | Record::Ended { .. } | Record::Note { .. } => 0,
         };
         self.bound = self.bound.max(named);
         match record {
@@ -223,6 +239,22 @@ impl Folded {
             }
             Record::Started => self.starts += 1,
             Record::Bound { .. } => {}
+            Record::Note {
+                table,
+                key,
+                state,
+                image,
+            } => {
+                if let Some(img) = image {
+                    // Rows move only under protocols that commit in the log's order.
+                    images.put(&[img], (start, u128::from(lsn)))?;
+                }
+                if state.is_empty() {
+                    self.notes.remove(&(table, key));
+                } else {
+                    self.notes.insert((table, key), state);
+                }
+            }
         }
         Ok(())
     }
@@ -662,6 +694,40 @@ impl<C: Cc> Node<C> {
             Durable::Commit { txn } => self.complete_commit(txn),
             Durable::Decision { txn } => self.send_commits(txn),
             Durable::Ack { coord, txn } => self.send(coord, txn, Body::CommitAck),
+            Durable::Send(msgs) => {
+                for (to, txn, msg) in msgs {
+                    self.send(to, txn, Body::Peer(msg));
+                }
+            }
+        }
+    }
+
+    /// Appends the protocol's note (see [`super::Port::log_note`]).
+    pub(super) fn append_note(
+        &self,
+        (table, key): (TableId, Key),
+        state: &[u8],
+        image: Option<Option<&[u8]>>,
+    ) -> Option<Lsn> {
+        debug_assert!(!C::USES_TIMESTAMPS, "notes are put back in the log's order");
+        let r = Record::Note {
+            table,
+            key,
+            state: state.to_vec(),
+            image: image.map(|bytes| RowImage {
+                table,
+                key,
+                bytes: bytes.map(<[u8]>::to_vec),
+            }),
+        };
+        self.wal.as_ref()?.append(&r)
+    }
+
+    /// Sends the protocol's messages `msgs` once record `lsn` is on disk.
+    pub(super) fn send_when_durable(&self, lsn: Lsn, msgs: Vec<(NodeId, TxnId, Vec<u8>)>) {
+        match &self.wal {
+            Some(wal) => wal.after(lsn, Durable::Send(msgs)),
+            None => self.on_durable(Durable::Send(msgs)),
         }
     }
 

@@ -14,7 +14,16 @@
 //!   partition lock), with LEAP in place of two-phase commit (H^L-Store). A transfer out
 //!   still takes the record's data lock, so a record the running transaction uses stays.
 //!
-//! Not built yet: durability of moved records (a data directory is refused), replication.
+//! With a data directory, every node logs its transactions' after-images (one-phase commits
+//! of the interactive skeleton's write-ahead log) and its notes about the records it moves
+//! (see [`ownership`]); a restarted node puts back the rows it owned and what it knew of
+//! every transfer, and the transfers a crash interrupted go on where they stopped. The
+//! paper coordinates recovery through ZooKeeper and a distributed storage, to which the
+//! survivors flush the records of the failed node; here every step of a transfer is noted
+//! before its message is sent and the old owner keeps its backup until the transfer ended,
+//! so the restarted node's own log is enough, and the other nodes need not do anything.
+//! A node down stalls the transfers that need it until it is back (as a partition's node
+//! does under every other unreplicated protocol here). Not built: replication.
 
 mod msg;
 pub(crate) mod ownership;
@@ -22,14 +31,14 @@ pub(crate) mod ownership;
 mod tests;
 
 use self::msg::Msg;
-use self::ownership::{Effects, Held, NodeAudit, Ownership, Timers};
+use self::ownership::{Effects, Held, Journal, NodeAudit, Ownership, Timers};
 use crate::cluster::EngineCtx;
 use crate::protocol::hstore::PartitionLock;
-use crate::protocol::interactive::{self, Attempt, Cc, Gate, Port};
+use crate::protocol::interactive::{self, Attempt, Cc, Gate, NoteMap, Port};
 use crate::protocol::Engine;
 use parking_lot::Mutex;
 use qstore_core::partition::PartitionMap;
-use qstore_core::{ConfigError, Key, NodeId, QError, TableId, TxnId};
+use qstore_core::{Key, NodeId, QError, TableId, TxnId};
 use qstore_storage::PartitionStore;
 use std::sync::{Arc, OnceLock, Weak};
 use std::time::{Duration, Instant};
@@ -91,9 +100,15 @@ impl<R> Leap<R> {
         let Some(port) = self.port.get().and_then(Weak::upgrade) else {
             return; // the node is gone: nothing runs any more
         };
-        for (to, txn, msg) in fx.send {
+        let encoded = fx.send.into_iter().map(|(to, txn, msg)| {
             let bytes = postcard::to_stdvec(&msg).expect("transfer messages serialize");
-            port.send_peer(to, txn, bytes);
+            (to, txn, bytes)
+        });
+        match fx.after {
+            // A note could not be written: nothing that follows from it may go.
+            _ if fx.unlogged => {}
+            Some(lsn) => port.send_peer_after(lsn, encoded.collect()),
+            None => encoded.for_each(|(to, txn, bytes)| port.send_peer(to, txn, bytes)),
         }
         match woken {
             Some(w) => w.extend(fx.wake),
@@ -111,7 +126,17 @@ impl<R: Reservation> Cc for Leap<R> {
     const TICK: Option<Duration> = Some(Duration::from_millis(20));
 
     fn attach(&self, port: Weak<dyn Port>) {
+        if self.ctx.data_dirs[self.me.index()].is_some() {
+            self.own.keep_notes(Box::new(PortJournal(port.clone())));
+        }
         let _ = self.port.set(port);
+    }
+
+    fn recovered(&self, notes: &NoteMap, starts: u64) -> Result<(), QError> {
+        let notes = notes.iter().map(|(&r, kept)| (r, kept.as_slice()));
+        self.own
+            .restore(notes, starts)
+            .map_err(|why| QError::Other(format!("node {}: the log holds {why}", self.me)))
     }
 
     fn access(
@@ -181,7 +206,8 @@ impl<R> Leap<R> {
         let (table, row) = match msg {
             Msg::OwnerRequest { table, .. }
             | Msg::Refused { table, .. }
-            | Msg::Inform { table, .. } => (*table, None),
+            | Msg::Inform { table, .. }
+            | Msg::Ended { table, .. } => (*table, None),
             Msg::TransferRequest { table, to, .. } => {
                 if to.0 >= self.ctx.nodes() {
                     return Some(format!("naming node {to}, which does not exist"));
@@ -215,6 +241,19 @@ const TIMERS: Timers = Timers {
     resend: Duration::from_millis(500),
     backup: Duration::from_secs(30),
 };
+
+/// A node's notes go to its write-ahead log.
+struct PortJournal(Weak<dyn Port>);
+
+impl Journal for PortJournal {
+    fn note(&self, r: (TableId, Key), kept: &[u8], image: Option<Option<&[u8]>>) -> Option<u64> {
+        self.0.upgrade()?.log_note(r, kept, image)
+    }
+
+    fn written(&self) -> Option<u64> {
+        self.0.upgrade()?.log_written()
+    }
+}
 
 /// LEAP's engine: the skeleton's, and each hosted node's ownership for the audit.
 struct LeapEngine {
@@ -283,15 +322,6 @@ fn start_with<R: Reservation>(
     timers: Timers,
     label: &str,
 ) -> Result<Box<dyn Engine>, QError> {
-    if ctx.cfg.is_durable() {
-        return Err(ConfigError::new(
-            "durability.data_dir",
-            &ctx.cfg.durability.data_dir,
-            "LEAP does not log the records it moves yet, so it cannot recover them: leave the \
-             data directory out for lstore and hlstore",
-        )
-        .into());
-    }
     let nodes = Mutex::new(Vec::new());
     let make = |store: &PartitionStore| {
         let me = ctx.node_of(store.id);

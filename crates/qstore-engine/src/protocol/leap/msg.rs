@@ -44,6 +44,9 @@ pub(crate) enum Msg {
         n: u64,
         owned: bool,
     },
+    /// Partitioner to the old owner, with a data directory: transfer `n` ended, and the
+    /// owner table's change is noted; the backup of the record shipped may go.
+    Ended { table: TableId, key: Key, n: u64 },
 }
 
 /// A record on its way to its new owner.
@@ -56,6 +59,19 @@ pub(crate) enum Shipped {
 }
 
 impl Shipped {
+    /// The same record as a restart puts it back: the history of a start begins with the
+    /// state recovered (like every row put back, it is at the initial version).
+    pub fn restarted(self) -> Self {
+        let initial = RowVersion::INITIAL.into();
+        match self {
+            Shipped::Row { bytes, .. } => Shipped::Row {
+                bytes,
+                version: initial,
+            },
+            Shipped::Absent { .. } => Shipped::Absent { grave: initial },
+        }
+    }
+
     /// Bytes of row data it carries.
     pub fn data_len(&self) -> usize {
         match self {

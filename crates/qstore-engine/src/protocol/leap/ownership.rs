@@ -22,8 +22,27 @@
 //! its number, so each role recognises a copy of a step it already took and answers it
 //! again (the owner from its backup) instead of taking it twice.
 //!
+//! **Durability** (with a data directory; the paper's section 3.4 and appendix D): every
+//! change of what a node must remember about a record goes to its log as a *note* (see
+//! [`Kept`]) before any message that follows from it is sent, so that a node restarted from
+//! its log goes on where the others think it stands:
+//! - the owner notes a shipment (the record leaves its store; it keeps the row as its
+//!   backup) before the record goes, and a refusal before it is sent (its answer to a
+//!   transfer is final, across restarts too);
+//! - the requester notes the record it received (its row enters the store) before it
+//!   informs the partitioner;
+//! - the partitioner notes the transfer it starts before it asks the owner, and the owner
+//!   table's change before it tells the old owner the transfer ended ([`Msg::Ended`]).
+//!
+//! The old owner keeps the backup of a shipped record until that message: a requester that
+//! crashed before its note reached the disk gets the record again from the backup when the
+//! partitioner, recovered or not, asks the owner again. Without a log, backups expire after
+//! a while, as in the paper (messages may be lost, but no node restarts).
+//!
 //! This module does no I/O: each call returns the messages to send and the transactions to
-//! wake in [`Effects`], which the caller acts on after every lock here is released.
+//! wake in [`Effects`], which the caller acts on after every lock here is released. Notes
+//! are appended (not synced) under the record's lock, so that the log has them in the order
+//! of the record's changes; the messages of a call that wrote notes wait for them.
 
 use super::msg::{Msg, Shipped};
 use crate::protocol::interactive::{Age, Gate};
@@ -33,15 +52,65 @@ use qstore_core::txn::CcAbortCause;
 use qstore_core::{NodeId, TxnId};
 use qstore_storage::{PartitionStore, RowVersion};
 use rustc_hash::{FxHashMap, FxHashSet};
+use serde::{Deserialize, Serialize};
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
-/// What a call asks its caller to do: send these messages (about these transactions), then
-/// resume these transactions.
+/// What a call asks its caller to do: send these messages (about these transactions), once
+/// the log is on disk up to record `after` if it wrote notes, then resume these
+/// transactions. `unlogged`: a note could not be written (the log failed), so nothing may
+/// be sent.
 #[derive(Default, Debug)]
 pub(crate) struct Effects {
     pub send: Vec<(NodeId, TxnId, Msg)>,
     pub wake: Vec<TxnId>,
+    pub after: Option<u64>,
+    pub unlogged: bool,
+}
+
+/// Where a node with a data directory writes its notes: its log.
+pub(crate) trait Journal: Send + Sync {
+    /// Appends the note `kept` (encoded; empty: nothing to remember) about record `r`, with
+    /// the record's new image here if it moved in (`Some(Some(row))`) or out
+    /// (`Some(None)`). Where it is in the log, or `None` if the log failed.
+    fn note(&self, r: Record, kept: &[u8], image: Option<Option<&[u8]>>) -> Option<u64>;
+    /// Where the last record appended so far is in the log (`None`: none yet).
+    fn written(&self) -> Option<u64>;
+}
+
+/// What a node's log keeps of a record's state there: what it must remember across a
+/// restart. Not kept: data locks and requests (transactions die with the node, and other
+/// nodes' requesters ask again), and refusals (asked again, the owner decides again).
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub(crate) struct Kept {
+    came_by: Option<u64>,
+    away: bool,
+    last_n: u64,
+    owner: Option<NodeId>,
+    /// Partitioner: its transfer in flight.
+    in_flight: Option<KeptTransfer>,
+    /// Owner: its answer to the last transfer asked of it: the row it shipped (kept until
+    /// the partitioner says the transfer ended), or a refusal (`None`). Noted before it is
+    /// sent, so that a restarted owner answers the same.
+    backup: Option<KeptBackup>,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+struct KeptTransfer {
+    from: NodeId,
+    txn: TxnId,
+    age: Age,
+    n: u64,
+    owner: NodeId,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+struct KeptBackup {
+    n: u64,
+    to: NodeId,
+    txn: TxnId,
+    row: Option<Shipped>,
 }
 
 /// The three shapes of a transfer (the paper's figure 4), by which roles share a node.
@@ -155,6 +224,54 @@ impl RecordState {
     fn is_timed(&self) -> bool {
         self.fetch.is_some() || self.backup.is_some() || self.dispatch.in_flight.is_some()
     }
+
+    fn kept(&self) -> Kept {
+        Kept {
+            came_by: self.came_by,
+            away: self.away,
+            last_n: self.last_n,
+            owner: self.owner,
+            in_flight: self.dispatch.in_flight.as_ref().map(|f| KeptTransfer {
+                from: f.req.from,
+                txn: f.req.txn,
+                age: f.req.age,
+                n: f.n,
+                owner: f.owner,
+            }),
+            backup: self.backup.as_ref().map(|b| KeptBackup {
+                n: b.n,
+                to: b.to,
+                txn: b.txn,
+                row: b.row.clone(),
+            }),
+        }
+    }
+
+    /// Takes back what a note kept (at `now`: a transfer in flight is asked again after the
+    /// resend time).
+    fn restore(&mut self, k: Kept, now: Instant) {
+        self.came_by = k.came_by;
+        self.away = k.away;
+        self.last_n = k.last_n;
+        self.owner = k.owner;
+        self.dispatch.in_flight = k.in_flight.map(|f| InFlight {
+            req: Request {
+                from: f.from,
+                txn: f.txn,
+                age: f.age,
+            },
+            n: f.n,
+            owner: f.owner,
+            sent: now,
+        });
+        self.backup = k.backup.map(|b| Backup {
+            n: b.n,
+            to: b.to,
+            txn: b.txn,
+            row: b.row.map(Shipped::restarted),
+            at: now,
+        });
+    }
 }
 
 struct Fetch {
@@ -249,6 +366,8 @@ pub(crate) struct Ownership {
     /// Partitioner: the number of the next transfer it starts.
     next_n: AtomicU64,
     timers: Timers,
+    /// With a data directory: where its notes go.
+    journal: OnceLock<Box<dyn Journal>>,
     pub counters: Counters,
 }
 
@@ -266,8 +385,65 @@ impl Ownership {
             // Numbers start above 0 and differ between nodes' partitions only by record.
             next_n: AtomicU64::new(1),
             timers,
+            journal: OnceLock::new(),
             counters: Counters::default(),
         }
+    }
+
+    /// From now on, every change of what the node must remember goes to `journal` first.
+    pub fn keep_notes(&self, journal: Box<dyn Journal>) {
+        let _ = self.journal.set(journal);
+    }
+
+    /// Writes the note of record `r`'s state `st` (and its new image here, if it moved), if
+    /// the node keeps notes; the call's messages wait for it.
+    fn note(&self, r: Record, st: &RecordState, image: Option<Option<&[u8]>>, fx: &mut Effects) {
+        let Some(journal) = self.journal.get() else {
+            return;
+        };
+        let kept = st.kept();
+        let bytes = if kept == Kept::default() {
+            Vec::new()
+        } else {
+            postcard::to_stdvec(&kept).expect("notes encode")
+        };
+        match journal.note(r, &bytes, image) {
+            Some(lsn) => fx.after = Some(fx.after.map_or(lsn, |a| a.max(lsn))),
+            None => fx.unlogged = true,
+        }
+    }
+
+    /// The call repeats a message: it waits for the notes written so far, as the first one
+    /// did (the note of the state it repeats may not be on disk yet).
+    fn repeat(&self, fx: &mut Effects) {
+        if let Some(lsn) = self.journal.get().and_then(|j| j.written()) {
+            fx.after = Some(fx.after.map_or(lsn, |a| a.max(lsn)));
+        }
+    }
+
+    /// After a restart, before anything runs: takes back the latest note of every record the
+    /// log holds (`notes`); `starts`: how many times the node started before. The rows the
+    /// notes name are back in the store already (recovery put back their images).
+    pub fn restore<'a>(
+        &self,
+        notes: impl IntoIterator<Item = (Record, &'a [u8])>,
+        starts: u64,
+    ) -> Result<(), String> {
+        // Transfer numbers grow across starts, above every one handed out before: the other
+        // nodes take a smaller one for a late copy.
+        self.next_n.store((starts << 40) + 1, Ordering::Relaxed);
+        let now = Instant::now();
+        for (r, bytes) in notes {
+            let kept: Kept = postcard::from_bytes(bytes)
+                .map_err(|e| format!("an unreadable ownership note about {r:?} ({e})"))?;
+            let mut shard = self.shard(r).lock();
+            let st = shard.records.entry(r).or_default();
+            st.restore(kept, now);
+            if st.is_timed() {
+                shard.timed.insert(r);
+            }
+        }
+        Ok(())
     }
 
     fn shard(&self, r: Record) -> &Mutex<Shard> {
@@ -422,6 +598,7 @@ impl Ownership {
                 n,
                 owned,
             } => self.on_inform((table, key), from, n, owned, fx),
+            Msg::Ended { table, key, n } => self.on_ended((table, key), n, fx),
         }
     }
 
@@ -443,6 +620,7 @@ impl Ownership {
                     self.counters.resent.fetch_add(1, Ordering::Relaxed);
                     fx.send.push((f.owner, f.req.txn, transfer_request(r, f)));
                     f.sent = Instant::now();
+                    self.repeat(fx);
                 } else if d.queue.contains(&req) {
                 } else if req.age < f.req.age {
                     d.queue.push(req);
@@ -493,6 +671,7 @@ impl Ownership {
         };
         fx.send.push((owner, req.txn, transfer_request(r, &f)));
         d.in_flight = Some(f);
+        self.note(r, st, None, fx);
     }
 
     /// Owner: the partitioner asks it to ship `r` to `to` (transfer `n`, for `txn` of `age`).
@@ -512,6 +691,7 @@ impl Ownership {
                 // Answered already, but the answer may be lost: the same again.
                 self.counters.resent.fetch_add(1, Ordering::Relaxed);
                 fx.send.push((b.to, b.txn, b.answer(r)));
+                self.repeat(fx);
                 return;
             }
             if n <= st.last_n {
@@ -539,6 +719,7 @@ impl Ownership {
                     fx.send.push((to, txn, refused.answer(r)));
                     st.backup = Some(refused);
                     st.last_n = n;
+                    self.note(r, st, None, fx);
                 }
             }
         })
@@ -585,6 +766,7 @@ impl Ownership {
         };
         fx.send.push((s.to, s.txn, shipped.answer(r)));
         st.backup = Some(shipped);
+        self.note(r, st, Some(None), fx);
         // Local transactions queued behind the transfer find the record gone and ask for
         // it back.
         let mut woken = Vec::new();
@@ -617,6 +799,7 @@ impl Ownership {
                 if st.came_by == Some(n) {
                     // The partitioner's resend: our inform may be lost.
                     fx.send.push((partitioner, txn, inform));
+                    self.repeat(fx);
                 }
                 return;
             }
@@ -634,6 +817,11 @@ impl Ownership {
             st.came_by = Some(n);
             st.last_n = n;
             st.away = false;
+            let image = match &row {
+                Shipped::Row { bytes, .. } => Some(bytes.as_slice()),
+                Shipped::Absent { .. } => None,
+            };
+            self.note(r, st, Some(image), fx);
             let case = if partitioner == self.me {
                 Case::RequesterPartitions
             } else if partitioner == from {
@@ -683,19 +871,37 @@ impl Ownership {
     /// Partitioner: transfer `n` of `r` ended at requester `from`.
     fn on_inform(&self, r: Record, from: NodeId, n: u64, owned: bool, fx: &mut Effects) {
         self.with(r, |st| {
-            if !st
+            let Some(f) = st
                 .dispatch
                 .in_flight
-                .as_ref()
-                .is_some_and(|f| f.n == n && f.req.from == from)
-            {
+                .take_if(|f| f.n == n && f.req.from == from)
+            else {
                 return; // a copy of an inform already taken
-            }
-            st.dispatch.in_flight = None;
+            };
             if owned {
                 st.owner = (from != self.me).then_some(from);
+                if self.journal.get().is_some() {
+                    // The old owner's backup is no longer needed (once this is noted).
+                    if f.owner == self.me {
+                        st.backup.take_if(|b| b.n == n);
+                    } else {
+                        let (table, key) = r;
+                        fx.send
+                            .push((f.owner, f.req.txn, Msg::Ended { table, key, n }));
+                    }
+                }
             }
+            self.note(r, st, None, fx);
             self.dispatch_next(r, st, None, fx);
+        })
+    }
+
+    /// Old owner: transfer `n` of `r` ended, and the partitioner noted it: the backup goes.
+    fn on_ended(&self, r: Record, n: u64, fx: &mut Effects) {
+        self.with(r, |st| {
+            if st.backup.take_if(|b| b.n == n).is_some() {
+                self.note(r, st, None, fx);
+            }
         })
     }
 
@@ -726,11 +932,14 @@ impl Ownership {
                     fx.send.push((f.owner, f.req.txn, transfer_request(*r, f)));
                     f.sent = now;
                     self.counters.resent.fetch_add(1, Ordering::Relaxed);
+                    self.repeat(fx);
                 }
+                // With a log, a shipped row stays until its transfer is known to have ended.
+                let keeps = |b: &Backup| b.row.is_some() && self.journal.get().is_some();
                 if st
                     .backup
                     .as_ref()
-                    .is_some_and(|b| now.saturating_duration_since(b.at) >= backup)
+                    .is_some_and(|b| !keeps(b) && now.saturating_duration_since(b.at) >= backup)
                 {
                     st.backup = None;
                 }
@@ -790,6 +999,27 @@ impl Ownership {
             t.for_each(|key, _| a.rows.push((table as u16, key)));
         }
         a
+    }
+}
+
+impl Ownership {
+    /// What this node knows of record `r`, for a test's failure message.
+    #[cfg(test)]
+    pub fn describe(&self, r: Record) -> String {
+        let shard = self.shard(r).lock();
+        let Some(st) = shard.records.get(&r) else {
+            return "idle".into();
+        };
+        format!(
+            "{:?}; fetch {:?}; ship {:?}; queue {}; lock free {}",
+            st.kept(),
+            st.fetch
+                .as_ref()
+                .map(|f| (f.txn, f.orphan, f.waiting.clone())),
+            st.ship.map(|s| (s.to, s.txn, s.n)),
+            st.dispatch.queue.len(),
+            st.lock.is_free()
+        )
     }
 }
 

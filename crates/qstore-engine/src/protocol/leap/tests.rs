@@ -1,14 +1,19 @@
 //! Ownership transfer between three nodes, message by message: the paper's three cases,
-//! requests that meet, local transactions sharing one transfer, and lost messages.
+//! requests that meet, local transactions sharing one transfer, and lost messages; and, on
+//! nodes that keep notes, crashes (see [`crash`]).
+
+mod crash;
 
 use super::msg::Msg;
-use super::ownership::{check_audits, Effects, Held, Ownership, Timers};
+use super::ownership::{check_audits, Effects, Held, Journal, Ownership, Timers};
 use crate::protocol::interactive::{Age, Gate};
 use crate::protocol::locks::Record;
+use parking_lot::Mutex;
 use qstore_core::txn::TableSchema;
 use qstore_core::{NodeId, PartitionId, TxnId};
 use qstore_storage::PartitionStore;
 use std::collections::VecDeque;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 const NODES: u32 = 3;
@@ -25,15 +30,45 @@ fn age(birth: u64, id: u64) -> Age {
     }
 }
 
+/// A message on its way: from, to, about, what.
+type Sent = (NodeId, NodeId, TxnId, Msg);
+
+/// A note as a node's log holds it: the record, its state, and its image if it moved.
+type Noted = (Record, Vec<u8>, Option<Option<Vec<u8>>>);
+
+/// A node's log of notes, in memory.
+#[derive(Default)]
+struct MemLog(Mutex<Vec<Noted>>);
+
+struct MemJournal(Arc<MemLog>);
+
+impl Journal for MemJournal {
+    fn note(&self, r: Record, kept: &[u8], image: Option<Option<&[u8]>>) -> Option<u64> {
+        let mut log = self.0 .0.lock();
+        log.push((r, kept.to_vec(), image.map(|i| i.map(<[u8]>::to_vec))));
+        Some(log.len() as u64 - 1)
+    }
+
+    fn written(&self) -> Option<u64> {
+        (self.0 .0.lock().len() as u64).checked_sub(1)
+    }
+}
+
 /// Three nodes and the messages between them, delivered one at a time in order.
 struct Cluster {
     nodes: Vec<Ownership>,
     stores: Vec<PartitionStore>,
-    queue: VecDeque<(NodeId, NodeId, TxnId, Msg)>,
+    queue: VecDeque<Sent>,
     /// Transactions woken, by node.
     woken: Vec<(NodeId, TxnId)>,
     /// Messages delivered so far, by kind name.
     delivered: Vec<&'static str>,
+    /// Nodes that keep notes: their logs, how much of each is on disk, the messages that
+    /// wait for it (with the record they wait for), and how many times each started.
+    logs: Option<Vec<Arc<MemLog>>>,
+    synced: Vec<usize>,
+    pending: Vec<Vec<(u64, Sent)>>,
+    starts: Vec<u64>,
 }
 
 fn kind(m: &Msg) -> &'static str {
@@ -43,62 +78,93 @@ fn kind(m: &Msg) -> &'static str {
         Msg::Granted { .. } => "granted",
         Msg::Refused { .. } => "refused",
         Msg::Inform { .. } => "inform",
+        Msg::Ended { .. } => "ended",
     }
+}
+
+const TIMERS: Timers = Timers {
+    resend: Duration::from_millis(10),
+    backup: Duration::from_secs(60),
+};
+
+/// Node `n`'s store as loaded at the first start: keys below 12 of its partition, each row
+/// holding its key.
+fn loaded_store(n: u32) -> PartitionStore {
+    let schema = TableSchema {
+        name: "t".into(),
+        row_size: 8,
+        capacity_per_partition: 16,
+        keys_per_partition: 16,
+        read_mostly: false,
+    };
+    let store = PartitionStore::with_room(PartitionId(n), std::slice::from_ref(&schema), 3);
+    let keys = (0..12u64).filter(|k| k % NODES as u64 == n as u64);
+    let fill = |k: u64, row: &mut [u8]| row.copy_from_slice(&k.to_le_bytes());
+    store.table(0).load(keys, fill).unwrap();
+    store
 }
 
 impl Cluster {
     fn new() -> Self {
-        let schema = TableSchema {
-            name: "t".into(),
-            row_size: 8,
-            capacity_per_partition: 16,
-            keys_per_partition: 16,
-            read_mostly: false,
-        };
-        let timers = Timers {
-            resend: Duration::from_millis(10),
-            backup: Duration::from_secs(60),
-        };
-        let stores = (0..NODES)
-            .map(|n| {
-                let store =
-                    PartitionStore::with_room(PartitionId(n), std::slice::from_ref(&schema), 3);
-                let keys = (0..12u64).filter(|k| k % NODES as u64 == n as u64);
-                let fill = |k: u64, row: &mut [u8]| row.copy_from_slice(&k.to_le_bytes());
-                store.table(0).load(keys, fill).unwrap();
-                store
-            })
-            .collect();
         Cluster {
             nodes: (0..NODES)
-                .map(|n| Ownership::new(NodeId(n), partitioner, timers))
+                .map(|n| Ownership::new(NodeId(n), partitioner, TIMERS))
                 .collect(),
-            stores,
+            stores: (0..NODES).map(loaded_store).collect(),
             queue: VecDeque::new(),
             woken: Vec::new(),
             delivered: Vec::new(),
+            logs: None,
+            synced: vec![0; NODES as usize],
+            pending: (0..NODES).map(|_| Vec::new()).collect(),
+            starts: vec![0; NODES as usize],
         }
     }
 
     fn act(&mut self, at: NodeId, fx: Effects) {
+        assert!(!fx.unlogged, "a note was refused");
         for (to, txn, m) in fx.send {
-            self.queue.push_back((at, to, txn, m));
+            match fx.after {
+                Some(lsn) => self.pending[at.index()].push((lsn, (at, to, txn, m))),
+                None => self.queue.push_back((at, to, txn, m)),
+            }
         }
         self.woken.extend(fx.wake.into_iter().map(|t| (at, t)));
     }
 
-    /// Delivers messages until none is left, dropping those `lose` picks.
+    /// Delivers messages until none is left, dropping those `lose` picks (every log is
+    /// synced before each delivery).
     fn run(&mut self, mut lose: impl FnMut(&Msg) -> bool) {
-        while let Some(m) = self.queue.pop_front() {
+        loop {
+            (0..NODES).for_each(|n| self.sync(n));
+            let Some(m) = self.queue.pop_front() else {
+                break;
+            };
             if !lose(&m.3) {
                 self.deliver(m);
             }
         }
     }
 
+    /// Node `n`'s log is on disk: the messages that waited for it go.
+    fn sync(&mut self, n: u32) {
+        let Some(logs) = &self.logs else { return };
+        let n = n as usize;
+        self.synced[n] = logs[n].0.lock().len();
+        let synced = self.synced[n] as u64;
+        let (ready, wait) = std::mem::take(&mut self.pending[n])
+            .into_iter()
+            .partition(|(lsn, _)| *lsn < synced);
+        self.pending[n] = wait;
+        self.queue.extend(ready.into_iter().map(|(_, m)| m));
+    }
+
     /// Delivers one message; what it sends joins the queue's end.
     fn deliver(&mut self, (from, to, txn, m): (NodeId, NodeId, TxnId, Msg)) {
         self.delivered.push(kind(&m));
+        if std::env::var("LEAP_TRACE").is_ok() {
+            eprintln!("{from}->{to} {txn:?} {m:?}");
+        }
         let mut fx = Effects::default();
         let (node, store) = (&self.nodes[to.index()], &self.stores[to.index()]);
         node.on_message(store, from, txn, m, &mut fx);
