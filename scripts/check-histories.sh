@@ -222,7 +222,7 @@ echo "== durability: every server killed with SIGKILL mid-run, then the cluster 
 # scripts/crash-loop.sh repeats it with random timing.
 for case in "qstore" "qstore --checkpoint-interval-s 1" "calvin" "calvin --checkpoint-interval-s 1" \
   "qstore --replication-factor 3" "calvin --replication-factor 2 --checkpoint-interval-s 1" \
-  "no_wait" "maat" "sundial"; do
+  "no_wait" "maat" "sundial" "lstore" "hlstore --checkpoint-interval-s 1"; do
   d="$work/crash-${case// /}"
   # The deterministic protocols replay every start's transactions; the interactive ones put
   # back what committed (the bank's total must hold) and start a new history from it.
@@ -268,7 +268,7 @@ done
 # shows that a server serves only once its replayed epochs have run: before, the first
 # clients' reads saw writes of replayed transactions still running, which the history
 # collected after them lacked.
-for protocol in no_wait qstore calvin; do
+for protocol in no_wait qstore calvin lstore; do
   d="$work/crash-append-$protocol"
   mkdir -p "$d"
   c=(--protocol "$protocol" --workload append --nodes 3 --data-dir "$d" --cluster-file "$d/cluster.toml" -q)
