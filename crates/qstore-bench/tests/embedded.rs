@@ -121,6 +121,46 @@ fn interactive_phases_account_for_the_traffic_and_show_the_read_only_optimisatio
     );
 }
 
+/// DL_DETECT without two-phase commit (the determinism study's upper bound on its cost):
+/// distributed transactions send no prepare and no vote, and the history, with nothing
+/// failing, stays serializable.
+#[test]
+fn dl_detect_without_two_phase_commit_prepares_nothing_and_stays_serializable() {
+    let prepare_msgs = |skip: bool| {
+        let mut c = small(3);
+        c.protocol.name = "dl_detect".into();
+        c.protocol.dl_detect.skip_commit_protocol = skip;
+        c.client.duration_s = 0.5;
+        c.workload.ycsb.multi_partition_fraction = 0.5;
+        let out = run(
+            &c,
+            RunOptions {
+                record_history: true,
+                ..Default::default()
+            },
+        )
+        .unwrap();
+        let v = qstore_bench::verify::verify(&c, out.workload.as_ref(), &out.cluster, &out.report)
+            .unwrap();
+        assert!(v.passed(), "skip {skip}:\n{v}");
+        let prepare = out.report.stages.iter().find(|s| s.stage == "prepare");
+        prepare.and_then(|s| s.per_txn).unwrap().msgs
+    };
+    assert!(prepare_msgs(false) > 0.2);
+    assert_eq!(prepare_msgs(true), 0.0);
+    let mut c = small(3);
+    c.protocol.dl_detect.skip_commit_protocol = true;
+    let refused = c.validate().unwrap_err().to_string();
+    assert!(refused.contains("--protocol dl_detect"), "{refused}");
+    c.protocol.name = "dl_detect".into();
+    c.durability.data_dir = "/tmp/qstore-never-created".into();
+    let refused = c.validate().unwrap_err().to_string();
+    assert!(
+        refused.contains("leave the data directory out"),
+        "{refused}"
+    );
+}
+
 /// TPC-C Stock-Level runs as OLLP: each commit is a reconnaissance and then the transaction,
 /// and a stale guess is restarted (counted as `ollp_restart`), never reported as a failure.
 #[test]

@@ -488,11 +488,21 @@ pub struct DlDetectConfig {
     /// The detector gathers every node's waits-for edges this often (microseconds), and at
     /// once again while it keeps finding deadlocks.
     pub interval_us: u64,
+    /// UNSAFE, for measurement only: no two-phase commit. A distributed transaction's
+    /// participants are told to commit as soon as it ran everywhere, without a prepare round
+    /// (its client is answered once they installed): the determinism study's upper bound on
+    /// what 2PC costs. Without failures the history stays serializable (locks are held until each
+    /// participant commits); a crash could commit a transaction at some participants only,
+    /// so a data directory is refused with it.
+    pub skip_commit_protocol: bool,
 }
 
 impl Default for DlDetectConfig {
     fn default() -> Self {
-        DlDetectConfig { interval_us: 2_000 }
+        DlDetectConfig {
+            interval_us: 2_000,
+            skip_commit_protocol: false,
+        }
     }
 }
 
@@ -1302,6 +1312,20 @@ impl RunConfig {
         self.protocol.mvcc.validate()?;
         self.protocol.sundial.validate()?;
         self.protocol.dl_detect.validate()?;
+        let skip = self.protocol.dl_detect.skip_commit_protocol;
+        check(
+            !skip || self.protocol.name == "dl_detect",
+            "protocol.dl_detect.skip_commit_protocol",
+            skip,
+            "skipping the commit protocol is a dl_detect option: use --protocol dl_detect",
+        )?;
+        check(
+            !skip || !self.is_durable(),
+            "protocol.dl_detect.skip_commit_protocol",
+            skip,
+            "without two-phase commit a crash can commit a transaction at some nodes only, so \
+             it cannot be logged: leave the data directory out (the option is for measurement)",
+        )?;
         let q = &self.protocol.qstore;
         check(
             q.dedicated_planners || c.workers == 0 || q.planners <= c.workers,

@@ -327,6 +327,12 @@ struct RunArgs {
     /// DL_DETECT: the deadlock detector gathers every node's waits-for edges this often.
     #[arg(long, help_heading = "DL_DETECT")]
     dl_detect_interval_us: Option<u64>,
+    /// DL_DETECT, UNSAFE (measurement only): no two-phase commit. Participants commit as
+    /// soon as a transaction ran everywhere, without a prepare round: the upper bound on
+    /// what 2PC costs. A crash could commit a transaction at some nodes only, so a
+    /// data directory is refused with it.
+    #[arg(long, help_heading = "DL_DETECT")]
+    dl_detect_skip_2pc: bool,
     /// MVCC: older versions kept per row (1-64); a read needing an older one aborts.
     #[arg(long, help_heading = "MVCC")]
     mvcc_max_versions: Option<u32>,
@@ -738,6 +744,7 @@ impl RunArgs {
             &mut c.protocol.dl_detect.interval_us,
             self.dl_detect_interval_us,
         );
+        c.protocol.dl_detect.skip_commit_protocol |= self.dl_detect_skip_2pc;
         set(&mut c.replication.factor, self.replication_factor);
         set(&mut c.replication.mode, self.replication_mode);
         set(&mut c.replication.compression, self.replication_compression);

@@ -406,10 +406,10 @@ impl<C: Cc> Node<C> {
     }
 
     /// Every access ran: one participant commits at once (unless the protocol validates),
-    /// several vote first.
+    /// several vote first (unless the protocol skips the commit protocol).
     fn start_commit(&self, t: &mut CoordTxn) -> Vec<Action> {
         t.renewing = self.renewals(t);
-        let alone = t.participants.len() <= 1 && !C::VALIDATES;
+        let alone = (t.participants.len() <= 1 || self.cc.skips_commit_protocol()) && !C::VALIDATES;
         if alone || t.participants.is_empty() {
             for p in &mut t.participants {
                 p.commits = true;
@@ -480,6 +480,7 @@ impl<C: Cc> Node<C> {
             p.owes = true;
             t.outstanding += 1;
         }
+
         if t.prepared && t.outstanding > 0 && self.log_decision(t.req.id, t.at.ts) {
             t.logged_decision = true;
             return Vec::new();

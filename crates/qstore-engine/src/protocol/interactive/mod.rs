@@ -315,6 +315,18 @@ pub(crate) trait Cc: Send + Sync + 'static {
     /// below `bound` ([`Cc::BOUNDS_TIMESTAMPS`]).
     fn restarted_below(&self, _bound: u64) {}
 
+    /// Whether the coordinator skips the commit protocol (measurement only: the upper bound
+    /// on what two-phase commit costs, as the determinism study measures it): once every
+    /// access ran, it tells every participant to commit, as it does a single participant,
+    /// without a prepare round (no votes, no decision logged). It still answers the client
+    /// once every participant installed (a commit acknowledgement is the message that says
+    /// so, and the history learns each participant's writes from it). Atomicity across
+    /// failures is gone; locks are still held until each participant's commit, so the
+    /// history stays serializable when nothing fails. Refused with a data directory.
+    fn skips_commit_protocol(&self) -> bool {
+        false
+    }
+
     /// Whether transactions wait on any conflict, so that a detector must find and break
     /// deadlocks (see [`deadlock`]).
     fn detects_deadlocks(&self) -> bool {

@@ -23,6 +23,9 @@ struct TwoPl {
     /// Waiting transactions may form cycles: the skeleton's detector must break them (off
     /// only in the test that shows what it prevents).
     detect: bool,
+    /// `dl_detect` with `protocol.dl_detect.skip_commit_protocol`: no two-phase commit
+    /// (measurement only, see [`Cc::skips_commit_protocol`]).
+    skip_2pc: bool,
 }
 
 impl Cc for TwoPl {
@@ -48,6 +51,10 @@ impl Cc for TwoPl {
         self.detect
     }
 
+    fn skips_commit_protocol(&self) -> bool {
+        self.skip_2pc
+    }
+
     fn waits_for(&self, out: &mut Vec<WaitEdge>) {
         self.locks.waits_for(out);
     }
@@ -67,9 +74,11 @@ fn start_detecting(
     label: &str,
     detect: bool,
 ) -> Result<Box<dyn Engine>, QError> {
+    let skip_2pc = policy == Policy::Wait && ctx.cfg.protocol.dl_detect.skip_commit_protocol;
     let make = |_: &_| TwoPl {
         locks: LockTable::new(policy),
         detect,
+        skip_2pc,
     };
     interactive::start(ctx, make, label)
 }
