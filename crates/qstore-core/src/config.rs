@@ -561,6 +561,7 @@ pub struct WorkloadConfig {
     /// Workload name, e.g. `ycsb`.
     pub name: String,
     pub ycsb: YcsbConfig,
+    pub micro: MicroConfig,
     pub bank: BankConfig,
     pub append: AppendConfig,
     pub tpcc: TpccConfig,
@@ -571,6 +572,7 @@ impl Default for WorkloadConfig {
         WorkloadConfig {
             name: "ycsb".into(),
             ycsb: YcsbConfig::default(),
+            micro: MicroConfig::default(),
             bank: BankConfig::default(),
             append: AppendConfig::default(),
             tpcc: TpccConfig::default(),
@@ -659,6 +661,43 @@ impl Default for YcsbConfig {
             remote_phases: Vec::new(),
             allow_duplicate_keys: false,
             read_mostly: false,
+        }
+    }
+}
+
+/// The contention-index microbenchmark of the evaluation of deterministic database systems
+/// (Ren, Thomson and Abadi, VLDB 2014, section 3.3): every transaction reads and updates
+/// `ops_per_txn` records, exactly one of them a hot record at each partition it touches (one
+/// of `1 / contention_index` hot records there), the others cold records of the rest of the
+/// partition.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct MicroConfig {
+    /// Rows loaded into each partition, hot and cold.
+    pub records_per_partition: u64,
+    /// Records a transaction reads and updates.
+    pub ops_per_txn: u32,
+    /// The probability that two transactions conflict at a partition they both touch:
+    /// 1 / the hot records per partition (0.01: 100 hot records; 0.0001: 10,000).
+    pub contention_index: f64,
+    /// CPU work each access performs, in microseconds (0: short transactions; the paper's
+    /// long transactions do 15).
+    pub compute_us_per_access: f64,
+    /// Fraction of transactions that touch more than one partition.
+    pub multi_partition_fraction: f64,
+    /// Partitions a multi-partition transaction touches (its home partition included).
+    pub partitions_per_mp_txn: u32,
+}
+
+impl Default for MicroConfig {
+    fn default() -> Self {
+        MicroConfig {
+            records_per_partition: 1_000_000,
+            ops_per_txn: 10,
+            contention_index: 0.0001,
+            compute_us_per_access: 0.0,
+            multi_partition_fraction: 0.0,
+            partitions_per_mp_txn: 2,
         }
     }
 }
@@ -1338,6 +1377,7 @@ impl RunConfig {
         self.server.validate()?;
         match self.workload.name.as_str() {
             "ycsb" => self.workload.ycsb.validate(c.nodes),
+            "micro" => self.workload.micro.validate(c.nodes),
             "bank" => self.workload.bank.validate(c.nodes),
             "append" => self.workload.append.validate(c.nodes),
             "tpcc" => self.workload.tpcc.validate(c.nodes, c.partitioning),
@@ -1618,6 +1658,97 @@ impl YcsbConfig {
             }
         }
         Ok(())
+    }
+}
+
+impl MicroConfig {
+    /// Hot records per partition: 1 / `contention_index`, rounded.
+    pub fn hot_records(&self) -> u64 {
+        // A float-to-integer cast saturates: a tiny index gives a huge count, refused below.
+        (1.0 / self.contention_index).round() as u64
+    }
+
+    pub fn validate(&self, partitions: u32) -> Result<(), ConfigError> {
+        check(
+            (1..=1u64 << 40).contains(&self.records_per_partition),
+            "workload.micro.records_per_partition",
+            self.records_per_partition,
+            "must be between 1 and 2^40",
+        )?;
+        check(
+            (1..=4096).contains(&self.ops_per_txn),
+            "workload.micro.ops_per_txn",
+            self.ops_per_txn,
+            "must be between 1 and 4096",
+        )?;
+        let ci = self.contention_index;
+        check(
+            ci.is_finite() && ci > 0.0 && ci <= 1.0,
+            "workload.micro.contention_index",
+            ci,
+            "must be above 0 and at most 1: it is 1 / the hot records per partition (0.01 for \
+             100 hot records, 0.0001 for 10000)",
+        )?;
+        let (hot, records) = (self.hot_records(), self.records_per_partition);
+        check(
+            hot < records,
+            "workload.micro.contention_index",
+            ci,
+            &format!(
+                "gives {hot} hot records per partition (1 / contention_index), which must be \
+                 fewer than workload.micro.records_per_partition ({records}): raise the \
+                 contention index (--contention-index) or the records (--records)"
+            ),
+        )?;
+        let us = self.compute_us_per_access;
+        check(
+            us.is_finite() && (0.0..=1_000_000.0).contains(&us),
+            "workload.micro.compute_us_per_access",
+            us,
+            "must be between 0 (short transactions) and 1000000 microseconds",
+        )?;
+        let mp = self.multi_partition_fraction;
+        mp_fraction("workload.micro.multi_partition_fraction", mp, partitions)?;
+        let per_mp = self.partitions_per_mp_txn;
+        check(
+            per_mp >= 2 && per_mp <= partitions.max(2),
+            "workload.micro.partitions_per_mp_txn",
+            per_mp,
+            &format!("must be between 2 and the number of nodes ({partitions})"),
+        )?;
+        check(
+            mp == 0.0 || self.ops_per_txn >= per_mp,
+            "workload.micro.ops_per_txn",
+            self.ops_per_txn,
+            &format!(
+                "must be at least workload.micro.partitions_per_mp_txn ({per_mp}) with \
+                 multi-partition transactions: each of their partitions gets its hot access \
+                 (raise --ops or lower --mp-partitions)"
+            ),
+        )?;
+        // The most accesses one partition gets: all of a single-partition transaction's, or
+        // a multi-partition one's share when every transaction is multi-partition. All but
+        // the hot one go to distinct cold records, drawn until distinct: twice as many
+        // cold records as that keep the draws few.
+        let share = if mp < 1.0 {
+            self.ops_per_txn
+        } else {
+            self.ops_per_txn.div_ceil(per_mp)
+        };
+        let cold = 2 * (share as u64 - 1);
+        check(
+            records - hot >= cold,
+            "workload.micro.records_per_partition",
+            records,
+            &format!(
+                "leaves {} cold records per partition ({hot} of the {records} are hot), fewer \
+                 than twice the {} cold records a transaction picks in one partition: raise \
+                 the records (--records) or the contention index (--contention-index), or \
+                 lower the accesses (--ops)",
+                records - hot,
+                share - 1
+            ),
+        )
     }
 }
 

@@ -5,6 +5,7 @@
 
 pub mod append;
 pub mod bank;
+pub mod micro;
 #[cfg(test)]
 mod testing;
 pub mod tpcc;
@@ -19,7 +20,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 /// Names accepted by `--workload`.
-pub const WORKLOADS: &[&str] = &["ycsb", "bank", "append", "tpcc"];
+pub const WORKLOADS: &[&str] = &["ycsb", "micro", "bank", "append", "tpcc"];
 
 /// One procedure call to submit, with the number of record operations it performs (for
 /// operations/s).
@@ -176,6 +177,7 @@ pub enum ElleOp {
 pub fn build(cfg: &RunConfig) -> Result<Arc<dyn Workload>, ConfigError> {
     match cfg.workload.name.as_str() {
         "ycsb" => Ok(Arc::new(ycsb::Ycsb::new(cfg)?)),
+        "micro" => Ok(Arc::new(micro::Micro::new(cfg)?)),
         "bank" => Ok(Arc::new(bank::Bank::new(cfg)?)),
         "append" => Ok(Arc::new(append::Append::new(cfg)?)),
         "tpcc" => Ok(Arc::new(tpcc::Tpcc::new(cfg)?)),

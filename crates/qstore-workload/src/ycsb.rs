@@ -59,11 +59,111 @@ pub const ACCESS_BYTES: usize = 9;
 /// code, or-ed with [`STEP_START`] where a step begins).
 pub fn ycsb_args(accesses: impl IntoIterator<Item = (u64, u8)>) -> Vec<Value> {
     let mut packed = Vec::new();
+    pack_accesses(&mut packed, accesses);
+    vec![Value::Bytes(packed)]
+}
+
+/// Appends `accesses`, given as (key, operation byte), to `packed` in the layout of
+/// [`ycsb_args`].
+pub(crate) fn pack_accesses(packed: &mut Vec<u8>, accesses: impl IntoIterator<Item = (u64, u8)>) {
     for (key, op) in accesses {
         packed.extend_from_slice(&key.to_le_bytes());
         packed.push(op);
     }
-    vec![Value::Bytes(packed)]
+}
+
+/// The argument list (emptied) and packed bytes (as they were: the caller overwrites or
+/// clears them) of a finished call of the [`ycsb_args`] layout, for the next call to be
+/// written in their memory; fresh bytes if the call had no bytes argument.
+pub(crate) fn recycled_args(old: ProcCall) -> (Vec<Value>, Vec<u8>) {
+    let mut args = old.args;
+    let packed = match args.pop() {
+        Some(Value::Bytes(b)) => b,
+        _ => Vec::new(),
+    };
+    args.clear();
+    (args, packed)
+}
+
+/// The accesses of an argument list in the layout of [`ycsb_args`], as (key, operation
+/// byte), once its shape is checked: one bytes argument of 9 bytes per access.
+pub(crate) fn unpack_accesses(
+    args: &[Value],
+) -> Result<impl ExactSizeIterator<Item = (u64, u8)> + '_, String> {
+    let [Value::Bytes(packed)] = args else {
+        return Err(format!(
+            "expected one bytes argument (9 bytes per access: key, op), got {} values",
+            args.len()
+        ));
+    };
+    if !packed.len().is_multiple_of(ACCESS_BYTES) {
+        return Err(format!(
+            "expected 9 bytes per access (key, op), got {} bytes",
+            packed.len()
+        ));
+    }
+    Ok(packed.chunks_exact(ACCESS_BYTES).map(|access| {
+        let (key, op) = access.split_at(8);
+        (u64::from_le_bytes(key.try_into().expect("8 bytes")), op[0])
+    }))
+}
+
+/// The schema of `usertable`: `records` rows of `row_size` bytes per partition.
+pub(crate) fn usertable_schema(records: u64, row_size: usize, read_mostly: bool) -> TableSchema {
+    TableSchema {
+        name: "usertable".into(),
+        row_size,
+        capacity_per_partition: records as usize,
+        keys_per_partition: records,
+        read_mostly,
+    }
+}
+
+/// Loads the first `records` rows of `partition` into `usertable`: counter 0 (written: a
+/// loader need not hand out zeroed rows), payload derived from the key so rows differ.
+pub(crate) fn load_usertable(
+    loader: &mut dyn RowLoader,
+    pmap: &PartitionMap,
+    partition: PartitionId,
+    records: u64,
+) -> Result<(), QError> {
+    crate::load_dense(
+        loader,
+        pmap,
+        USERTABLE,
+        partition,
+        records,
+        &mut |key, row| {
+            row[..8].fill(0);
+            row[8..].fill(key as u8);
+        },
+    )
+}
+
+/// Chooses the partitions of a transaction of home `home` into `parts`: the home partition,
+/// plus, with probability `mp_fraction`, others drawn uniformly until the transaction spans
+/// `per_mp_txn` distinct partitions (at most `partitions`).
+pub(crate) fn choose_partitions(
+    rng: &mut Rng,
+    home: PartitionId,
+    partitions: u32,
+    mp_fraction: f64,
+    per_mp_txn: u32,
+    parts: &mut Vec<PartitionId>,
+) {
+    parts.clear();
+    parts.push(home);
+    let mp = mp_fraction > 0.0 && rng.random::<f64>() < mp_fraction;
+    if !mp {
+        return;
+    }
+    let want = per_mp_txn.min(partitions) as usize;
+    while parts.len() < want {
+        let p = PartitionId(rng.random_range(0..partitions));
+        if !parts.contains(&p) {
+            parts.push(p);
+        }
+    }
 }
 
 pub struct Ycsb {
@@ -85,13 +185,7 @@ impl Ycsb {
         let cfg = run.workload.ycsb.clone();
         let partitions = run.cluster.nodes;
         cfg.validate(partitions)?;
-        let schema = TableSchema {
-            name: "usertable".into(),
-            row_size: cfg.row_size,
-            capacity_per_partition: cfg.records_per_partition as usize,
-            keys_per_partition: cfg.records_per_partition,
-            read_mostly: cfg.read_mostly,
-        };
+        let schema = usertable_schema(cfg.records_per_partition, cfg.row_size, cfg.read_mostly);
         let mut catalog = Catalog::default();
         catalog.add_table(schema);
         let steps = YcsbSteps {
@@ -136,19 +230,11 @@ impl Workload for Ycsb {
     }
 
     fn load(&self, partition: PartitionId, loader: &mut dyn RowLoader) -> Result<(), QError> {
-        let count = self.cfg.records_per_partition;
-        crate::load_dense(
+        load_usertable(
             loader,
             &self.pmap,
-            USERTABLE,
             partition,
-            count,
-            &mut |key, row| {
-                // Counter 0 (written: a loader need not hand out zeroed rows), payload
-                // derived from the key so rows differ.
-                row[..8].fill(0);
-                row[8..].fill(key as u8);
-            },
+            self.cfg.records_per_partition,
         )
     }
 
@@ -261,20 +347,14 @@ impl YcsbGenerator {
     /// The partitions of the next transaction: the home partition, plus distinct others for
     /// a multi-partition transaction.
     fn choose_partitions(&mut self) {
-        self.parts.clear();
-        self.parts.push(self.home);
-        let mp = self.cfg.multi_partition_fraction > 0.0
-            && self.rng.random::<f64>() < self.cfg.multi_partition_fraction;
-        if !mp {
-            return;
-        }
-        let want = self.cfg.partitions_per_mp_txn.min(self.partitions) as usize;
-        while self.parts.len() < want {
-            let p = PartitionId(self.rng.random_range(0..self.partitions));
-            if !self.parts.contains(&p) {
-                self.parts.push(p);
-            }
-        }
+        choose_partitions(
+            &mut self.rng,
+            self.home,
+            self.partitions,
+            self.cfg.multi_partition_fraction,
+            self.cfg.partitions_per_mp_txn,
+            &mut self.parts,
+        );
     }
 
     /// Chooses the keys of the next transaction into `chosen`: `ops` keys spread evenly over
@@ -377,12 +457,7 @@ impl TxnGenerator for YcsbGenerator {
         // the machine with the engine, so its cost per transaction is the engine's loss, and
         // a planner on another core reads these bytes (9 per access, where a (key, op) pair
         // of values took 48).
-        let mut args = old.args;
-        let mut packed = match args.pop() {
-            Some(Value::Bytes(b)) => b,
-            _ => Vec::new(),
-        };
-        args.clear();
+        let (mut args, mut packed) = recycled_args(old);
         // Sized once and filled in place: a push per field would check the capacity each time.
         packed.resize(self.chosen.len() * ACCESS_BYTES, 0);
         let mut rng = self.rng.clone();
@@ -454,27 +529,13 @@ impl Procedure for YcsbTxn {
     /// the read/write set up front; the dependencies only order the steps and carry the
     /// intermediate results between them.
     fn program_into(&self, args: &[Value], out: &mut Program) -> Result<(), String> {
-        let [Value::Bytes(packed)] = args else {
-            return Err(format!(
-                "expected one bytes argument (9 bytes per access: key, op), got {} values",
-                args.len()
-            ));
-        };
-        if !packed.len().is_multiple_of(ACCESS_BYTES) {
-            return Err(format!(
-                "expected 9 bytes per access (key, op), got {} bytes",
-                packed.len()
-            ));
-        }
+        let packed = unpack_accesses(args)?;
         let accesses = &mut out.accesses;
         accesses.clear();
-        accesses.reserve(packed.len() / ACCESS_BYTES);
+        accesses.reserve(packed.len());
         // The first access of the previous step, and of the current one.
         let (mut previous, mut current) = (None::<u16>, 0u16);
-        for (i, access) in packed.chunks_exact(ACCESS_BYTES).enumerate() {
-            let (key, op) = access.split_at(8);
-            let key = u64::from_le_bytes(key.try_into().expect("8 bytes"));
-            let byte = op[0];
+        for (i, (key, byte)) in packed.enumerate() {
             let begins = byte & STEP_START != 0;
             let (kind, step, arg) = match byte & !STEP_START {
                 OP_READ => (AccessKind::Read, self.steps.read, Value::Null),
@@ -514,7 +575,7 @@ impl Procedure for YcsbTxn {
 }
 
 #[inline]
-fn counter(row: &[u8]) -> i64 {
+pub(crate) fn counter(row: &[u8]) -> i64 {
     i64::from_le_bytes(row[..8].try_into().expect("rows are at least 8 bytes"))
 }
 
@@ -526,7 +587,11 @@ fn ycsb_read(row: RowRef<'_>, _arg: &Value, _inputs: Inputs<'_>) -> Result<Value
 /// Read-modify-write: adds the argument to the counter and rewrites the payload with the
 /// low byte of (new counter + input), the input being the previous step's result (0 without
 /// one: the payload is then the new counter's low byte); returns the counter as read.
-fn ycsb_rmw(row: RowRef<'_>, arg: &Value, inputs: Inputs<'_>) -> Result<Value, LogicAbort> {
+pub(crate) fn ycsb_rmw(
+    row: RowRef<'_>,
+    arg: &Value,
+    inputs: Inputs<'_>,
+) -> Result<Value, LogicAbort> {
     let RowRef::Write(row) = row else {
         return Err(LogicAbort("ycsb_rmw needs a writable row"));
     };

@@ -375,17 +375,17 @@ struct RunArgs {
     cut_off_after_ms: Option<u64>,
 
     // --- workload ---
-    /// Workload: ycsb, bank, append or tpcc.
+    /// Workload: ycsb, micro, bank, append or tpcc.
     #[arg(long, help_heading = "Workload")]
     workload: Option<String>,
     /// Seed of every random choice (same seed, same workload stream).
     #[arg(long, help_heading = "Workload")]
     seed: Option<u64>,
-    /// Rows per partition (ycsb records, bank accounts, append keys); refused when the
+    /// Rows per partition (ycsb and micro records, bank accounts, append keys); refused when the
     /// partitions this process loads cannot fit in the memory available.
     #[arg(long, help_heading = "Workload")]
     records: Option<u64>,
-    /// Record accesses per transaction (ycsb, append).
+    /// Record accesses per transaction (ycsb, micro, append).
     #[arg(long, help_heading = "Workload")]
     ops: Option<u32>,
     /// Zipfian skew θ of key choice (ycsb keys, bank branches): 0 = uniform; 0.99 and above allowed.
@@ -394,7 +394,7 @@ struct RunArgs {
     /// Fraction of multi-partition transactions, 0 to 1 (every workload).
     #[arg(long, allow_negative_numbers = true, help_heading = "Workload")]
     mp_fraction: Option<f64>,
-    /// Partitions a multi-partition transaction touches (ycsb, append).
+    /// Partitions a multi-partition transaction touches (ycsb, micro, append).
     #[arg(long, help_heading = "Workload")]
     mp_partitions: Option<u32>,
     /// ycsb: bytes per row (8 to 1048576).
@@ -440,6 +440,25 @@ struct RunArgs {
     /// ycsb: declare the table read-mostly (Sundial then leases it as a whole).
     #[arg(long, help_heading = "Workload")]
     read_mostly: bool,
+    /// micro: the contention index, 1 / the hot records per partition (above 0, at most 1):
+    /// each transaction updates one hot record at every partition it touches, e.g. 0.01
+    /// (100 hot records, high contention) or 0.0001 (10000, low; the default).
+    #[arg(
+        long,
+        value_name = "CI",
+        allow_negative_numbers = true,
+        help_heading = "Workload"
+    )]
+    contention_index: Option<f64>,
+    /// micro: CPU work each record access performs, in microseconds (0 = short transactions,
+    /// the default; the paper's long transactions do 15).
+    #[arg(
+        long,
+        value_name = "US",
+        allow_negative_numbers = true,
+        help_heading = "Workload"
+    )]
+    compute_us_per_access: Option<f64>,
     /// bank: accounts per branch (a branch's total is invariant).
     #[arg(long, help_heading = "Workload")]
     branch_size: Option<u32>,
@@ -824,6 +843,16 @@ impl RunArgs {
                 y.allow_duplicate_keys |= self.allow_duplicate_keys;
                 y.read_mostly |= self.read_mostly;
             }
+            "micro" => {
+                let m = &mut w.micro;
+                set(&mut m.records_per_partition, self.records);
+                set(&mut m.ops_per_txn, self.ops);
+                set(&mut m.multi_partition_fraction, self.mp_fraction);
+                set(&mut m.partitions_per_mp_txn, self.mp_partitions);
+                set(&mut m.contention_index, self.contention_index);
+                set(&mut m.compute_us_per_access, self.compute_us_per_access);
+                not_for("--theta", self.theta.is_some())?;
+            }
             "bank" => {
                 let b = &mut w.bank;
                 set(&mut b.accounts_per_partition, self.records);
@@ -901,6 +930,7 @@ impl RunArgs {
             || self.remote_phases.is_some()
             || self.allow_duplicate_keys
             || self.read_mostly;
+        let micro_only = self.contention_index.is_some() || self.compute_us_per_access.is_some();
         let bank_only = self.branch_size.is_some()
             || self.initial_balance.is_some()
             || self.max_amount.is_some()
@@ -919,6 +949,10 @@ impl RunArgs {
             self.remote_access_fraction.is_some() && name != "ycsb" && name != "tpcc",
         )?;
         not_for(
+            "--contention-index/--compute-us-per-access (micro only)",
+            micro_only && name != "micro",
+        )?;
+        not_for(
             "bank flags (--branch-size, --max-amount, ...)",
             bank_only && name != "bank",
         )?;
@@ -929,6 +963,7 @@ impl RunArgs {
         // On one node nothing can be multi-partition: a default fraction yields to that.
         if c.cluster.nodes == 1 && self.mp_fraction.is_none() {
             w.ycsb.multi_partition_fraction = 0.0;
+            w.micro.multi_partition_fraction = 0.0;
             w.bank.multi_partition_fraction = 0.0;
             w.append.multi_partition_fraction = 0.0;
             w.tpcc.multi_partition_fraction = 0.0;

@@ -127,6 +127,10 @@ fn rows_setting(cfg: &RunConfig) -> (&'static str, u64) {
             "workload.tpcc.warehouses_per_partition",
             w.tpcc.warehouses_per_partition as u64,
         ),
+        "micro" => (
+            "workload.micro.records_per_partition",
+            w.micro.records_per_partition,
+        ),
         _ => (
             "workload.ycsb.records_per_partition",
             w.ycsb.records_per_partition,
