@@ -141,6 +141,12 @@ pub struct ClusterConfig {
     /// relative path is relative to the cluster file. `qstore secret FILE` makes one;
     /// `qstore cluster` makes one for its run.
     pub secret_file: String,
+    /// The determinism study's slow node (its section 3.5): this node runs as if
+    /// `slow_threads` CPU-bound threads shared its cores from `slow_from_s` seconds after
+    /// the cluster started (see the engine's `runtime::Pace`).
+    pub slow_node: Option<u32>,
+    pub slow_threads: u32,
+    pub slow_from_s: f64,
 }
 
 /// Where one node of a distributed cluster listens.
@@ -169,6 +175,9 @@ impl Default for ClusterConfig {
             cluster_id: 0,
             connect_timeout_s: 30.0,
             secret_file: String::new(),
+            slow_node: None,
+            slow_threads: 0,
+            slow_from_s: 0.0,
         }
     }
 }
@@ -1334,6 +1343,26 @@ impl RunConfig {
             "cluster.connect_timeout_s",
             c.connect_timeout_s,
             "must be between 0 and 3600 seconds",
+        )?;
+        if let Some(n) = c.slow_node {
+            check(
+                n < self.servers(),
+                "cluster.slow_node",
+                n,
+                "names no server of this cluster: servers are numbered from 0",
+            )?;
+        }
+        check(
+            c.slow_threads <= 64 && (c.slow_threads == 0 || c.slow_node.is_some()),
+            "cluster.slow_threads",
+            c.slow_threads,
+            "must be at most 64, and needs cluster.slow_node (--slow-node) to say which node",
+        )?;
+        check(
+            c.slow_from_s.is_finite() && (0.0..=86_400.0).contains(&c.slow_from_s),
+            "cluster.slow_from_s",
+            c.slow_from_s,
+            "must be between 0 and 86400 seconds",
         )?;
         self.replication.validate(&self.protocol.name)?;
         self.validate_durability()?;

@@ -234,6 +234,17 @@ struct RunArgs {
     /// Pin worker threads to cores.
     #[arg(long, help_heading = "Cluster")]
     pin_threads: bool,
+    /// Slow down this node as if CPU-bound threads (--slow-threads) shared its cores: its
+    /// threads spin, after each piece of work, that many times as long as it took (the
+    /// determinism study's slow node; one machine cannot give one node fewer cores).
+    #[arg(long, help_heading = "Cluster")]
+    slow_node: Option<u32>,
+    /// With --slow-node: how many CPU-bound threads the slow node shares its cores with.
+    #[arg(long, help_heading = "Cluster")]
+    slow_threads: Option<u32>,
+    /// With --slow-node: seconds after the cluster started at which the node slows down.
+    #[arg(long, help_heading = "Cluster")]
+    slow_from_s: Option<f64>,
     /// Capacity of each node's client admission queue.
     #[arg(long, help_heading = "Cluster")]
     admission_queue: Option<u32>,
@@ -738,6 +749,11 @@ impl RunArgs {
         set(&mut c.cluster.workers, self.workers);
         set(&mut c.cluster.partitioning, self.partitioning);
         c.cluster.pin_threads |= self.pin_threads;
+        if self.slow_node.is_some() {
+            c.cluster.slow_node = self.slow_node;
+        }
+        set(&mut c.cluster.slow_threads, self.slow_threads);
+        set(&mut c.cluster.slow_from_s, self.slow_from_s);
         let q = &mut c.protocol.qstore;
         set(&mut q.mode, self.qstore_mode);
         set(&mut q.isolation, self.isolation);

@@ -59,6 +59,11 @@ pub const METRICS: &[Metric] = &[
         of: |r| r.throughput_tps,
     },
     Metric {
+        name: "throughput_per_node",
+        label: "throughput per node (txn/s)",
+        of: |r| r.throughput_tps / f64::from(r.nodes.max(1)),
+    },
+    Metric {
         name: "throughput_ops",
         label: "throughput (operations/s)",
         of: |r| r.throughput_ops,

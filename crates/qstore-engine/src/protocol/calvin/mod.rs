@@ -98,6 +98,7 @@ pub fn start(ctx: Arc<EngineCtx>) -> Result<Box<dyn Engine>, QError> {
             stop: AtomicBool::new(false),
             row_sizes: row_sizes.clone(),
             group: GroupSeat::new(Duration::from_millis(ctx.cfg.replication.stall_ms as u64)),
+            pace: crate::runtime::Pace::of(&ctx.cfg, id),
             ckpt,
         });
         nodes[id.index()] = Some(node.clone());

@@ -92,6 +92,8 @@ pub(super) struct CalvinNode {
     pub group: GroupSeat,
     /// Durability: this node's checkpoints (with a data directory).
     pub ckpt: Option<Arc<Checkpointer>>,
+    /// The slow node's pace, if it is the slow node.
+    pub pace: Option<crate::runtime::Pace>,
 }
 
 impl CalvinNode {

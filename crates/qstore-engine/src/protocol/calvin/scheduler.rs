@@ -12,6 +12,7 @@ use super::locks::{LockManager, LockReq};
 use super::node::{CalvinNode, Prepared, POLL};
 use super::txn::Txn;
 use super::worker::Work;
+use crate::runtime::Pace;
 use crossbeam_channel::{select, Receiver};
 use std::collections::BTreeMap;
 use std::sync::atomic::Ordering;
@@ -76,6 +77,7 @@ impl<'a> Scheduler<'a> {
                 default(POLL) => {},
             }
             // Completions first: they free locks for what is queued.
+            let began = Pace::begin(&self.node.pace);
             while let Ok(slot) = done.try_recv() {
                 self.release(slot);
             }
@@ -93,6 +95,7 @@ impl<'a> Scheduler<'a> {
                     .find_runnable(|s| slots[s as usize].locks.as_slice(), &mut self.ready);
                 self.dispatch_ready();
             }
+            Pace::end(&self.node.pace, began);
         }
     }
 

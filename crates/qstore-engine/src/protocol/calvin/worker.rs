@@ -16,6 +16,7 @@ use super::msg::{Ack, CMsg, Reads, Verdict};
 use super::node::{CalvinNode, POLL};
 use super::txn::Txn;
 use crate::exec::{run_access, TxnScratch};
+use crate::runtime::Pace;
 use crossbeam_channel::{Receiver, RecvTimeoutError};
 use qstore_core::txn::{
     Access, AccessKind, LogicAbort, RowRef, StepRegistry, Value, DUPLICATE_KEY, KEY_NOT_FOUND,
@@ -78,10 +79,12 @@ impl<'a> Executor<'a> {
                     }
                 }
             };
+            let began = Pace::begin(&self.node.pace);
             match work {
                 Work::Start(txn) => self.start(txn),
                 Work::Resume(mut txn) => self.execute(&mut txn),
             }
+            Pace::end(&self.node.pace, began);
             if self.pending >= OUTBOX_LIMIT {
                 self.flush();
             }

@@ -51,7 +51,7 @@ use crate::exec::{RowCopy, RowInstall};
 use crate::net::NodeNet;
 use crate::protocol::shell::shut_down;
 use crate::protocol::{admit, home_node, AdmissionQueue, Admitted, Engine, TxnRequest};
-use crate::runtime::spawn_worker;
+use crate::runtime::{spawn_worker, Pace};
 use crate::stages::{StageClock, StageSnapshot};
 use crossbeam_channel::{bounded, unbounded, Receiver, Select, Sender};
 use parking_lot::{Mutex, RwLock};
@@ -464,6 +464,7 @@ pub(crate) fn start<C: Cc>(
             decided: Mutex::default(),
             bound: AtomicU64::new(0),
             raising_bound: Mutex::default(),
+            pace: Pace::of(&ctx.cfg, id),
         });
         let port: Weak<dyn Port> = Arc::downgrade(&node) as Weak<Node<C>>;
         node.cc.attach(port);
@@ -641,11 +642,14 @@ pub(crate) struct Node<C: Cc> {
     /// the log holds (see `Node::keep_below_bound`), and who raises it.
     bound: AtomicU64,
     raising_bound: Mutex<()>,
+    /// The slow node's pace, if it is the slow node.
+    pace: Option<Pace>,
 }
 
 impl<C: Cc> Node<C> {
     fn work(&self, q: Queues) {
         while !self.stop.load(Ordering::Acquire) {
+            let began = Pace::begin(&self.pace);
             if let Ok(txn) = q.wakeups.try_recv() {
                 self.resume(txn);
             } else if let Ok(d) = q.durable.try_recv() {
@@ -656,7 +660,9 @@ impl<C: Cc> Node<C> {
                 self.begin(req);
             } else {
                 self.wait_for_work(&q);
+                continue;
             }
+            Pace::end(&self.pace, began);
         }
     }
 

@@ -582,6 +582,29 @@ struct Walker {
 }
 
 impl Walker {
+    /// Starts transaction `txn` at a random node on two random keys below `keys`, and adds it
+    /// to `live` unless it ended at once.
+    fn start(
+        c: &mut Cluster,
+        live: &mut Vec<Walker>,
+        roll: &mut impl FnMut(u64) -> u64,
+        txn: u64,
+        keys: u64,
+    ) {
+        let mut w = Walker {
+            node: roll(NODES as u64) as u32,
+            txn,
+            // Retries keep their age: some transactions are born earlier.
+            age: age(txn.saturating_sub(roll(3) * 10), txn),
+            keys: [roll(keys), roll(keys)],
+            at: 0,
+            held: Held::default(),
+        };
+        if !w.step(c) {
+            live.push(w);
+        }
+    }
+
     /// Asks for its keys from where it stopped; true once it ended (committed or refused),
     /// released.
     fn step(&mut self, c: &mut Cluster) -> bool {
@@ -618,19 +641,7 @@ fn random_transfers_with_lost_and_duplicated_messages_all_end() {
         let mut now = Instant::now();
         for step in 0..600u64 {
             if step < 400 && live.len() < 6 {
-                let txn = step + 1;
-                let mut w = Walker {
-                    node: roll(NODES as u64) as u32,
-                    txn,
-                    // Retries keep their age: some transactions are born earlier.
-                    age: age(txn.saturating_sub(roll(3) * 10), txn),
-                    keys: [roll(5), roll(5)],
-                    at: 0,
-                    held: Held::default(),
-                };
-                if !w.step(&mut c) {
-                    live.push(w);
-                }
+                Walker::start(&mut c, &mut live, &mut roll, step + 1, 5);
             }
             // Deliver a few messages: some lost, some twice, some later.
             for _ in 0..roll(4) {

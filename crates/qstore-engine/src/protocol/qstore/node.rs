@@ -16,7 +16,7 @@ use crate::protocol::{
     admit, home_node, reply, settle, AdmissionQueue, Admitted, Ending, Engine, TxnRequest,
 };
 use crate::replication::{self, Applier, Dedup, GroupMember, StallWatch};
-use crate::runtime::spawn_worker;
+use crate::runtime::{spawn_worker, Pace};
 use crate::stages::{StageClock, StageSnapshot};
 use crossbeam_channel::{bounded, Receiver, RecvTimeoutError};
 use crossbeam_utils::CachePadded;
@@ -383,6 +383,8 @@ struct QNode {
     member: OnceLock<GroupMember>,
     /// Durability: this node's checkpoints (with a data directory).
     ckpt: Option<Arc<Checkpointer>>,
+    /// The slow node's pace, if it is the slow node.
+    pace: Option<Pace>,
     /// Replication is synchronous: a leader's plans wait for the log.
     synchronous: bool,
     /// Replication point 1: the log holds a planner batch's transactions, not its queues;
@@ -478,6 +480,7 @@ impl QNode {
         }
         QNode {
             ckpt,
+            pace: Pace::of(&ctx.cfg, id),
             id,
             part: NodeId(ctx.placement.partition_of(id).0),
             member: OnceLock::new(),
@@ -666,8 +669,10 @@ impl QNode {
         // Nothing to execute: close batches now rather than idle until they fill.
         let early = self.close_when_idle && executes;
         while !self.stop.load(Ordering::Acquire) {
-            if let Some(seen) = self.step(t, &planners, executes, early, &mut scratch) {
-                self.idle(&planners, seen, early);
+            let began = Pace::begin(&self.pace);
+            match self.step(t, &planners, executes, early, &mut scratch) {
+                Some(seen) => self.idle(&planners, seen, early),
+                None => Pace::end(&self.pace, began),
             }
         }
     }

@@ -82,16 +82,21 @@ impl Cluster {
     }
 }
 
-#[test]
-fn a_requester_that_crashed_before_noting_the_record_gets_it_from_the_backup() {
-    let mut c = Cluster::durable();
-    let mut held = Held::default();
-    // R-PO: node 1 asks for key 3, which node 0 partitions and owns.
-    assert_eq!(c.access(1, 1, age(1, 1), 3, &mut held), Gate::Wait);
+/// R-PO: transaction 1 of node 1 asks for key 3, which node 0 partitions and owns; node 0
+/// ships it, and its log is synced (the shipment is on its way).
+fn ship_key_3_to_node_1(c: &mut Cluster, held: &mut Held) {
+    assert_eq!(c.access(1, 1, age(1, 1), 3, held), Gate::Wait);
     c.deliver_first("owner-request");
     c.sync(0);
     c.deliver_first("transfer-request");
     c.sync(0);
+}
+
+#[test]
+fn a_requester_that_crashed_before_noting_the_record_gets_it_from_the_backup() {
+    let mut c = Cluster::durable();
+    let mut held = Held::default();
+    ship_key_3_to_node_1(&mut c, &mut held);
     c.deliver_first("granted");
     // Node 1 took the row in and noted it, but crashes before the note is on disk (so its
     // inform never went).
@@ -112,11 +117,7 @@ fn a_requester_that_crashed_before_noting_the_record_gets_it_from_the_backup() {
 fn an_owner_that_crashed_after_shipping_answers_from_its_noted_backup() {
     let mut c = Cluster::durable();
     let mut held = Held::default();
-    assert_eq!(c.access(1, 1, age(1, 1), 3, &mut held), Gate::Wait);
-    c.deliver_first("owner-request");
-    c.sync(0);
-    c.deliver_first("transfer-request");
-    c.sync(0);
+    ship_key_3_to_node_1(&mut c, &mut held);
     // The shipment is on its way when node 0 (partitioner and owner) crashes, and the
     // broken connection loses it.
     let lost = c
@@ -162,9 +163,10 @@ fn a_partitioner_that_crashed_goes_on_with_its_transfer_in_flight() {
 }
 
 /// Random transactions on a few records while nodes crash at random moments, their logs
-/// synced at random moments, and messages are lost or duplicated (`LEAP_SEED=n` runs seed n
-/// alone, `LEAP_TRACE=1` prints every delivery and crash): every transaction of a node that stayed up ends, every
-/// record has one owner, and every row is where its owner is, unchanged.
+/// synced at random moments, and messages are lost or duplicated: every transaction of a
+/// node that stayed up ends, every record has one owner, and every row is where its owner
+/// is, unchanged. `LEAP_SEED=n` runs seed n alone; `LEAP_TRACE=1` prints every delivery and
+/// crash.
 #[test]
 fn random_transfers_with_crashes_lose_no_record() {
     let one = std::env::var("LEAP_SEED").ok();
@@ -179,18 +181,7 @@ fn random_transfers_with_crashes_lose_no_record() {
         let mut now = Instant::now();
         for step in 0..400u64 {
             if step < 300 && live.len() < 6 {
-                let txn = step + 1;
-                let mut w = Walker {
-                    node: roll(NODES as u64) as u32,
-                    txn,
-                    age: age(txn.saturating_sub(roll(3) * 10), txn),
-                    keys: [roll(6), roll(6)],
-                    at: 0,
-                    held: Held::default(),
-                };
-                if !w.step(&mut c) {
-                    live.push(w);
-                }
+                Walker::start(&mut c, &mut live, &mut roll, step + 1, 6);
             }
             for n in 0..NODES {
                 if roll(3) == 0 {
