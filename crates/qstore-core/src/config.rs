@@ -264,6 +264,10 @@ pub struct ProtocolConfig {
     pub mvcc: MvccConfig,
     pub dl_detect: DlDetectConfig,
     pub sundial: SundialConfig,
+    /// Nondeterministic protocols: a node that falls behind (work from other nodes piles up
+    /// in its inbox) refuses a growing random share of its single-partition transactions,
+    /// which their clients retry (the determinism study's throttling, figure 5b).
+    pub throttle: bool,
 }
 
 impl Default for ProtocolConfig {
@@ -276,6 +280,7 @@ impl Default for ProtocolConfig {
             mvcc: MvccConfig::default(),
             dl_detect: DlDetectConfig::default(),
             sundial: SundialConfig::default(),
+            throttle: false,
         }
     }
 }
@@ -1380,6 +1385,15 @@ impl RunConfig {
         self.protocol.mvcc.validate()?;
         self.protocol.sundial.validate()?;
         self.protocol.dl_detect.validate()?;
+        check(
+            !self.protocol.throttle
+                || !matches!(self.protocol.name.as_str(), "qstore" | "calvin" | "serial"),
+            "protocol.throttle",
+            true,
+            "throttling refuses transactions at a node that falls behind, which only a \
+             nondeterministic protocol may do: a deterministic one must run every transaction \
+             of its input (leave --throttle out, or pick an interactive protocol)",
+        )?;
         let skip = self.protocol.dl_detect.skip_commit_protocol;
         check(
             !skip || self.protocol.name == "dl_detect",

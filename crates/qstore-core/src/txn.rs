@@ -621,6 +621,9 @@ pub enum CcAbortCause {
     /// Sundial, case (c): the lease cannot be extended while another transaction holds the
     /// row's lock.
     LeaseLocked,
+    /// Throttling: the node was falling behind and refused a single-partition transaction,
+    /// to serve the distributed ones others wait for (the determinism study's figure 5b).
+    Throttled,
 }
 
 /// The logic abort of a transaction whose reconnaissance guess turned out wrong when it ran
@@ -646,6 +649,7 @@ impl CcAbortCause {
             CcAbortCause::LeaseNewerVersion => "lease_newer_version",
             CcAbortCause::LeaseOverwritten => "lease_overwritten",
             CcAbortCause::LeaseLocked => "lease_locked",
+            CcAbortCause::Throttled => "throttled",
         }
     }
 }

@@ -344,6 +344,11 @@ struct RunArgs {
     /// data directory is refused with it.
     #[arg(long, help_heading = "DL_DETECT")]
     dl_detect_skip_2pc: bool,
+    /// Nondeterministic protocols: a node that falls behind refuses a growing share of its
+    /// single-partition transactions (retried by their clients), to serve the distributed
+    /// ones other nodes wait for (the determinism study's throttling).
+    #[arg(long, help_heading = "Cluster")]
+    throttle: bool,
     /// MVCC: older versions kept per row (1-64); a read needing an older one aborts.
     #[arg(long, help_heading = "MVCC")]
     mvcc_max_versions: Option<u32>,
@@ -780,6 +785,7 @@ impl RunArgs {
             self.dl_detect_interval_us,
         );
         c.protocol.dl_detect.skip_commit_protocol |= self.dl_detect_skip_2pc;
+        c.protocol.throttle |= self.throttle;
         set(&mut c.replication.factor, self.replication_factor);
         set(&mut c.replication.mode, self.replication_mode);
         set(&mut c.replication.compression, self.replication_compression);

@@ -129,6 +129,20 @@ impl<C: Cc> Node<C> {
             Ok(p) => Arc::new(p),
             Err(e) => return reply(&req, TxnOutcome::Rejected(e.to_string())),
         };
+        if let Some(throttle) = &self.throttle {
+            let single = program
+                .accesses
+                .iter()
+                .all(|a| self.ctx.node_of(self.ctx.pmap.partition_of(a.table, a.key)) == self.id);
+            if throttle.refuses(single, || self.remote_waiting()) {
+                let (history, trace) = (self.ctx.history.as_deref(), &TxnTrace::default());
+                let ending = Ending::CcAbort(CcAbortCause::Throttled);
+                return reply(
+                    &req,
+                    settle(history, self.id, req.id, &req.call, trace, ending),
+                );
+            }
+        }
         let txn = req.id;
         let n = program.accesses.len();
         let mut to_reserve = Vec::new();

@@ -36,6 +36,7 @@ mod msg;
 mod part;
 mod phases;
 pub(crate) mod prewrites;
+mod throttle;
 mod wal;
 
 pub(crate) use deadlock::WaitEdge;
@@ -465,6 +466,11 @@ pub(crate) fn start<C: Cc>(
             bound: AtomicU64::new(0),
             raising_bound: Mutex::default(),
             pace: Pace::of(&ctx.cfg, id),
+            throttle: ctx
+                .cfg
+                .protocol
+                .throttle
+                .then(|| throttle::Throttle::new(id.0.wrapping_mul(0x9e37_79b9) ^ 0x5bd1)),
         });
         let port: Weak<dyn Port> = Arc::downgrade(&node) as Weak<Node<C>>;
         node.cc.attach(port);
@@ -644,6 +650,8 @@ pub(crate) struct Node<C: Cc> {
     raising_bound: Mutex<()>,
     /// The slow node's pace, if it is the slow node.
     pace: Option<Pace>,
+    /// With `protocol.throttle`: refuses local transactions while the node falls behind.
+    throttle: Option<throttle::Throttle>,
 }
 
 impl<C: Cc> Node<C> {

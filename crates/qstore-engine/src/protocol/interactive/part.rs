@@ -170,6 +170,22 @@ impl<C: Cc> Node<C> {
         None
     }
 
+    /// How many transactions coordinated at other nodes wait here (for a lock or the
+    /// partition), for throttling.
+    pub(super) fn remote_waiting(&self) -> usize {
+        self.parts
+            .all()
+            .map(|s| {
+                let s = s.lock();
+                let id = self.id;
+                s.txns
+                    .values()
+                    .filter(|t| t.waiting.is_some() && t.coord != id)
+                    .count()
+            })
+            .sum()
+    }
+
     /// A lock or reservation `txn` waited for was granted: carry on where it stopped.
     pub(super) fn resume(&self, txn: TxnId) {
         let parked = {
