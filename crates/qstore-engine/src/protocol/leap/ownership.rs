@@ -247,8 +247,7 @@ impl RecordState {
         }
     }
 
-    /// Takes back what a note kept (at `now`: a transfer in flight is asked again after the
-    /// resend time).
+    /// Takes back what a note kept (a transfer in flight as if last asked at `now`).
     fn restore(&mut self, k: Kept, now: Instant) {
         self.came_by = k.came_by;
         self.away = k.away;
@@ -432,7 +431,10 @@ impl Ownership {
         // Transfer numbers grow across starts, above every one handed out before: the other
         // nodes take a smaller one for a late copy.
         self.next_n.store((starts << 40) + 1, Ordering::Relaxed);
+        // A transfer in flight is asked again at the first tick: it may have stalled since
+        // before the crash, and the other nodes' checks of the cluster wait for it.
         let now = Instant::now();
+        let now = now.checked_sub(self.timers.resend).unwrap_or(now);
         for (r, bytes) in notes {
             let kept: Kept = postcard::from_bytes(bytes)
                 .map_err(|e| format!("an unreadable ownership note about {r:?} ({e})"))?;
