@@ -45,13 +45,18 @@ impl Pace {
 
     fn burn(&self, began: Instant) {
         let now = Instant::now();
-        if now < self.from {
-            return;
-        }
-        let until = now + now.duration_since(began) * self.burners;
+        let until = now + self.share(began, now);
         while Instant::now() < until {
             std::hint::spin_loop();
         }
+    }
+
+    /// How long the burners take of the core after a piece of work from `began` to `now`.
+    fn share(&self, began: Instant, now: Instant) -> Duration {
+        if now < self.from {
+            return Duration::ZERO;
+        }
+        now.duration_since(began) * self.burners
     }
 }
 
@@ -118,6 +123,12 @@ mod tests {
         assert!(paced(1, 0, 0.0).is_none(), "no burners, no pace");
         assert!(took(&paced(1, 3, 0.0), work) >= work * 4);
         // Before the moment it slows down, it runs at full speed.
-        assert!(took(&paced(1, 3, 60.0), work) < work * 3);
+        let later = paced(1, 3, 60.0).unwrap();
+        let now = Instant::now();
+        assert_eq!(later.share(now - work, now), Duration::ZERO);
+        assert_eq!(
+            later.share(now, now + Duration::from_secs(61)),
+            Duration::from_secs(183)
+        );
     }
 }

@@ -49,17 +49,21 @@ impl Throttle {
     /// `waiting` counts the other nodes' transactions waiting here (asked only when the
     /// share is due to be adjusted).
     pub fn refuses(&self, single: bool, waiting: impl FnOnce() -> usize) -> bool {
-        self.adjust(waiting);
+        self.refuses_at(Instant::now(), single, waiting)
+    }
+
+    /// [`Throttle::refuses`] at time `now`.
+    fn refuses_at(&self, now: Instant, single: bool, waiting: impl FnOnce() -> usize) -> bool {
+        self.adjust(now, waiting);
         let share = self.share.load(Ordering::Relaxed);
         single && share > 0 && self.next_draw() % 1000 < share
     }
 
-    fn adjust(&self, waiting: impl FnOnce() -> usize) {
+    fn adjust(&self, now: Instant, waiting: impl FnOnce() -> usize) {
         let Some(mut adjusted) = self.adjusted.try_lock() else {
             return; // another worker is adjusting
         };
-        let now = Instant::now();
-        if now.duration_since(*adjusted) < ADJUST_EVERY {
+        if now.saturating_duration_since(*adjusted) < ADJUST_EVERY {
             return;
         }
         *adjusted = now;
@@ -89,14 +93,15 @@ impl Throttle {
 mod tests {
     use super::*;
 
-    /// Calls `refuses` for a while with `inbox` waiting; the share refused among `single`
-    /// transactions in the last half.
-    fn refused_share(t: &Throttle, waiting: usize, single: bool) -> f64 {
+    /// Asks `t` once per simulated millisecond for a simulated second from `clock` (which it
+    /// advances), with `waiting` transactions waiting; the share of `single` transactions
+    /// refused in the last half.
+    fn refused_share(t: &Throttle, clock: &mut Instant, waiting: usize, single: bool) -> f64 {
         let (mut refused, mut asked) = (0, 0);
-        let start = Instant::now();
-        while start.elapsed() < Duration::from_millis(600) {
-            let r = t.refuses(single, || waiting);
-            if start.elapsed() > Duration::from_millis(300) {
+        for ms in 0..1000 {
+            *clock += Duration::from_millis(1);
+            let r = t.refuses_at(*clock, single, || waiting);
+            if ms >= 500 {
                 asked += 1;
                 refused += u32::from(r);
             }
@@ -107,19 +112,14 @@ mod tests {
     #[test]
     fn a_node_behind_refuses_more_and_more_local_transactions_and_lets_go_when_it_catches_up() {
         let t = Throttle::new(7);
-        assert_eq!(
-            refused_share(&t, 0, true),
-            0.0,
-            "keeping up: nothing refused"
-        );
-        let behind = refused_share(&t, 1000, true);
-        assert!(behind > 0.5, "behind: {behind}");
-        assert_eq!(
-            refused_share(&t, 1000, false),
-            0.0,
-            "distributed transactions always run"
-        );
-        let caught_up = refused_share(&t, 0, true);
-        assert!(caught_up < 0.1, "caught up: {caught_up}");
+        let mut clock = Instant::now();
+        let keeping_up = refused_share(&t, &mut clock, 0, true);
+        assert_eq!(keeping_up, 0.0, "keeping up: nothing refused");
+        let behind = refused_share(&t, &mut clock, 1000, true);
+        assert!(behind > 0.8, "behind: {behind}");
+        let distributed = refused_share(&t, &mut clock, 1000, false);
+        assert_eq!(distributed, 0.0, "distributed transactions always run");
+        let caught_up = refused_share(&t, &mut clock, 0, true);
+        assert_eq!(caught_up, 0.0, "caught up: {caught_up}");
     }
 }
