@@ -67,6 +67,9 @@ for protocol in $("$QSTORE" protocols --names); do
     "$QSTORE" run --protocol "$protocol" --workload ycsb --records 10000 --theta 0.9 --mp-fraction 0.5 --verify "${small[@]}"
   expect_exit 0 "invariants: ok" "$protocol bank --verify" -- \
     "$QSTORE" run --protocol "$protocol" --workload bank --verify "${small[@]}"
+  expect_exit 0 "^serializable: yes" "$protocol micro, contention index 0.01, 30% distributed --verify" -- \
+    "$QSTORE" run --protocol "$protocol" --workload micro --records 20000 --contention-index 0.01 \
+    --mp-fraction 0.3 --verify "${small[@]}"
   for wh in 1 4; do
     expect_exit 0 "invariants: ok \(tpcc" "$protocol tpcc x$wh --verify" -- \
       "$QSTORE" run --protocol "$protocol" "${tpcc[@]}" --warehouses "$wh" --verify -q
@@ -117,6 +120,23 @@ for protocol in qstore calvin; do
   expect_exit 0 "" "adya accepts the $protocol fail-over run's client history ($(wc -l <"$h") events)" -- \
     adya check -m list-append -c serializable "$h"
 done
+
+# The determinism study's variants: 2PL without 2PC, long transactions, a slow node with
+# and without throttling (whose refused transactions are retried: every one is answered).
+micro=(--workload micro --records 20000 --contention-index 0.01 --mp-fraction 0.3 --verify "${small[@]}")
+expect_exit 0 "^serializable: yes" "dl_detect without 2PC, micro --verify" -- \
+  "$QSTORE" run --protocol dl_detect --dl-detect-skip-2pc "${micro[@]}"
+for protocol in calvin qstore dl_detect; do
+  expect_exit 0 "^serializable: yes" "$protocol micro, long transactions, node 1 slow --verify" -- \
+    "$QSTORE" run --protocol "$protocol" "${micro[@]}" --compute-us-per-access 5 \
+    --slow-node 1 --slow-threads 3
+done
+expect_exit 0 "^serializable: yes" "dl_detect micro, node 1 slow, throttling --verify" -- \
+  "$QSTORE" run --protocol dl_detect "${micro[@]}" --slow-node 1 --slow-threads 3 --throttle
+expect_exit 0 "^serializable: yes" "dl_detect micro over TCP, node 1 slow, throttling --verify" -- \
+  "$QSTORE" cluster --protocol dl_detect "${micro[@]}" --slow-node 1 --slow-threads 3 --throttle
+expect_exit 0 "^serial oracle: match" "qstore micro over TCP, node 1 slow --verify" -- \
+  "$QSTORE" cluster --protocol qstore "${micro[@]}" --slow-node 1 --slow-threads 3
 
 echo "== distributed mode (one process per node over TCP): --verify and adya"
 for protocol in $("$QSTORE" protocols --names); do

@@ -46,6 +46,30 @@ fn invalid_values_exit_2_with_one_clear_line() {
         ),
         (&["--steps", "16"], "workload.ycsb.steps = 16"),
         (
+            &["--slow-node", "9"],
+            "cluster.slow_node = 9: names no server",
+        ),
+        (
+            &["--slow-threads", "3"],
+            "needs cluster.slow_node (--slow-node)",
+        ),
+        (
+            &["--throttle", "--protocol", "qstore"],
+            "protocol.throttle = true: throttling refuses transactions",
+        ),
+        (
+            &["--dl-detect-skip-2pc", "--protocol", "no_wait"],
+            "is a dl_detect option: use --protocol dl_detect",
+        ),
+        (
+            &["--workload", "micro", "--contention-index", "0"],
+            "workload.micro.contention_index = 0",
+        ),
+        (
+            &["--contention-index", "0.01"],
+            "(micro only) does not apply to workload ycsb",
+        ),
+        (
             &["--remote-access-fraction", "0.1", "--remote-phases", "1:9"],
             "workload.ycsb.remote_phases = 1:9",
         ),

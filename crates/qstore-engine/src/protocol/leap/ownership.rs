@@ -69,6 +69,13 @@ pub(crate) struct Effects {
     pub unlogged: bool,
 }
 
+impl Effects {
+    /// The messages wait for the log to be on disk up to record `lsn` too.
+    fn wait_for(&mut self, lsn: u64) {
+        self.after = Some(self.after.map_or(lsn, |a| a.max(lsn)));
+    }
+}
+
 /// Where a node with a data directory writes its notes: its log.
 pub(crate) trait Journal: Send + Sync {
     /// Appends the note `kept` (encoded; empty: nothing to remember) about record `r`, with
@@ -407,7 +414,7 @@ impl Ownership {
             postcard::to_stdvec(&kept).expect("notes encode")
         };
         match journal.note(r, &bytes, image) {
-            Some(lsn) => fx.after = Some(fx.after.map_or(lsn, |a| a.max(lsn))),
+            Some(lsn) => fx.wait_for(lsn),
             None => fx.unlogged = true,
         }
     }
@@ -416,7 +423,7 @@ impl Ownership {
     /// did (the note of the state it repeats may not be on disk yet).
     fn repeat(&self, fx: &mut Effects) {
         if let Some(lsn) = self.journal.get().and_then(|j| j.written()) {
-            fx.after = Some(fx.after.map_or(lsn, |a| a.max(lsn)));
+            fx.wait_for(lsn);
         }
     }
 

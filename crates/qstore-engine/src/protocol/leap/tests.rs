@@ -631,11 +631,7 @@ impl Walker {
 #[test]
 fn random_transfers_with_lost_and_duplicated_messages_all_end() {
     for seed in 0..300u64 {
-        let mut x = seed;
-        let mut roll = |n: u64| {
-            x = qstore_core::rng::splitmix64(x);
-            x % n
-        };
+        let mut roll = dice(seed);
         let mut c = Cluster::new();
         let mut live: Vec<Walker> = Vec::new();
         let mut now = Instant::now();
@@ -673,6 +669,15 @@ fn random_transfers_with_lost_and_duplicated_messages_all_end() {
             "seed {seed}: stuck (node, txn, keys, at): {stuck:?}"
         );
         c.check().unwrap_or_else(|e| panic!("seed {seed}: {e}"));
+    }
+}
+
+/// A seeded die: `roll(n)` is below `n`.
+fn dice(seed: u64) -> impl FnMut(u64) -> u64 {
+    let mut x = seed;
+    move |n| {
+        x = qstore_core::rng::splitmix64(x);
+        x % n
     }
 }
 

@@ -171,11 +171,7 @@ fn a_partitioner_that_crashed_goes_on_with_its_transfer_in_flight() {
 fn random_transfers_with_crashes_lose_no_record() {
     let one = std::env::var("LEAP_SEED").ok();
     for seed in (0..200u64).filter(|s| one.as_ref().is_none_or(|v| *v == s.to_string())) {
-        let mut x = seed;
-        let mut roll = |n: u64| {
-            x = qstore_core::rng::splitmix64(x);
-            x % n
-        };
+        let mut roll = dice(seed);
         let mut c = Cluster::durable();
         let mut live: Vec<Walker> = Vec::new();
         let mut now = Instant::now();
