@@ -159,6 +159,9 @@ pub struct Driver<'a> {
     started: (Instant, u64),
     /// When a transaction last got its final answer (committed, failed its check, refused).
     last_finished: Instant,
+    /// Runs the workload's background transactions (see `Workload::background`): they count
+    /// in this driver's own statistics only, never in the run's progress or `txns` bound.
+    background: bool,
 }
 
 /// What every load-generator thread of a run shares.
@@ -178,8 +181,7 @@ impl<'a> Driver<'a> {
             run,
             target: cluster,
             workload,
-            control,
-            elle,
+            ..
         } = shared;
         let cfg = &run.client;
         let nodes = run.cluster.nodes;
@@ -196,10 +198,45 @@ impl<'a> Driver<'a> {
                 Client { home, generator }
             })
             .collect();
-        let next_arrival = (cfg.rate > 0.0).then(|| {
+        Self::with_clients(index, shared, clients, cfg.rate / threads as f64, false)
+    }
+
+    /// The thread that runs the workload's background transactions, one client per node at
+    /// `Workload::background_rate` in all; `None` if the workload has none.
+    pub fn background(index: u32, shared: Shared<'a>) -> Option<Self> {
+        let rate = shared.workload.background_rate();
+        let clients = (0..shared.run.cluster.nodes)
+            .map(|n| {
+                let generator = shared.workload.background(qstore_core::PartitionId(n))?;
+                Some(Client {
+                    home: NodeId(n),
+                    generator,
+                })
+            })
+            .collect::<Option<Vec<_>>>()?;
+        (rate > 0.0).then(|| Self::with_clients(index, shared, clients, rate, true))
+    }
+
+    /// A thread driving `clients`, open loop at `rate` transactions per second if positive.
+    fn with_clients(
+        index: u32,
+        shared: Shared<'a>,
+        clients: Vec<Client>,
+        rate: f64,
+        background: bool,
+    ) -> Self {
+        let Shared {
+            run,
+            target: cluster,
+            workload,
+            control,
+            elle,
+        } = shared;
+        let cfg = &run.client;
+        let next_arrival = (rate > 0.0).then(|| {
             // Validation keeps the rate where the spacing is at least a few nanoseconds; a
             // zero spacing would schedule arrivals forever without taking answers.
-            let spacing = Duration::from_secs_f64(threads as f64 / cfg.rate);
+            let spacing = Duration::from_secs_f64(1.0 / rate);
             (Instant::now(), spacing.max(Duration::from_nanos(1)), 0)
         });
         let (reply_tx, reply_rx) = unbounded();
@@ -230,6 +267,15 @@ impl<'a> Driver<'a> {
             next_arrival,
             started: (Instant::now(), wall_clock_us()),
             last_finished: Instant::now(),
+            background,
+        }
+    }
+
+    /// The run's `txns` bound as it applies to this thread (none to background work).
+    fn budget(&self) -> u64 {
+        match self.background {
+            true => 0,
+            false => self.cfg.txns,
         }
     }
 
@@ -316,7 +362,7 @@ impl<'a> Driver<'a> {
 
     /// Starts a new transaction of client `c`, if the run still wants one.
     fn issue_fresh(&mut self, c: usize, first_submit: Instant) -> bool {
-        if self.control.stop.load(Ordering::Relaxed) || !self.control.take_slot(self.cfg.txns) {
+        if self.control.stop.load(Ordering::Relaxed) || !self.control.take_slot(self.budget()) {
             return false;
         }
         let generator = &mut self.clients[c].generator;
@@ -448,7 +494,7 @@ impl<'a> Driver<'a> {
             TxnOutcome::LogicAbort(why) if why == OLLP_RESTART.0 && p.recon.is_some() => {
                 if measuring {
                     self.stats.record_cc_abort(CcAbortCause::OllpRestart);
-                    self.control.cc_aborts.fetch_add(1, Ordering::Relaxed);
+                    self.count_cc_abort();
                 }
                 // The guess was stale: look again after the back-off of a cc abort (a stale
                 // guess means another transaction changed those rows just now, and the
@@ -471,17 +517,14 @@ impl<'a> Driver<'a> {
                 if measuring {
                     let latency = now.saturating_duration_since(p.first_submit).as_micros() as u64;
                     self.stats.record_commit(p.ops, latency);
-                    self.control
-                        .latency_us
-                        .fetch_add(latency, Ordering::Relaxed);
-                    self.count_commit();
+                    self.count_commit(latency);
                 }
                 self.finish(p, now);
             }
             TxnOutcome::CcAbort(cause) => {
                 if measuring {
                     self.stats.record_cc_abort(cause);
-                    self.control.cc_aborts.fetch_add(1, Ordering::Relaxed);
+                    self.count_cc_abort();
                 }
                 p.key = TxnKey::default();
                 p.may_have_run = false;
@@ -532,15 +575,28 @@ impl<'a> Driver<'a> {
         if self.control.measuring.load(Ordering::Relaxed) {
             self.stats.record_logic_abort(why);
         }
-        self.control.return_slot(self.cfg.txns);
+        self.control.return_slot(self.budget());
         self.finish(p, now);
     }
 
-    fn count_commit(&self) {
+    /// Counts a commit of `latency_us` in the run's progress (not background work's).
+    fn count_commit(&self, latency_us: u64) {
+        if self.background {
+            return;
+        }
+        self.control
+            .latency_us
+            .fetch_add(latency_us, Ordering::Relaxed);
         let total = self.control.commits.fetch_add(1, Ordering::Relaxed) + 1;
         if self.cfg.txns > 0 && total == self.cfg.txns {
             *self.control.finished_at.lock() = Some(Instant::now());
             self.control.stop.store(true, Ordering::Relaxed);
+        }
+    }
+
+    fn count_cc_abort(&self) {
+        if !self.background {
+            self.control.cc_aborts.fetch_add(1, Ordering::Relaxed);
         }
     }
 

@@ -270,6 +270,15 @@ pub struct ProtocolConfig {
     pub throttle: bool,
 }
 
+impl ProtocolConfig {
+    /// Whether the protocol needs every transaction's read/write set before it runs it (its
+    /// deterministic locking or planning): a transaction whose keys depend on data then goes
+    /// through OLLP.
+    pub fn plans_up_front(&self) -> bool {
+        matches!(self.name.as_str(), "qstore" | "calvin")
+    }
+}
+
 impl Default for ProtocolConfig {
     fn default() -> Self {
         ProtocolConfig {
@@ -701,6 +710,19 @@ pub struct MicroConfig {
     pub multi_partition_fraction: f64,
     /// Partitions a multi-partition transaction touches (its home partition included).
     pub partitions_per_mp_txn: u32,
+    /// Share of transactions that are *dependent* (section 3.6): they look up a secondary
+    /// index entry to learn which records to process.
+    pub dependent_fraction: f64,
+    /// Entries of the secondary index in each partition.
+    pub index_entries_per_partition: u64,
+    /// Updates per second of *each* index entry, made by an updater beside the clients
+    /// (0: the index never changes).
+    pub index_volatility: f64,
+    /// Share of a dependent transaction's accesses that come before its index lookup and do
+    /// not depend on it (figure 6c): OLLP's reconnaissance must do them too.
+    pub lookup_position: f64,
+    /// How dependent transactions learn their records.
+    pub dependent_lookup: DependentLookup,
 }
 
 impl Default for MicroConfig {
@@ -712,8 +734,29 @@ impl Default for MicroConfig {
             compute_us_per_access: 0.0,
             multi_partition_fraction: 0.0,
             partitions_per_mp_txn: 2,
+            dependent_fraction: 0.0,
+            index_entries_per_partition: 100,
+            index_volatility: 0.0,
+            lookup_position: 0.0,
+            dependent_lookup: DependentLookup::Auto,
         }
     }
+}
+
+/// How a dependent transaction of the microbenchmark learns the records its index entry
+/// names.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum DependentLookup {
+    /// OLLP for protocols that need the read/write set up front (Q-Store, Calvin), the
+    /// lookup inside the transaction for the others.
+    Auto,
+    /// Optimistic lock location prediction: a read-only reconnaissance reads the entry, then
+    /// the transaction runs on that guess, checks it, and restarts when it was stale.
+    Ollp,
+    /// The transaction reads the entry and then reaches the records it names, locking them
+    /// as it goes (only protocols that do not plan the read/write set up front).
+    InTransaction,
 }
 
 /// The bank workload: transfers inside branches of accounts (total money is invariant) and
@@ -1420,7 +1463,21 @@ impl RunConfig {
         self.server.validate()?;
         match self.workload.name.as_str() {
             "ycsb" => self.workload.ycsb.validate(c.nodes),
-            "micro" => self.workload.micro.validate(c.nodes),
+            "micro" => {
+                let m = &self.workload.micro;
+                check(
+                    m.dependent_lookup != DependentLookup::InTransaction
+                        || !self.protocol.plans_up_front(),
+                    "workload.micro.dependent_lookup",
+                    "in-transaction",
+                    &format!(
+                        "{} needs every transaction's records before it runs it, so dependent \
+                         transactions must use OLLP (--dependent-lookup ollp or auto)",
+                        self.protocol.name
+                    ),
+                )?;
+                m.validate(c.nodes)
+            }
             "bank" => self.workload.bank.validate(c.nodes),
             "append" => self.workload.append.validate(c.nodes),
             "tpcc" => self.workload.tpcc.validate(c.nodes, c.partitioning),
@@ -1711,6 +1768,75 @@ impl MicroConfig {
         (1.0 / self.contention_index).round() as u64
     }
 
+    /// Whether dependent transactions go through OLLP under `protocol`.
+    pub fn uses_ollp(&self, protocol: &ProtocolConfig) -> bool {
+        match self.dependent_lookup {
+            DependentLookup::Auto => protocol.plans_up_front(),
+            DependentLookup::Ollp => true,
+            DependentLookup::InTransaction => false,
+        }
+    }
+
+    /// Index updates per second over the cluster: every entry of every partition
+    /// `index_volatility` times a second.
+    pub fn index_updates_per_s(&self, partitions: u32) -> f64 {
+        self.index_volatility * self.index_entries_per_partition as f64 * f64::from(partitions)
+    }
+
+    /// Most index updates per second a run may ask for.
+    pub const MAX_INDEX_UPDATES_PER_S: f64 = 1_000_000.0;
+
+    fn validate_dependent(&self, partitions: u32) -> Result<(), ConfigError> {
+        fraction("workload.micro.dependent_fraction", self.dependent_fraction)?;
+        fraction("workload.micro.lookup_position", self.lookup_position)?;
+        check(
+            (1..=1u64 << 24).contains(&self.index_entries_per_partition),
+            "workload.micro.index_entries_per_partition",
+            self.index_entries_per_partition,
+            "must be between 1 and 2^24",
+        )?;
+        let v = self.index_volatility;
+        check(
+            v.is_finite() && v >= 0.0,
+            "workload.micro.index_volatility",
+            v,
+            "must be 0 or more updates per second of each index entry",
+        )?;
+        let rate = self.index_updates_per_s(partitions);
+        check(
+            rate <= Self::MAX_INDEX_UPDATES_PER_S,
+            "workload.micro.index_volatility",
+            v,
+            &format!(
+                "asks for {rate:.0} index updates per second (volatility x entries x \
+                 partitions), more than the updater's limit of {:.0}: lower the volatility or \
+                 the entries (--index-entries)",
+                Self::MAX_INDEX_UPDATES_PER_S
+            ),
+        )?;
+        // A dependent transaction's records come from two disjoint halves of the cold
+        // records (see the workload): those after the lookup from the lower half, shifted by
+        // up to K - 1, and those before it from the upper half.
+        let (hot, records) = (self.hot_records(), self.records_per_partition);
+        check(
+            self.dependent_fraction == 0.0 || hot <= u32::MAX as u64,
+            "workload.micro.contention_index",
+            self.contention_index,
+            "gives more than 2^32 hot records, more than an index entry can shift: raise it",
+        )?;
+        let needed = 4 * hot + 4 * self.ops_per_txn as u64;
+        check(
+            self.dependent_fraction == 0.0 || records >= needed,
+            "workload.micro.records_per_partition",
+            records,
+            &format!(
+                "must be at least 4 x the hot records plus 4 x the accesses ({needed}) with \
+                 dependent transactions, whose records an index entry shifts by up to the \
+                 hot records: raise --records or the contention index"
+            ),
+        )
+    }
+
     pub fn validate(&self, partitions: u32) -> Result<(), ConfigError> {
         check(
             (1..=1u64 << 40).contains(&self.records_per_partition),
@@ -1750,6 +1876,7 @@ impl MicroConfig {
             us,
             "must be between 0 (short transactions) and 1000000 microseconds",
         )?;
+        self.validate_dependent(partitions)?;
         let mp = self.multi_partition_fraction;
         mp_fraction("workload.micro.multi_partition_fraction", mp, partitions)?;
         let per_mp = self.partitions_per_mp_txn;

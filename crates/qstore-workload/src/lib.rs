@@ -74,6 +74,19 @@ pub trait Workload: Send + Sync {
         Err(format!("procedure #{} has no reconnaissance", recon.proc.0))
     }
 
+    /// Transactions the workload needs run beside its clients at a steady rate, outside
+    /// every measurement (the microbenchmark's index updater): their rate over the whole
+    /// cluster, per second (0: none).
+    fn background_rate(&self) -> f64 {
+        0.0
+    }
+
+    /// The stream of background transactions of partition `home` (see
+    /// [`Workload::background_rate`]); `None` when the workload has none.
+    fn background(&self, _home: PartitionId) -> Option<Box<dyn TxnGenerator>> {
+        None
+    }
+
     /// Checks the answer of a committed call against the workload's invariants (e.g. the sum
     /// a bank audit read). Called by the client for every commit.
     fn check_commit(&self, _call: &ProcCall, _outputs: &[Value]) -> Result<(), String> {

@@ -4,8 +4,9 @@ use crate::sizing;
 use clap::{Args, Parser, Subcommand};
 use qstore_bench::{Progress, RunOptions};
 use qstore_core::config::{
-    parse_phases, CachePolicy, CalvinLocks, Fsync, Isolation, ItemPlacement, Partitioning,
-    QStoreMode, RemotePhase, ReplicationCompression, ReplicationLayer, ReplicationMode, TpccMix,
+    parse_phases, CachePolicy, CalvinLocks, DependentLookup, Fsync, Isolation, ItemPlacement,
+    Partitioning, QStoreMode, RemotePhase, ReplicationCompression, ReplicationLayer,
+    ReplicationMode, TpccMix,
 };
 use qstore_core::{QError, RunConfig};
 use std::io::{IsTerminal, Write};
@@ -475,6 +476,42 @@ struct RunArgs {
         help_heading = "Workload"
     )]
     compute_us_per_access: Option<f64>,
+    /// micro: share of transactions that are dependent: they look up a secondary index
+    /// entry to learn which records to process (0 to 1).
+    #[arg(
+        long,
+        value_name = "FRACTION",
+        allow_negative_numbers = true,
+        help_heading = "Workload"
+    )]
+    dependent_fraction: Option<f64>,
+    /// micro: updates per second of each secondary index entry, made by an updater thread
+    /// beside the clients and counted apart (the index's volatility; 0 = never changes).
+    #[arg(
+        long,
+        value_name = "PER_S",
+        allow_negative_numbers = true,
+        help_heading = "Workload"
+    )]
+    index_volatility: Option<f64>,
+    /// micro: secondary index entries per partition (default 100).
+    #[arg(long, value_name = "N", help_heading = "Workload")]
+    index_entries: Option<u64>,
+    /// micro: share of a dependent transaction's accesses done before its index lookup
+    /// (0 = the lookup comes first; OLLP's reconnaissance must do them too).
+    #[arg(
+        long,
+        value_name = "FRACTION",
+        allow_negative_numbers = true,
+        help_heading = "Workload"
+    )]
+    lookup_position: Option<f64>,
+    /// micro: how dependent transactions learn their records: ollp (a read-only
+    /// reconnaissance, then the transaction on that guess, restarted when it went stale),
+    /// in-transaction (read the entry, then lock the records it names), or auto (OLLP for
+    /// qstore and calvin, which need the records up front; in-transaction otherwise).
+    #[arg(long, value_name = "HOW", value_parser = parse_dependent_lookup, help_heading = "Workload")]
+    dependent_lookup: Option<DependentLookup>,
     /// bank: accounts per branch (a branch's total is invariant).
     #[arg(long, help_heading = "Workload")]
     branch_size: Option<u32>,
@@ -623,6 +660,17 @@ fn parse_qstore_mode(s: &str) -> Result<QStoreMode, String> {
         "speculative" => Ok(QStoreMode::Speculative),
         _ => Err(format!(
             "{s:?} is not a Q-Store mode; use conservative or speculative"
+        )),
+    }
+}
+
+fn parse_dependent_lookup(s: &str) -> Result<DependentLookup, String> {
+    match s {
+        "auto" => Ok(DependentLookup::Auto),
+        "ollp" => Ok(DependentLookup::Ollp),
+        "in-transaction" => Ok(DependentLookup::InTransaction),
+        _ => Err(format!(
+            "unknown lookup {s:?}: choose auto, ollp or in-transaction"
         )),
     }
 }
@@ -873,6 +921,11 @@ impl RunArgs {
                 set(&mut m.partitions_per_mp_txn, self.mp_partitions);
                 set(&mut m.contention_index, self.contention_index);
                 set(&mut m.compute_us_per_access, self.compute_us_per_access);
+                set(&mut m.dependent_fraction, self.dependent_fraction);
+                set(&mut m.index_volatility, self.index_volatility);
+                set(&mut m.index_entries_per_partition, self.index_entries);
+                set(&mut m.lookup_position, self.lookup_position);
+                set(&mut m.dependent_lookup, self.dependent_lookup);
                 not_for("--theta", self.theta.is_some())?;
             }
             "bank" => {
@@ -952,7 +1005,13 @@ impl RunArgs {
             || self.remote_phases.is_some()
             || self.allow_duplicate_keys
             || self.read_mostly;
-        let micro_only = self.contention_index.is_some() || self.compute_us_per_access.is_some();
+        let micro_only = self.contention_index.is_some()
+            || self.compute_us_per_access.is_some()
+            || self.dependent_fraction.is_some()
+            || self.index_volatility.is_some()
+            || self.index_entries.is_some()
+            || self.lookup_position.is_some()
+            || self.dependent_lookup.is_some();
         let bank_only = self.branch_size.is_some()
             || self.initial_balance.is_some()
             || self.max_amount.is_some()
@@ -971,7 +1030,9 @@ impl RunArgs {
             self.remote_access_fraction.is_some() && name != "ycsb" && name != "tpcc",
         )?;
         not_for(
-            "--contention-index/--compute-us-per-access (micro only)",
+            "--contention-index/--compute-us-per-access/--dependent-fraction/\
+             --index-volatility/--index-entries/--lookup-position/--dependent-lookup \
+             (micro only)",
             micro_only && name != "micro",
         )?;
         not_for(

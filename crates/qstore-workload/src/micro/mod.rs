@@ -24,6 +24,13 @@
 //! per process when the workload is built, so it varies between machines and runs: only the
 //! timing depends on it, never the data written (the loop's result is discarded), so
 //! deterministic replicas and the serial oracle agree whatever each process measured.
+//!
+//! Dependent transactions, which look up a secondary index to learn their records, and the
+//! updater that changes the index are in [`dependent`].
+
+mod dependent;
+
+pub use dependent::INDEX;
 
 use crate::ycsb::{
     choose_partitions, load_usertable, pack_accesses, recycled_args, unpack_accesses,
@@ -31,6 +38,7 @@ use crate::ycsb::{
 };
 use crate::zipf::RankChooser;
 use crate::{TxnCall, TxnGenerator, Workload};
+use dependent::{DependentDraw, IndexUpdater, Procs, Shape};
 use qstore_core::config::MicroConfig;
 use qstore_core::partition::PartitionMap;
 use qstore_core::rng::Rng;
@@ -54,6 +62,10 @@ pub struct Micro {
     proc: ProcId,
     /// K, the hot records per partition.
     hot_records: u64,
+    /// Dependent transactions' procedures and key space.
+    dependent: (Procs, Shape),
+    /// Whether dependent transactions go through OLLP (under this run's protocol).
+    ollp: bool,
 }
 
 impl Micro {
@@ -63,18 +75,57 @@ impl Micro {
         cfg.validate(partitions)?;
         let mut catalog = Catalog::default();
         catalog.add_table(usertable_schema(cfg.records_per_partition, ROW_SIZE, false));
+        catalog.add_table(dependent::index_schema(cfg.index_entries_per_partition));
         let rmw = catalog.steps.register("micro_rmw", micro_rmw);
+        let read = catalog.steps.register("micro_read", micro_read);
         let iterations = compute_iterations(cfg.compute_us_per_access);
         let proc = catalog.add_procedure(Arc::new(MicroTxn { rmw, iterations }));
+        let pmap = PartitionMap::new(partitions, run.cluster.partitioning, &catalog.tables);
+        let stride = pmap.nth_key_of(USERTABLE, PartitionId(0), 1)
+            - pmap.nth_key_of(USERTABLE, PartitionId(0), 0);
+        let shape = Shape {
+            rmw,
+            read,
+            iterations,
+            // Validation keeps K within 32 bits when transactions are dependent.
+            hot_records: cfg.hot_records().min(u32::MAX as u64) as u32,
+            stride: stride as u32,
+        };
+        let procs = Procs::register(&mut catalog, shape);
         Ok(Micro {
-            pmap: PartitionMap::new(partitions, run.cluster.partitioning, &catalog.tables),
+            pmap,
             catalog: Arc::new(catalog),
             hot_records: cfg.hot_records(),
+            dependent: (procs, shape),
+            ollp: cfg.uses_ollp(&run.protocol),
             cfg,
             seed: run.seed,
             partitions,
             proc,
         })
+    }
+
+    /// How generators draw dependent transactions: the cold records split in two halves,
+    /// the upper for records before the lookup, the lower (less K, the largest shift) for
+    /// bases after it.
+    fn dependent_draw(&self) -> DependentDraw {
+        let k = self.hot_records;
+        let cold = self.cfg.records_per_partition - k;
+        let half = cold / 2;
+        let ops = self.cfg.ops_per_txn as f64;
+        DependentDraw {
+            fraction: self.cfg.dependent_fraction,
+            ollp: self.ollp,
+            at: (self.cfg.lookup_position * ops).round() as usize,
+            entries: self.cfg.index_entries_per_partition,
+            procs: self.dependent.0,
+            hot_records: k,
+            hot: RankChooser::new(k, 0.0),
+            upper: RankChooser::new(cold - half, 0.0),
+            // Validation leaves the lower half more than K records.
+            lower: RankChooser::new(half.saturating_sub(k).max(1), 0.0),
+            upper_from: half,
+        }
     }
 
     /// K, the hot records of each partition: its keys of ranks 0 to K - 1.
@@ -102,7 +153,51 @@ impl Workload for Micro {
             &self.pmap,
             partition,
             self.cfg.records_per_partition,
+        )?;
+        dependent::load_index(
+            loader,
+            &self.pmap,
+            partition,
+            self.cfg.index_entries_per_partition,
+            self.hot_records,
         )
+    }
+
+    fn is_reconnaissance(&self, call: &ProcCall) -> bool {
+        call.proc == self.dependent.0.recon
+    }
+
+    fn after_reconnaissance(
+        &self,
+        recon: &ProcCall,
+        outputs: &[Value],
+    ) -> Result<ProcCall, String> {
+        if !self.is_reconnaissance(recon) {
+            return Err(format!(
+                "no reconnaissance: call of procedure #{}",
+                recon.proc.0
+            ));
+        }
+        let (procs, shape) = &self.dependent;
+        dependent::after_reconnaissance(procs, shape, recon, outputs)
+    }
+
+    fn background_rate(&self) -> f64 {
+        self.cfg.index_updates_per_s(self.partitions)
+    }
+
+    fn background(&self, home: PartitionId) -> Option<Box<dyn TxnGenerator>> {
+        (self.background_rate() > 0.0).then(|| {
+            Box::new(IndexUpdater {
+                // Streams past every client's.
+                rng: qstore_core::rng::stream(self.seed, (2 << 32) + home.0 as u64),
+                partition: home,
+                entries: self.cfg.index_entries_per_partition,
+                hot_records: self.hot_records,
+                pmap: self.pmap.clone(),
+                proc: self.dependent.0.update,
+            }) as Box<dyn TxnGenerator>
+        })
     }
 
     fn generator(&self, client: u32, home: PartitionId) -> Box<dyn TxnGenerator> {
@@ -122,6 +217,7 @@ impl Workload for Micro {
             cold: RankChooser::new(self.cfg.records_per_partition - k, 0.0),
             parts: Vec::new(),
             chosen: Vec::with_capacity(self.cfg.ops_per_txn as usize),
+            dependent: self.dependent_draw(),
         })
     }
 }
@@ -142,6 +238,7 @@ struct MicroGenerator {
     cold: RankChooser,
     parts: Vec<PartitionId>,
     chosen: Vec<u64>,
+    dependent: DependentDraw,
 }
 
 impl MicroGenerator {
@@ -149,12 +246,25 @@ impl MicroGenerator {
     /// `i` goes to partition `parts[i % parts.len()]`, a hot record for the first access of
     /// each partition, distinct cold records for the others (validation guarantees there are
     /// enough, and at least one access per partition).
-    fn choose_keys(&mut self) {
+    /// A dependent transaction's records and bases come from [`DependentDraw::key`].
+    fn choose_keys(&mut self, dependent: bool) {
         let (parts, chosen) = (&self.parts, &mut self.chosen);
         chosen.clear();
         let mut rng = self.rng.clone();
         for i in 0..self.ops as usize {
             let p = parts[i % parts.len()];
+            if dependent {
+                loop {
+                    let first = i < parts.len();
+                    let d = &self.dependent;
+                    let key = d.key(&mut rng, &self.pmap, i, p, first);
+                    if !chosen.contains(&key) {
+                        chosen.push(key);
+                        break;
+                    }
+                }
+                continue;
+            }
             if i < parts.len() {
                 let rank = self.hot.sample(&mut rng);
                 chosen.push(self.pmap.nth_key_of(USERTABLE, p, rank));
@@ -190,7 +300,20 @@ impl TxnGenerator for MicroGenerator {
             self.per_mp_txn,
             &mut self.parts,
         );
-        self.choose_keys();
+        if self.dependent.draw(&mut self.rng) {
+            self.choose_keys(true);
+            // The entry lies in the last partition drawn: a remote read for a distributed
+            // transaction, as the paper's lookups may be.
+            let p = *self.parts.last().expect("the home at least");
+            let call = self
+                .dependent
+                .call(&mut self.rng, &self.pmap, p, &self.chosen);
+            return TxnCall {
+                call,
+                ops: self.ops,
+            };
+        }
+        self.choose_keys(false);
         let (mut args, mut packed) = recycled_args(old);
         packed.clear();
         pack_accesses(&mut packed, self.chosen.iter().map(|&key| (key, OP_RMW)));
@@ -258,10 +381,22 @@ impl Procedure for MicroTxn {
 /// one and the payload is rewritten, as YCSB's read-modify-write does; returns the counter
 /// as read. The work's result is discarded: what is written never depends on it.
 fn micro_rmw(row: RowRef<'_>, arg: &Value, inputs: Inputs<'_>) -> Result<Value, LogicAbort> {
+    work(arg);
+    ycsb_rmw(row, &Value::Int(1), inputs)
+}
+
+/// The CPU work of one access: `arg` (an integer) rounds of [`compute`].
+fn work(arg: &Value) {
     if let Some(iterations) = arg.as_int().filter(|&n| n > 0) {
         std::hint::black_box(compute(iterations as u64));
     }
-    ycsb_rmw(row, &Value::Int(1), inputs)
+}
+
+/// Read after `arg` (an integer) rounds of CPU work: returns the counter (OLLP's
+/// reconnaissance of the records before a dependent transaction's lookup).
+fn micro_read(row: RowRef<'_>, arg: &Value, _: Inputs<'_>) -> Result<Value, LogicAbort> {
+    work(arg);
+    Ok(Value::Int(crate::ycsb::counter(row.bytes())))
 }
 
 /// `iterations` rounds of a xorshift over a local value: CPU work only, no memory traffic.
