@@ -1,6 +1,7 @@
 //! Running workloads against clusters and measuring them: the load generator
 //! ([`driver`]), the statistics ([`stats`]) and the results ([`report`]).
 
+pub mod cdf;
 pub mod driver;
 pub mod elle;
 pub mod experiment;

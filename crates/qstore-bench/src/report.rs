@@ -17,6 +17,9 @@ pub struct Latency {
     pub p99_us: u64,
     pub p999_us: u64,
     pub max_us: u64,
+    /// The cumulative distribution at fixed fractions (see [`crate::cdf::fractions`]):
+    /// what a latency CDF figure draws.
+    pub cdf: Vec<crate::cdf::CdfPoint>,
 }
 
 #[derive(Clone, Debug, Serialize, PartialEq)]
@@ -233,6 +236,7 @@ impl RunReport {
                 p99_us: h.value_at_quantile(0.99),
                 p999_us: h.value_at_quantile(0.999),
                 max_us: h.max(),
+                cdf: crate::cdf::of(h),
             },
             cc_aborts: stats
                 .cc_aborts

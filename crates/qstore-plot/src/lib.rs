@@ -4,7 +4,8 @@
 //! panel has a y axis of its own. Every [`Series`] is a line through its points (sorted by
 //! x), a marker at each point and a vertical error bar from [`Point::lo`] to [`Point::hi`].
 //! One legend for the whole figure sits in a strip to the right of the panels, so it never
-//! covers data; a series name has the same colour and marker shape in every panel.
+//! covers data; a series name has the same colour and marker shape in every panel. A dense
+//! line (a distribution's hundred points) has markers at about a dozen of its points only.
 //!
 //! Text is drawn with DejaVu Sans, which is compiled into the crate: no system font library
 //! is needed. Bad data never panics: points with a non-finite x or y are left out,
@@ -155,6 +156,10 @@ const X_LABEL_GAP: u32 = 14;
 
 const LINE_WIDTH: u32 = 2;
 const MARKER_R: i32 = 5;
+/// A line of more points than this is dense: markers at every point would merge into a
+/// band, so it marks about [`DENSE_MARKS`] of them, evenly spaced, and its last.
+const DENSE: usize = 40;
+const DENSE_MARKS: usize = 10;
 const CAP_HALF_W: i32 = 4;
 
 const GRID_MINOR: RGBColor = RGBColor(0xf0, 0xf0, 0xf0);
@@ -292,6 +297,22 @@ fn drawn_points(series: &Series) -> Vec<Drawn> {
         .collect();
     points.sort_by(|a, b| a.x.total_cmp(&b.x));
     points
+}
+
+/// The points of a line that get a marker: all of them, or for a [`DENSE`] line every k-th
+/// (from the first) and the last.
+fn marked<T>(points: &[T]) -> impl Iterator<Item = &T> {
+    let stride = if points.len() > DENSE {
+        points.len() / DENSE_MARKS
+    } else {
+        1
+    };
+    let last = points.len().saturating_sub(1);
+    points
+        .iter()
+        .enumerate()
+        .filter(move |(i, _)| i % stride == 0 || *i == last)
+        .map(|(_, p)| p)
 }
 
 /// Everything decided before drawing: sizes, axes, looks, legend.
@@ -545,7 +566,7 @@ fn draw_panel<DB: DrawingBackend>(
                 ShapeStyle::from(&look.color).stroke_width(LINE_WIDTH),
             ))?;
         }
-        for p in &points {
+        for p in marked(&points) {
             with_marker!(at(p.x, p.y), look, |m| plot.draw(&m)?);
         }
     }

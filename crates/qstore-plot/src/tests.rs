@@ -394,6 +394,39 @@ fn unwritable_path_is_an_error_naming_it() {
 }
 
 #[test]
+fn dense_lines_mark_a_dozen_points() {
+    let few: Vec<usize> = (0..DENSE).collect();
+    assert_eq!(marked(&few).count(), DENSE);
+    let cdf: Vec<usize> = (0..103).collect();
+    let marks: Vec<usize> = marked(&cdf).copied().collect();
+    assert_eq!(marks, [0, 10, 20, 30, 40, 50, 60, 70, 80, 90, 100, 102]);
+    assert_eq!(marked::<usize>(&[]).count(), 0);
+    // A distribution: latency on a log x axis, the fraction on y.
+    let line = |name: &str, scale: f64| {
+        let points = (1..=103)
+            .map(|i| {
+                let y = f64::from(i) / 103.0;
+                let x = scale * (1.0 + 50.0 * y.powi(8));
+                Point { x, y, lo: y, hi: y }
+            })
+            .collect();
+        series(name, points)
+    };
+    let dir = out_dir("dense");
+    let fig = figure(
+        "Latency CDF",
+        true,
+        vec![panel(
+            "fraction",
+            false,
+            vec![line("a", 0.5), line("b", 1.0)],
+        )],
+    );
+    draw_both(&fig, &dir, "cdf");
+    done(&dir);
+}
+
+#[test]
 fn same_name_same_look() {
     let a = series("a", vec![point(1.0, 1.0)]);
     let b = series("b", vec![point(1.0, 1.0)]);

@@ -514,9 +514,9 @@ mod tests {
                     "{}: no series this build has",
                     s.name
                 );
-                // A sweep has two x values at least; a figure over time runs each series
-                // once and takes its x values from the run's timeline.
-                let per_series = if spec.x.over_time { 1 } else { 2 };
+                // A sweep has two x values at least; a figure over time or of latency CDFs
+                // runs each series once and takes its x values from the run.
+                let per_series = if spec.x.runs_once() { 1 } else { 2 };
                 assert!(
                     plan.points.len() >= per_series * plan.series.len(),
                     "{}",

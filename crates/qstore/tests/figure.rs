@@ -361,3 +361,99 @@ at_least = 0.0
     );
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[test]
+fn a_cdf_figure_draws_each_series_latency_distribution() {
+    let dir = scratch("cdf");
+    let spec = dir.join("latency.toml");
+    std::fs::write(
+        &spec,
+        r#"
+paper = "Test paper"
+figure = "Figure 7"
+title = "latency CDF"
+claim = "Latency is drawn as a distribution."
+repeats = 2
+
+[base]
+cluster = { nodes = 2, workers = 1 }
+workload.ycsb = { records_per_partition = 2000, ops_per_txn = 4 }
+client = { duration_s = 0.5, warmup_s = 0.0, rate = 500.0 }
+
+[x]
+label = "latency (ms)"
+cdf = true
+
+[[series]]
+protocol = "qstore"
+
+[[series]]
+protocol = "no_wait"
+
+[[trend]]
+kind = "ratio"
+series = "qstore"
+over = "no_wait"
+metric = "latency_p50_ms"
+at_least = 0.0
+"#,
+    )
+    .unwrap();
+    let out = dir.join("out");
+    let o = run(&[
+        "figure",
+        spec.to_str().unwrap(),
+        "--out",
+        out.to_str().unwrap(),
+    ]);
+    let (stdout, stderr) = (text(&o.stdout), text(&o.stderr));
+    assert_eq!(o.status.code(), Some(0), "{stdout}\n{stderr}");
+    assert!(stdout.contains("verdict: holds"), "{stdout}");
+    assert!(stdout.contains("latency (ms) by percentile"), "{stdout}");
+
+    // One row per run in results.csv; each run's CDF in cdf-runs.csv; one curve per series,
+    // nondecreasing and ending at 1, in cdf.csv.
+    assert_eq!(rows(&out.join("results.csv")).len(), 4);
+    assert_eq!(rows(&out.join("cdf-runs.csv")).len(), 4 * 103);
+    assert_eq!(
+        header(&out.join("cdf.csv")),
+        ["series", "latency_ms", "fraction"]
+    );
+    let curves = rows(&out.join("cdf.csv"));
+    for series in ["qstore", "no_wait"] {
+        let curve: Vec<(f64, f64)> = curves
+            .iter()
+            .filter(|r| r[0] == series)
+            .map(|r| (r[1].parse().unwrap(), r[2].parse().unwrap()))
+            .collect();
+        assert_eq!(curve.len(), 103, "{series}");
+        assert!(curve
+            .windows(2)
+            .all(|w| w[0].0 <= w[1].0 && w[0].1 < w[1].1));
+        assert!(
+            curve[0].0 > 0.0 && curve[102].1 == 1.0,
+            "{series}: {curve:?}"
+        );
+    }
+    assert!(std::fs::read(out.join("figure.png")).unwrap().len() > 1000);
+
+    // A swept setting has no place in a CDF figure.
+    let bad = std::fs::read_to_string(&spec).unwrap().replace(
+        "cdf = true",
+        "cdf = true\nparam = \"workload.ycsb.theta\"\nvalues = [0.0, 0.5]",
+    );
+    std::fs::write(&spec, bad).unwrap();
+    let o = run(&[
+        "figure",
+        spec.to_str().unwrap(),
+        "--out",
+        dir.join("bad").to_str().unwrap(),
+    ]);
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o.stderr));
+    assert!(
+        text(&o.stderr).contains("[x] cdf takes no param, values or points"),
+        "{}",
+        text(&o.stderr)
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}

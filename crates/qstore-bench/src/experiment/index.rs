@@ -32,7 +32,8 @@ pub struct FigureRecord {
     pub table: MedianTable,
 }
 
-/// The medians of the first metric: a row per x, a column per series.
+/// The medians of the first metric (of a latency CDF figure: its latency percentiles): a
+/// row per x (percentile), a column per series.
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct MedianTable {
     pub metric: String,
@@ -46,7 +47,6 @@ pub struct MedianTable {
 impl FigureRecord {
     pub fn new(plan: &Plan, summary: &Summary, verdicts: &[Verdict], failures: &[String]) -> Self {
         let spec = &plan.spec;
-        let first = metric::find(&spec.metrics[0].name).expect("checked when parsed");
         FigureRecord {
             name: plan.name.clone(),
             paper: spec.paper.clone(),
@@ -64,22 +64,10 @@ impl FigureRecord {
                 .iter()
                 .map(|(s, why)| format!("{s}: {why}"))
                 .collect(),
-            table: MedianTable {
-                metric: first.label.to_string(),
-                x_label: spec.x.label.clone(),
-                series: summary.series.clone(),
-                xs: summary.xs.clone(),
-                cells: summary
-                    .xs
-                    .iter()
-                    .map(|&x| {
-                        summary
-                            .series
-                            .iter()
-                            .map(|s| summary.median(s, first.name, x))
-                            .collect()
-                    })
-                    .collect(),
+            table: if spec.x.cdf {
+                super::cdf::table(summary)
+            } else {
+                MedianTable::of_first_metric(plan, summary)
             },
         }
     }
@@ -90,6 +78,31 @@ impl FigureRecord {
         let text = std::fs::read_to_string(&path)
             .map_err(|e| format!("cannot read {}: {e}", path.display()))?;
         serde_json::from_str(&text).map_err(|e| format!("{}: {e}", path.display()))
+    }
+}
+
+impl MedianTable {
+    /// The medians of the spec's first metric at every x.
+    fn of_first_metric(plan: &Plan, summary: &Summary) -> MedianTable {
+        let spec = &plan.spec;
+        let first = metric::find(&spec.metrics[0].name).expect("checked when parsed");
+        MedianTable {
+            metric: first.label.to_string(),
+            x_label: spec.x.label.clone(),
+            series: summary.series.clone(),
+            xs: summary.xs.clone(),
+            cells: summary
+                .xs
+                .iter()
+                .map(|&x| {
+                    summary
+                        .series
+                        .iter()
+                        .map(|s| summary.median(s, first.name, x))
+                        .collect()
+                })
+                .collect(),
+        }
     }
 }
 

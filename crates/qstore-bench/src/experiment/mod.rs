@@ -1,6 +1,7 @@
 //! Experiments: a spec per figure of a paper, swept in rounds into `results.csv`, summarised,
 //! drawn and judged against the paper's claim (`qstore figure`).
 
+pub mod cdf;
 pub mod index;
 pub mod metric;
 pub mod results;

@@ -170,7 +170,7 @@ impl ResultsFile {
 
 /// Cuts a last line that has no newline: the process was stopped while writing it, and the
 /// run it describes is simply made again.
-fn drop_torn_tail(path: &Path) -> std::io::Result<()> {
+pub(super) fn drop_torn_tail(path: &Path) -> std::io::Result<()> {
     let bytes = std::fs::read(path)?;
     if bytes.is_empty() || bytes.ends_with(b"\n") {
         return Ok(());

@@ -36,8 +36,9 @@ pub struct Spec {
     #[serde(default)]
     pub base: Table,
     pub x: XAxis,
-    /// The y axes: one panel per metric.
-    #[serde(rename = "metric")]
+    /// The y axes: one panel per metric (none in a latency CDF figure, whose one panel is
+    /// the CDF).
+    #[serde(default, rename = "metric")]
     pub metrics: Vec<MetricSpec>,
     #[serde(rename = "series")]
     pub series: Vec<SeriesSpec>,
@@ -90,6 +91,32 @@ pub struct XAxis {
     /// throughput, latency and traffic are drawn second by second (the run's timeline).
     #[serde(default)]
     pub over_time: bool,
+    /// The x axis is transaction latency (ms, logarithmic whatever `log` says), with
+    /// neither param nor values: each series runs once per round at the spec's settings,
+    /// and one panel draws the fraction of its committed transactions that took at most
+    /// each latency (the runs' latency CDFs). The figure has no [[metric]]; its trends
+    /// name theirs (e.g. `latency_p50_ms`), read off each series' runs.
+    #[serde(default)]
+    pub cdf: bool,
+}
+
+impl XAxis {
+    /// Whether each series runs once per round, at the spec's settings, rather than once per
+    /// x value: the x values come from the runs (over time, or a latency CDF).
+    pub fn runs_once(&self) -> bool {
+        self.over_time || self.cdf
+    }
+
+    /// The mode of an x axis that sweeps nothing, and what its x is, for error messages.
+    fn unswept(&self) -> Option<(&'static str, &'static str)> {
+        if self.over_time {
+            Some(("over_time", "the run's time"))
+        } else if self.cdf {
+            Some(("cdf", "the latency of the series' transactions"))
+        } else {
+            None
+        }
+    }
 }
 
 /// One dotted path, or several.
@@ -203,12 +230,7 @@ impl Spec {
     }
 
     fn check(&self) -> Result<(), String> {
-        if self.metrics.is_empty() {
-            return Err("no [[metric]]: name at least one y axis".into());
-        }
-        for m in &self.metrics {
-            metric::find(&m.name)?;
-        }
+        self.check_metrics()?;
         if self.series.is_empty() {
             return Err("no [[series]]".into());
         }
@@ -217,28 +239,7 @@ impl Spec {
         if let Some(w) = names.windows(2).find(|w| w[0] == w[1]) {
             return Err(format!("two series are called {:?}", w[0]));
         }
-        let by_values = !self.x.values.is_empty();
-        let by_points = !self.x.points.is_empty();
-        if self.x.over_time {
-            if by_values || by_points || !self.x.param.paths().is_empty() {
-                return Err(
-                    "[x] over_time takes no param, values or points: the x axis is \
-                            the run's time"
-                        .into(),
-                );
-            }
-            for m in &self.metrics {
-                metric::over_time(&m.name)?;
-            }
-        } else if by_values == by_points {
-            return Err("[x] needs either param and values, or points".into());
-        }
-        if by_values && self.x.param.paths().is_empty() {
-            return Err("[x] values need a param (the setting they are written to)".into());
-        }
-        if !(self.x.scale.is_finite() && self.x.scale > 0.0) {
-            return Err(format!("x.scale = {}: must be positive", self.x.scale));
-        }
+        self.check_x()?;
         if self.repeats == 0 || self.quick.repeats == Some(0) {
             return Err("repeats must be at least 1".into());
         }
@@ -251,6 +252,54 @@ impl Spec {
         }
         for t in &self.trends {
             t.check(self)?;
+        }
+        Ok(())
+    }
+
+    /// The y axes: known metrics, ones a timeline has in a figure over time, and none in a
+    /// latency CDF figure.
+    fn check_metrics(&self) -> Result<(), String> {
+        if self.x.cdf {
+            if !self.metrics.is_empty() {
+                return Err("[x] cdf draws one panel, the latency CDF: remove its \
+                            [[metric]] entries (a trend names its metric, e.g. \
+                            metric = \"latency_p50_ms\")"
+                    .into());
+            }
+        } else if self.metrics.is_empty() {
+            return Err("no [[metric]]: name at least one y axis".into());
+        }
+        for m in &self.metrics {
+            metric::find(&m.name)?;
+            if self.x.over_time {
+                metric::over_time(&m.name)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// The x axis: a swept setting (param and values, or points), or a mode whose x values
+    /// come from the runs.
+    fn check_x(&self) -> Result<(), String> {
+        let by_values = !self.x.values.is_empty();
+        let by_points = !self.x.points.is_empty();
+        if self.x.over_time && self.x.cdf {
+            return Err("[x] over_time and cdf exclude each other: choose one x axis".into());
+        }
+        if let Some((mode, x)) = self.x.unswept() {
+            if by_values || by_points || !self.x.param.paths().is_empty() {
+                return Err(format!(
+                    "[x] {mode} takes no param, values or points: the x axis is {x}"
+                ));
+            }
+        } else if by_values == by_points {
+            return Err("[x] needs either param and values, or points".into());
+        }
+        if by_values && self.x.param.paths().is_empty() {
+            return Err("[x] values need a param (the setting they are written to)".into());
+        }
+        if !(self.x.scale.is_finite() && self.x.scale > 0.0) {
+            return Err(format!("x.scale = {}: must be positive", self.x.scale));
         }
         Ok(())
     }
@@ -338,8 +387,8 @@ impl Spec {
 
     /// Each x of the sweep with the settings it makes.
     fn x_points(&self, quick: bool) -> Vec<(f64, Table)> {
-        if self.x.over_time {
-            // One run per series; its rows take their x from its timeline.
+        if self.x.runs_once() {
+            // One run per series; over time its rows take their x from its timeline.
             return vec![(0.0, Table::new())];
         }
         if !self.x.points.is_empty() {
@@ -507,6 +556,94 @@ base.client.duration_s = 0.5
 
     fn known(p: &str) -> bool {
         p != "future"
+    }
+
+    /// The text of a latency CDF spec of two series, with `x` added to its [x] and `extra`
+    /// appended.
+    pub fn cdf_text(x: &str, extra: &str) -> String {
+        format!(
+            r#"
+paper = "P"
+figure = "Figure 7"
+title = "latency"
+claim = "c"
+repeats = 3
+[base]
+cluster.nodes = 2
+[x]
+label = "latency (ms)"
+cdf = true
+{x}
+[[series]]
+name = "fast"
+protocol = "qstore"
+[[series]]
+name = "slow"
+protocol = "calvin"
+set = {{ protocol.calvin.epoch_txns = 64 }}
+[quick]
+repeats = 1
+{extra}
+"#
+        )
+    }
+
+    #[test]
+    fn a_cdf_spec_runs_each_series_once_per_round_and_draws_no_metric() {
+        let trend = "[[trend]]\nkind = \"ratio\"\nseries = \"fast\"\nover = \"slow\"\n\
+                     metric = \"latency_p50_ms\"\nat_most = 1.0\n";
+        let spec = Spec::parse("c", &cdf_text("", trend)).unwrap();
+        assert!(spec.x.cdf && spec.x.runs_once() && spec.metrics.is_empty());
+        let plan = spec.plan("c", false, &known).unwrap();
+        assert_eq!(plan.series, ["fast", "slow"]);
+        assert_eq!(plan.points.len(), 2);
+        assert!(plan.points.iter().all(|p| p.x == 0.0));
+        assert_eq!(plan.points[1].cfg.protocol.calvin.epoch_txns, 64);
+        assert_eq!((plan.repeats, plan.runs()), (3, 6));
+        assert_eq!(spec.plan("c", true, &known).unwrap().runs(), 2);
+    }
+
+    #[test]
+    fn cdf_mistakes_are_named() {
+        let bad = |x: &str, extra: &str, expect: &str| {
+            let e = Spec::parse("b", &cdf_text(x, extra))
+                .map(|_| ())
+                .unwrap_err();
+            assert!(e.starts_with("spec b: ") && e.contains(expect), "{e}");
+        };
+        bad(
+            "param = \"workload.micro.multi_partition_fraction\"\nvalues = [0.0, 1.0]",
+            "",
+            "[x] cdf takes no param, values or points",
+        );
+        bad(
+            "points = [{ x = 1, set = {} }]",
+            "",
+            "the x axis is the latency",
+        );
+        bad(
+            "over_time = true",
+            "",
+            "over_time and cdf exclude each other",
+        );
+        bad(
+            "",
+            "[[metric]]\nname = \"latency_p50_ms\"\n",
+            "cdf draws one panel, the latency CDF",
+        );
+        bad(
+            "",
+            "[[trend]]\nkind = \"ratio\"\nseries = \"fast\"\nover = \"slow\"\nat_most = 1.0\n",
+            "a trend of a cdf figure names its metric",
+        );
+        bad("", "values = [0.5]", "quick runs a subset");
+        // Without cdf, a figure still needs its y axes.
+        let e = Spec::parse(
+            "n",
+            &cdf_text("", "").replace("cdf = true", "over_time = true"),
+        )
+        .unwrap_err();
+        assert!(e.contains("no [[metric]]"), "{e}");
     }
 
     #[test]

@@ -134,7 +134,7 @@ impl Summary {
 }
 
 /// The middle value of a sorted list (the mean of the two middle ones for an even count).
-fn median_sorted(v: &[f64]) -> f64 {
+pub(super) fn median_sorted(v: &[f64]) -> f64 {
     let n = v.len();
     if n % 2 == 1 {
         v[n / 2]

@@ -2,10 +2,11 @@
 //! machine hits every series alike), appended to `results.csv` as they finish, then the
 //! summary, the figure and the verdict.
 
+use super::cdf;
 use super::index::FigureRecord;
 use super::metric;
 use super::results::{ResultRow, ResultsFile};
-use super::spec::Plan;
+use super::spec::{Plan, Point};
 use super::summary::Summary;
 use super::trend::{short, Verdict};
 use crate::report::RunReport;
@@ -54,6 +55,12 @@ pub fn sweep(
     std::fs::create_dir_all(dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
     claim_dir(plan, dir)?;
     let (file, mut rows) = ResultsFile::open(plan, dir)?;
+    let cdfs = plan
+        .spec
+        .x
+        .cdf
+        .then(|| cdf::RunsFile::open(dir))
+        .transpose()?;
     let todo: Vec<(u32, usize)> = (0..plan.repeats)
         .flat_map(|round| (0..plan.points.len()).map(move |i| (round, i)))
         .filter(|(round, i)| !rows.iter().any(|r| r.is(plan, &plan.points[*i], *round)))
@@ -73,16 +80,12 @@ pub fn sweep(
         let report = run(&p.cfg);
         let row = ResultRow::new(plan, p, round, report.as_ref().map_err(Clone::clone));
         let written = match &report {
-            Ok(r) if plan.spec.x.over_time && row.failure.is_empty() => {
-                match ResultRow::over_time(plan, p, round, r) {
-                    rows if rows.is_empty() => vec![ResultRow {
-                        failure: "no timeline: the measurement window was under a second \
-                                  (over-time figures need a duration, not a transaction count)"
-                            .into(),
-                        ..row.clone()
-                    }],
-                    rows => rows,
+            Ok(r) if row.failure.is_empty() => {
+                if let Some(cdfs) = &cdfs {
+                    // Before its row: a run whose row is written has its CDF.
+                    cdfs.append(round, &row.series, &r.latency.cdf)?;
                 }
+                rows_of_run(plan, p, round, r, &row)
             }
             _ => vec![row.clone()],
         };
@@ -93,6 +96,29 @@ pub fn sweep(
         rows.extend(written);
     }
     finish(plan, dir, &rows)
+}
+
+/// The rows of a successful run (`row`, its report `r`): one, or over time one per second
+/// of its timeline.
+fn rows_of_run(
+    plan: &Plan,
+    p: &Point,
+    round: u32,
+    r: &RunReport,
+    row: &ResultRow,
+) -> Vec<ResultRow> {
+    if !plan.spec.x.over_time {
+        return vec![row.clone()];
+    }
+    match ResultRow::over_time(plan, p, round, r) {
+        rows if rows.is_empty() => vec![ResultRow {
+            failure: "no timeline: the measurement window was under a second (over-time \
+                      figures need a duration, not a transaction count)"
+                .into(),
+            ..row.clone()
+        }],
+        rows => rows,
+    }
 }
 
 /// The files that say which sweep a directory holds: the spec it ran and whether quick.
@@ -139,7 +165,14 @@ fn finish(plan: &Plan, dir: &Path, rows: &[ResultRow]) -> Result<Outcome, String
     summary
         .write_csv(&path)
         .map_err(|e| format!("cannot write {}: {e}", path.display()))?;
-    let figure = figure(plan, &summary);
+    let panels = if plan.spec.x.cdf {
+        let curves = cdf::curves(plan, dir, rows)?;
+        cdf::write_curves(&dir.join(cdf::CURVES_FILE), &curves)?;
+        vec![cdf::panel(&curves)]
+    } else {
+        metric_panels(plan, &summary)
+    };
+    let figure = figure(plan, panels);
     qstore_plot::draw_png(&figure, &dir.join("figure.png"))?;
     qstore_plot::draw_svg(&figure, &dir.join("figure.svg"))?;
     let verdicts: Vec<Verdict> = plan
@@ -173,10 +206,9 @@ fn finish(plan: &Plan, dir: &Path, rows: &[ResultRow]) -> Result<Outcome, String
     })
 }
 
-/// The figure: one panel per metric, one line per series, medians with min–max bars.
-fn figure(plan: &Plan, summary: &Summary) -> qstore_plot::Figure {
-    let spec = &plan.spec;
-    let panels = spec
+/// One panel per metric, one line per series, medians with min–max bars.
+fn metric_panels(plan: &Plan, summary: &Summary) -> Vec<qstore_plot::Panel> {
+    plan.spec
         .metrics
         .iter()
         .map(|m| {
@@ -206,7 +238,12 @@ fn figure(plan: &Plan, summary: &Summary) -> qstore_plot::Figure {
                     .collect(),
             }
         })
-        .collect();
+        .collect()
+}
+
+/// The figure of `panels`, with the spec's title and x axis.
+fn figure(plan: &Plan, panels: Vec<qstore_plot::Panel>) -> qstore_plot::Figure {
+    let spec = &plan.spec;
     qstore_plot::Figure {
         title: format!(
             "{} {}: {}{}",
@@ -216,7 +253,8 @@ fn figure(plan: &Plan, summary: &Summary) -> qstore_plot::Figure {
             if plan.quick { " (quick)" } else { "" }
         ),
         x_label: spec.x.label.clone(),
-        x_log: spec.x.log,
+        // Latencies span decades.
+        x_log: spec.x.log || spec.x.cdf,
         panels,
     }
 }

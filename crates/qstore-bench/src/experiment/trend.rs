@@ -73,6 +73,11 @@ impl Trend {
         }
         if let Some(m) = &self.metric {
             metric::find(m)?;
+        } else if spec.x.cdf {
+            // The default is the first y axis, and a CDF figure has none.
+            return Err(
+                "a trend of a cdf figure names its metric, e.g. metric = \"latency_p50_ms\"".into(),
+            );
         }
         let needs = |ok: bool, what: &str| {
             if ok {
@@ -98,7 +103,10 @@ impl Trend {
     }
 
     fn metric_name<'a>(&'a self, spec: &'a Spec) -> &'a str {
-        self.metric.as_deref().unwrap_or(&spec.metrics[0].name)
+        // (Lazily: a latency CDF figure has no metrics, and its trends name theirs.)
+        self.metric
+            .as_deref()
+            .unwrap_or_else(|| &spec.metrics[0].name)
     }
 
     fn in_range(&self, x: f64) -> bool {
