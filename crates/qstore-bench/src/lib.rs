@@ -15,12 +15,12 @@ pub mod verify;
 use driver::{Control, Driver};
 use qstore_core::{NodeId, QError, RunConfig};
 use qstore_engine::protocol::ProtocolCounters;
-use qstore_engine::stages::{StageSnapshot, StageSummary};
+use qstore_engine::stages::{StageSnapshot, StageSummary, StageTotals};
 use qstore_engine::{Cluster, StoppedCluster, TxnRequest};
 use qstore_log::LogStats;
 use qstore_workload::Workload;
 use report::LogActivity;
-use report::{RunReport, Traffic};
+use report::{RunReport, Traffic, WorkerTime};
 use stats::ClientStats;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -86,6 +86,11 @@ pub trait Target: Sync {
     fn protocol_counters(&self) -> ProtocolCounters {
         ProtocolCounters::new()
     }
+    /// Where each node's worker threads spent their time so far, where the protocol
+    /// accounts it (see `Engine::worker_time`).
+    fn worker_time(&self) -> Vec<(NodeId, StageTotals)> {
+        Vec::new()
+    }
 }
 
 impl Target for Cluster {
@@ -114,6 +119,10 @@ impl Target for Cluster {
     fn protocol_counters(&self) -> ProtocolCounters {
         Cluster::protocol_counters(self)
     }
+
+    fn worker_time(&self) -> Vec<(NodeId, StageTotals)> {
+        Cluster::worker_time(self)
+    }
 }
 
 /// The client side of a run: statistics, the measurement window, traffic and the timeline.
@@ -128,6 +137,10 @@ pub(crate) struct Driven {
     pub stages: Vec<StageSummary>,
     /// What the servers' logs did during the window (runs with data directories).
     pub log: Option<LogStats>,
+    /// Where each node's worker threads spent the window, where the protocol accounts it.
+    pub worker_time: Vec<(NodeId, StageTotals)>,
+    /// The workload's background transactions (see `Workload::background`), apart.
+    pub background: Option<ClientStats>,
 }
 
 /// Runs the configured clients against `target` until the run ends.
@@ -189,10 +202,14 @@ pub fn run(cfg: &RunConfig, opts: RunOptions<'_>) -> Result<RunOutcome, QError> 
     let d = drive(cfg, &cluster, workload.as_ref(), &mut progress, opts.elle);
     let mut report = RunReport::new(cfg, &d.stats, d.window_s, load_s, d.traffic, d.timeline);
     report.stages = d.stages;
+    report.worker_time = WorkerTime::over(&d.worker_time);
     report.counters = d.counters;
     report.log = d
         .log
         .map(|l| LogActivity::over(&l, d.window_s, report.committed));
+    if let Some(b) = &d.background {
+        report.add_background(b);
+    }
     let stopped = cluster.stop();
     if opts.state_hashes {
         report.state_hashes = Some(
@@ -242,10 +259,14 @@ pub fn run_remote(cfg: &RunConfig, opts: RunOptions<'_>) -> Result<RemoteOutcome
     let d = drive(&cfg, &remote, workload.as_ref(), &mut progress, opts.elle);
     let mut report = RunReport::new(&cfg, &d.stats, d.window_s, 0.0, d.traffic, d.timeline);
     report.stages = d.stages;
+    report.worker_time = WorkerTime::over(&d.worker_time);
     report.counters = d.counters;
     report.log = d
         .log
         .map(|l| LogActivity::over(&l, d.window_s, report.committed));
+    if let Some(b) = &d.background {
+        report.add_background(b);
+    }
     // With replication a server lost during the run is survived: its groups elected other
     // leaders, and what it held is checked on the other copies.
     let (failures, lost) = match remote.failures() {
@@ -350,6 +371,7 @@ fn control_run(
     let stages_before = target.stages();
     let log_before = target.log_stats();
     let counters_before = target.protocol_counters();
+    let workers_before = target.worker_time();
     let window_start = if by_count { start } else { Instant::now() };
     control.measuring.store(true, Ordering::Relaxed);
     let totals = |traffic: &[(u64, u64)]| {
@@ -403,7 +425,23 @@ fn control_run(
         counters,
         stages,
         log: target.log_stats().zip(log_before).map(|(a, b)| a.since(b)),
+        worker_time: since_by_node(target.worker_time(), &workers_before),
+        background: None,
     }
+}
+
+/// What each node's totals (`after`) added since `before` (a node missing then counts from 0).
+fn since_by_node(
+    after: Vec<(NodeId, StageTotals)>,
+    before: &[(NodeId, StageTotals)],
+) -> Vec<(NodeId, StageTotals)> {
+    after
+        .into_iter()
+        .map(|(node, a)| match before.iter().find(|(n, _)| *n == node) {
+            Some((_, b)) => (node, a.since(b)),
+            None => (node, a),
+        })
+        .collect()
 }
 
 /// How long [`wait_with_progress`] waits.

@@ -287,6 +287,15 @@ impl Target for RemoteCluster {
         all
     }
 
+    /// Every server's nodes' worker time.
+    fn worker_time(&self) -> Vec<(NodeId, qstore_engine::stages::StageTotals)> {
+        let stats = self
+            .stats()
+            .map_err(|e| tracing::warn!("cannot fetch server statistics: {e}"))
+            .unwrap_or_default();
+        stats.into_iter().flat_map(|s| s.worker_time).collect()
+    }
+
     /// Every server's stage totals, merged: means and figures per transaction (percentiles
     /// stay with the servers' histograms).
     fn stages(&self) -> Option<StageSnapshot> {

@@ -4,7 +4,8 @@ use crate::stats::ClientStats;
 use comfy_table::{presets::UTF8_FULL_CONDENSED, Cell, CellAlignment, Table};
 use qstore_core::config::ReplicationLayer;
 use qstore_core::RunConfig;
-use qstore_engine::stages::{PerTxn, StageSummary};
+use qstore_engine::stages::{PerTxn, StageSummary, StageTotals};
+use qstore_engine::worker_time::{TimeShares, ACTIVITIES};
 use serde::Serialize;
 use std::collections::BTreeMap;
 use std::io::Write;
@@ -101,10 +102,27 @@ pub struct RunReport {
     /// (protocols that measure it; over TCP from the servers' totals, without percentiles).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub stages: Vec<StageSummary>,
+    /// Where the worker threads' time went over the measurement window, by activity
+    /// (protocols that account it).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub worker_time: Option<WorkerTime>,
     /// What the servers' logs did over the measurement window (runs with data directories).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub log: Option<LogActivity>,
+    /// The workload's background transactions over the measurement window (the
+    /// microbenchmark's index updates), counted apart from every figure above.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub background: Option<Background>,
     pub config: RunConfig,
+}
+
+/// What the workload's background transactions did (see `Workload::background`).
+#[derive(Clone, Copy, Debug, Serialize, PartialEq)]
+pub struct Background {
+    pub committed: u64,
+    pub per_s: f64,
+    /// Concurrency-control aborts (each retried).
+    pub cc_aborts: u64,
 }
 
 /// The servers' logs over a measurement window, summed over the servers: how hard
@@ -132,6 +150,58 @@ impl LogActivity {
             txns_per_fsync: per_sync(committed),
         }
     }
+}
+
+/// Shares of the worker threads' wall time over the measurement window, by activity (the
+/// determinism study's figure 2: useful work, lock acquisition, deadlock handling, two-phase
+/// commit, idle): over every node, and per node.
+#[derive(Clone, Debug, Serialize, PartialEq)]
+pub struct WorkerTime {
+    #[serde(flatten)]
+    pub all: TimeShares,
+    pub per_node: Vec<NodeTimeShares>,
+}
+
+#[derive(Clone, Debug, Serialize, PartialEq)]
+pub struct NodeTimeShares {
+    pub node: u32,
+    #[serde(flatten)]
+    pub shares: TimeShares,
+}
+
+impl WorkerTime {
+    /// From each node's totals over the window; `None` when nothing was accounted.
+    pub fn over(nodes: &[(qstore_core::NodeId, StageTotals)]) -> Option<WorkerTime> {
+        let mut sum: Option<StageTotals> = None;
+        for (_, t) in nodes {
+            match &mut sum {
+                Some(s) => s.add(t),
+                None => sum = Some(t.clone()),
+            }
+        }
+        let mut per_node: Vec<NodeTimeShares> = nodes
+            .iter()
+            .filter_map(|(n, t)| {
+                let shares = TimeShares::of(t)?;
+                Some(NodeTimeShares { node: n.0, shares })
+            })
+            .collect();
+        per_node.sort_by_key(|n| n.node);
+        Some(WorkerTime {
+            all: TimeShares::of(&sum?)?,
+            per_node,
+        })
+    }
+}
+
+/// "useful 41.2, lock 9.8, ..., idle 20.3": the activities that took any time, in order.
+fn shares_line(s: &TimeShares) -> String {
+    ACTIVITIES
+        .iter()
+        .filter(|a| s.pct(a) > 0.0)
+        .map(|a| format!("{a} {:.1}", s.pct(a)))
+        .collect::<Vec<_>>()
+        .join(", ")
 }
 
 /// Network traffic during the measurement window: (messages, bytes) per node.
@@ -276,8 +346,26 @@ impl RunReport {
             counters: Default::default(),
             state_hashes: None,
             stages: Vec::new(),
+            worker_time: None,
             log: None,
+            background: None,
             config: cfg.clone(),
+        }
+    }
+
+    /// Adds what the background transactions did (`stats`, over the same window). Those
+    /// refused or left unanswered count with the clients': a run that leaves any
+    /// transaction unanswered failed, whichever thread sent it.
+    pub fn add_background(&mut self, stats: &ClientStats) {
+        self.background = Some(Background {
+            committed: stats.commits,
+            per_s: stats.commits as f64 / self.window_s.max(1e-9),
+            cc_aborts: stats.cc_aborts.values().sum(),
+        });
+        self.unfinished += stats.unfinished;
+        self.rejected += stats.rejected;
+        if self.first_rejection.is_none() {
+            self.first_rejection.clone_from(&stats.first_rejection);
         }
     }
 
@@ -442,7 +530,48 @@ impl RunReport {
                 ));
             }
         }
+        if let Some(w) = &self.worker_time {
+            rows.extend(self.worker_time_rows(w));
+        }
         rows
+    }
+
+    /// The workers' time by activity, over the nodes and (with several) per node.
+    fn worker_time_rows(&self, w: &WorkerTime) -> Vec<(String, String)> {
+        let threads = w.all.worker_s / self.window_s.max(1e-9);
+        let mut rows = vec![(
+            "worker time (% of threads x window)".to_string(),
+            format!("{} ({threads:.1} threads)", shares_line(&w.all)),
+        )];
+        if w.per_node.len() > 1 {
+            for n in &w.per_node {
+                rows.push((
+                    format!("worker time node {} (%)", n.node),
+                    shares_line(&n.shares),
+                ));
+            }
+        }
+        rows
+    }
+
+    /// Activity `name`'s share of the workers' time over the window, in percent (`None`
+    /// for protocols that do not account it).
+    pub fn worker_pct(&self, name: &str) -> Option<f64> {
+        Some(self.worker_time.as_ref()?.all.pct(name))
+    }
+
+    /// The CSV columns of the workers' time by activity; empty cells for protocols that do
+    /// not account it.
+    fn worker_columns(&self) -> Vec<(String, String)> {
+        ACTIVITIES
+            .iter()
+            .map(|a| {
+                let cell = self
+                    .worker_pct(a)
+                    .map_or(String::new(), |p| format!("{p:.2}"));
+                (format!("worker_{a}_pct"), cell)
+            })
+            .collect()
     }
 
     /// Phase `name`'s time and traffic per committed transaction (the interactive protocols'
@@ -513,7 +642,8 @@ impl RunReport {
             ("backoff_base_us", self.backoff_base_us.to_string()),
             ("backoff_max_us", self.backoff_max_us.to_string()),
         ];
-        let phases = self.phase_columns();
+        let mut phases = self.phase_columns();
+        phases.extend(self.worker_columns());
         let names = fields.iter().map(|(k, _)| *k);
         w.write_record(names.chain(phases.iter().map(|(k, _)| k.as_str())))?;
         let values = fields.iter().map(|(_, v)| v.as_str());
@@ -595,8 +725,63 @@ mod tests {
         r.write_json(&mut json).unwrap();
         let v: serde_json::Value = serde_json::from_slice(&json).unwrap();
         assert_eq!(v["latency"]["p50_us"], 250);
+        assert_eq!(v["latency"]["cdf"][102]["fraction"], 1.0);
+        assert_eq!(v["latency"]["cdf"][102]["latency_us"], 250);
         assert_eq!(v["cc_aborts"]["conflict"], 1);
         assert_eq!(v["counters"]["leap_received_rp_o"], 3);
         assert_eq!(v["timeline"][0]["latency_mean_ms"], 0.25);
+    }
+
+    /// The workers' time by activity reaches the table, the CSV and the JSON, over the
+    /// nodes and per node.
+    #[test]
+    fn worker_time_is_reported_in_every_format() {
+        let totals = |ns: [u64; 7]| StageTotals {
+            names: ACTIVITIES.iter().map(|a| a.to_string()).collect(),
+            per_txn: false,
+            stages: ns
+                .iter()
+                .map(|&ns| qstore_engine::stages::StageTotal {
+                    ns,
+                    ..Default::default()
+                })
+                .collect(),
+        };
+        let ms = 1_000_000;
+        // useful, lock, deadlock, 2pc, planning, other, idle
+        let n0 = totals([600 * ms, 100 * ms, 0, 100 * ms, 0, 0, 200 * ms]);
+        let n1 = totals([200 * ms, 100 * ms, 0, 100 * ms, 0, 0, 600 * ms]);
+        let nodes = [(qstore_core::NodeId(1), n1), (qstore_core::NodeId(0), n0)];
+        let mut r = RunReport::new(
+            &RunConfig::default(),
+            &ClientStats::default(),
+            1.0,
+            0.0,
+            vec![],
+            vec![],
+        );
+        r.worker_time = WorkerTime::over(&nodes);
+        let w = r.worker_time.as_ref().unwrap();
+        assert_eq!((w.all.worker_s, w.all.pct("useful")), (2.0, 40.0));
+        assert_eq!(w.per_node[0].node, 0);
+        assert_eq!(r.worker_pct("idle"), Some(40.0));
+        let table = r.table();
+        assert!(
+            table.contains("useful 40.0, lock 10.0, 2pc 10.0, idle 40.0 (2.0 threads)"),
+            "{table}"
+        );
+        assert!(table.contains("worker time node 1 (%)"), "{table}");
+        let mut csv = Vec::new();
+        r.write_csv(&mut csv).unwrap();
+        let csv = String::from_utf8(csv).unwrap();
+        let (header, row) = csv.split_once('\n').unwrap();
+        let at = header
+            .split(',')
+            .position(|c| c == "worker_2pc_pct")
+            .unwrap();
+        assert_eq!(row.split(',').nth(at), Some("10.00"), "{csv}");
+        let json = serde_json::to_value(&r).unwrap();
+        assert_eq!(json["worker_time"]["pct"]["lock"], 10.0);
+        assert_eq!(json["worker_time"]["per_node"][1]["pct"]["idle"], 60.0);
     }
 }

@@ -313,6 +313,12 @@ impl Cluster {
         self.engine.stages()
     }
 
+    /// Where each node's worker threads spent their time so far, for protocols that account
+    /// it (see `Engine::worker_time`).
+    pub fn worker_time(&self) -> Vec<(NodeId, crate::stages::StageTotals)> {
+        self.engine.worker_time()
+    }
+
     /// Stops the protocol's threads where the cluster is shared (a server's connections hold
     /// it); requests still queued are answered `Rejected`.
     pub fn shutdown(&self) {

@@ -14,6 +14,7 @@ pub mod runtime;
 pub mod server;
 pub mod stages;
 pub mod timestamp;
+pub mod worker_time;
 
 pub use cluster::{Cluster, EngineCtx, Hosting, NodeHosting, StoppedCluster};
 pub use protocol::{wall_clock_us, Engine, ReplyTo, TxnRequest, PROTOCOLS};

@@ -143,6 +143,24 @@ pub struct StageTotals {
     pub stages: Vec<StageTotal>,
 }
 
+impl StageTotals {
+    /// Adds another node's totals of the same stages.
+    pub fn add(&mut self, other: &StageTotals) {
+        for (t, o) in self.stages.iter_mut().zip(&other.stages) {
+            t.add(o);
+        }
+    }
+
+    /// What was added since `before` (totals of the same stages taken earlier).
+    pub fn since(&self, before: &StageTotals) -> StageTotals {
+        let mut d = self.clone();
+        for (t, b) in d.stages.iter_mut().zip(&before.stages) {
+            *t = t.since(b);
+        }
+        d
+    }
+}
+
 /// Stage clocks at one moment (or over a window, as the difference of two moments): the
 /// totals, and the histograms where they are at hand (not from another process).
 #[derive(Clone)]
@@ -166,9 +184,7 @@ impl StageSnapshot {
 
     /// Adds another node's clocks (of the same stages).
     pub fn merge(&mut self, other: &StageSnapshot) {
-        for (t, o) in self.totals.stages.iter_mut().zip(&other.totals.stages) {
-            t.add(o);
-        }
+        self.totals.add(&other.totals);
         self.hists = match (self.hists.take(), &other.hists) {
             (Some(mut hs), Some(os)) => {
                 for (h, o) in hs.iter_mut().zip(os) {
@@ -183,9 +199,7 @@ impl StageSnapshot {
     /// What was recorded since `before` (a snapshot of the same clocks taken earlier).
     pub fn since(&self, before: &StageSnapshot) -> StageSnapshot {
         let mut d = self.clone();
-        for (t, b) in d.totals.stages.iter_mut().zip(&before.totals.stages) {
-            *t = t.since(b);
-        }
+        d.totals = self.totals.since(&before.totals);
         d.hists = match (d.hists, &before.hists) {
             (Some(mut hs), Some(bs)) => {
                 for (h, b) in hs.iter_mut().zip(bs) {

@@ -137,6 +137,17 @@ fn cluster_of_processes_runs_and_reports() {
     assert!(planning["txns"].as_u64().unwrap() > 0, "{planning}");
     assert!(planning["mean_us"].as_f64().unwrap() > 0.0, "{planning}");
     assert!(planning["p50_us"].is_null(), "{planning}");
+    // And where each server's workers spent their time (an idle Q-Store node runs
+    // transactions on the thread that receives them, so the workers may have had little
+    // to do in so short a run).
+    let workers = &r["worker_time"];
+    let shares = workers["pct"]
+        .as_object()
+        .unwrap_or_else(|| panic!("{workers}"));
+    let total: f64 = shares.values().filter_map(|p| p.as_f64()).sum();
+    assert!((total - 100.0).abs() < 1e-6, "{workers}");
+    let nodes = workers["per_node"].as_array().map(Vec::len);
+    assert_eq!(nodes, Some(3), "{workers}");
 }
 
 #[test]

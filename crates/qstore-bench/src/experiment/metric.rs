@@ -27,6 +27,12 @@ fn phase_msgs(r: &RunReport, phase: &str) -> f64 {
     r.phase(phase).map_or(0.0, |c| c.msgs)
 }
 
+/// Activity `name`'s share of the worker threads' time, in percent; 0 for protocols that do
+/// not account it.
+fn worker_pct(r: &RunReport, name: &str) -> f64 {
+    r.worker_pct(name).unwrap_or(0.0)
+}
+
 /// Attempts aborted for `cause`, as a percentage of all attempts (commits and
 /// concurrency-control aborts), as the Sundial paper's figure 12 counts them.
 fn aborts_pct(r: &RunReport, cause: &str) -> f64 {
@@ -188,6 +194,41 @@ pub const METRICS: &[Metric] = &[
         name: "phase_abort_msgs",
         label: "messages of aborted attempts per txn",
         of: |r| phase_msgs(r, "aborted attempts"),
+    },
+    Metric {
+        name: "worker_useful_pct",
+        label: "useful work: transaction logic (% of worker time)",
+        of: |r| worker_pct(r, "useful"),
+    },
+    Metric {
+        name: "worker_lock_pct",
+        label: "lock acquisition and release (% of worker time)",
+        of: |r| worker_pct(r, "lock"),
+    },
+    Metric {
+        name: "worker_deadlock_pct",
+        label: "deadlock detection and handling (% of worker time)",
+        of: |r| worker_pct(r, "deadlock"),
+    },
+    Metric {
+        name: "worker_2pc_pct",
+        label: "commit protocol: prepare, commit, abort (% of worker time)",
+        of: |r| worker_pct(r, "2pc"),
+    },
+    Metric {
+        name: "worker_planning_pct",
+        label: "Q-Store planning (% of worker time)",
+        of: |r| worker_pct(r, "planning"),
+    },
+    Metric {
+        name: "worker_other_pct",
+        label: "other: messages, bookkeeping (% of worker time)",
+        of: |r| worker_pct(r, "other"),
+    },
+    Metric {
+        name: "worker_idle_pct",
+        label: "idle: waiting for locks, messages, work (% of worker time)",
+        of: |r| worker_pct(r, "idle"),
     },
     Metric {
         name: "leap_transfers_per_txn",

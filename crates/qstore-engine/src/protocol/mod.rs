@@ -143,6 +143,12 @@ pub trait Engine: Send + Sync {
     fn stages(&self) -> Option<crate::stages::StageSnapshot> {
         None
     }
+    /// Where the worker threads of each of this process's nodes spent their time so far, by
+    /// activity (see [`crate::worker_time`]), for protocols that account it. Totals only
+    /// grow, so a run reports what its measurement window added.
+    fn worker_time(&self) -> Vec<(NodeId, crate::stages::StageTotals)> {
+        Vec::new()
+    }
     /// Whether what this process's nodes recovered from their data directories has been
     /// re-executed and decided: a restarted server waits for it before it serves clients,
     /// so that nothing of a recovered log is still running under their transactions (their

@@ -718,6 +718,7 @@ impl IoThread {
             stages: self.shared.cluster.stages().map(|s| s.totals().clone()),
             log: self.shared.cluster.ctx().log_stats(),
             counters: self.shared.cluster.protocol_counters(),
+            worker_time: self.shared.cluster.worker_time(),
         }
     }
 

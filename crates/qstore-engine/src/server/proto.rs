@@ -40,7 +40,7 @@ use std::time::Duration;
 const MAX_HANDSHAKE_FRAME: usize = 4096;
 
 /// Version of the client protocol; a client with another version is refused.
-pub const CLIENT_FORMAT_VERSION: u32 = 9;
+pub const CLIENT_FORMAT_VERSION: u32 = 10;
 
 /// Role labels of the client handshake's proofs.
 pub const SERVER_ROLE: &str = "qstore client-port server";
@@ -131,6 +131,9 @@ pub struct ServerStats {
     pub log: Option<qstore_log::LogStats>,
     /// The protocol's own event counts so far (see `Engine::counters`).
     pub counters: crate::protocol::ProtocolCounters,
+    /// Where the node's worker threads spent their time so far, by activity (see
+    /// `Engine::worker_time`; empty for protocols that do not account it).
+    pub worker_time: Vec<(NodeId, crate::stages::StageTotals)>,
 }
 
 /// What a node hands the client after a run for checking.

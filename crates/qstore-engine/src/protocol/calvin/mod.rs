@@ -99,6 +99,7 @@ pub fn start(ctx: Arc<EngineCtx>) -> Result<Box<dyn Engine>, QError> {
             row_sizes: row_sizes.clone(),
             group: GroupSeat::new(Duration::from_millis(ctx.cfg.replication.stall_ms as u64)),
             pace: crate::runtime::Pace::of(&ctx.cfg, id),
+            worker_time: Default::default(),
             ckpt,
         });
         nodes[id.index()] = Some(node.clone());
@@ -249,6 +250,15 @@ impl Engine for Calvin {
 
     fn net_counters(&self) -> Option<&NetCounters> {
         Some(self.net.counters())
+    }
+
+    /// The scheduler (the lock manager thread) and the executors: the threads the
+    /// determinism study counts as Calvin's workers (the sequencer and the network thread
+    /// are shared components there).
+    fn worker_time(&self) -> Vec<(NodeId, crate::stages::StageTotals)> {
+        self.local()
+            .map(|n| (n.id, n.worker_time.totals()))
+            .collect()
     }
 
     /// Every local node applied what its group's log holds, and finished every transaction

@@ -94,6 +94,8 @@ pub(super) struct CalvinNode {
     pub ckpt: Option<Arc<Checkpointer>>,
     /// The slow node's pace, if it is the slow node.
     pub pace: Option<crate::runtime::Pace>,
+    /// Where the scheduler's and the executors' time goes.
+    pub worker_time: crate::worker_time::WorkerTimes,
 }
 
 impl CalvinNode {

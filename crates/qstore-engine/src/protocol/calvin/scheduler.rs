@@ -13,6 +13,7 @@ use super::node::{CalvinNode, Prepared, POLL};
 use super::txn::Txn;
 use super::worker::Work;
 use crate::runtime::Pace;
+use crate::worker_time::{during, piece, Activity};
 use crossbeam_channel::{select, Receiver};
 use std::collections::BTreeMap;
 use std::sync::atomic::Ordering;
@@ -67,21 +68,32 @@ impl<'a> Scheduler<'a> {
     }
 
     pub fn run(mut self, prepared: Receiver<Prepared>, done: Receiver<u32>) {
+        // The lock manager thread: all it does is lock acquisition (the determinism study
+        // counts it so), but for the waits and the checkpoints.
+        let _accounted = self.node.worker_time.attach(1);
         while !self.node.stop.load(Ordering::Acquire) {
-            select! {
-                recv(done) -> d => if let Ok(slot) = d { self.release(slot) },
-                recv(prepared) -> p => match p {
-                    Ok(p) => self.add_batch(p),
-                    Err(_) => return,
-                },
-                default(POLL) => {},
+            let (completed, batch) = during(Activity::Idle, || {
+                select! {
+                    recv(done) -> d => (d.ok(), None),
+                    recv(prepared) -> p => (None, Some(p)),
+                    default(POLL) => (None, None),
+                }
+            });
+            piece(Activity::Lock);
+            if let Some(slot) = completed {
+                self.release(slot);
+            }
+            match batch {
+                Some(Ok(p)) => self.add_batch(p),
+                Some(Err(_)) => return,
+                None => {}
             }
             // Completions first: they free locks for what is queued.
             let began = Pace::begin(&self.node.pace);
             while let Ok(slot) = done.try_recv() {
                 self.release(slot);
             }
-            self.checkpoint_if_due();
+            during(Activity::Other, || self.checkpoint_if_due());
             // VLL: look for blocked transactions that could run anyway (selective contention
             // analysis) when the executors run dry, and regularly while they are busy: a
             // blocked transaction otherwise waits until every earlier one finished here.

@@ -17,6 +17,7 @@ use super::node::{CalvinNode, POLL};
 use super::txn::Txn;
 use crate::exec::{run_access, TxnScratch};
 use crate::runtime::Pace;
+use crate::worker_time::{during, enter, piece, Activity};
 use crossbeam_channel::{Receiver, RecvTimeoutError};
 use qstore_core::txn::{
     Access, AccessKind, LogicAbort, RowRef, StepRegistry, Value, DUPLICATE_KEY, KEY_NOT_FOUND,
@@ -64,6 +65,8 @@ impl<'a> Executor<'a> {
     }
 
     pub fn run(mut self, ready: Receiver<Work>) {
+        // A piece is a transaction's phase, with a switch or two: every one is timed.
+        let _accounted = self.node.worker_time.attach(1);
         while !self.node.stop.load(Ordering::Acquire) {
             // Gathered messages go out before this executor waits for work. (Deciding after a
             // transaction, from whether `ready` looked empty, could keep them forever: the
@@ -72,13 +75,15 @@ impl<'a> Executor<'a> {
                 Ok(w) => w,
                 Err(_) => {
                     self.flush();
-                    match ready.recv_timeout(POLL) {
+                    // Every transaction here waits for its locks or for remote reads.
+                    match during(Activity::Idle, || ready.recv_timeout(POLL)) {
                         Ok(w) => w,
                         Err(RecvTimeoutError::Timeout) => continue,
                         Err(RecvTimeoutError::Disconnected) => break,
                     }
                 }
             };
+            piece(Activity::Other);
             let began = Pace::begin(&self.node.pace);
             match work {
                 Work::Start(txn) => self.start(txn),
@@ -103,7 +108,7 @@ impl<'a> Executor<'a> {
         }
         let readers = txn.roles.executing.iter().filter(|&&n| n != me).count();
         if readers > 0 {
-            let reads = self.local_reads(&txn, !executes);
+            let reads = during(Activity::Useful, || self.local_reads(&txn, !executes));
             if !executes {
                 // What this node read must be recorded before anyone can act on it.
                 if let Some(h) = node.history() {
@@ -196,6 +201,8 @@ impl<'a> Executor<'a> {
         let steps = &ctx.catalog.steps;
         let keep_undo = t.program.may_abort();
         let history = node.history();
+        // Running the program is the transaction's work; reporting it is not.
+        let useful = enter(Activity::Useful);
         let s = &mut self.scratch;
         s.begin();
         let mut abort: Option<LogicAbort> = None;
@@ -248,6 +255,7 @@ impl<'a> Executor<'a> {
             }
             None => Verdict::Commit(None),
         };
+        drop(useful);
         let _ = node.done.send(t.slot);
         let ack = Ack {
             epoch: t.pos.epoch,

@@ -533,6 +533,7 @@ impl<C: Cc> Node<C> {
 
     /// Answers the client of a finished transaction and records its end.
     fn answer(&self, t: &mut CoordTxn) {
+        let _in = crate::worker_time::enter(crate::worker_time::Activity::Other);
         if let Some(c) = &mut t.costs {
             let (costs, n) = c.close(t.failure.is_none());
             self.phases.record_with_traffic(&costs[..n]);

@@ -53,7 +53,8 @@ use crate::net::NodeNet;
 use crate::protocol::shell::shut_down;
 use crate::protocol::{admit, home_node, AdmissionQueue, Admitted, Engine, TxnRequest};
 use crate::runtime::{spawn_worker, Pace};
-use crate::stages::{StageClock, StageSnapshot};
+use crate::stages::{StageClock, StageSnapshot, StageTotals};
+use crate::worker_time::{during, enter, piece, Activity, WorkerTimes};
 use crossbeam_channel::{bounded, unbounded, Receiver, Select, Sender};
 use parking_lot::{Mutex, RwLock};
 use qstore_core::txn::{Access, CcAbortCause};
@@ -460,6 +461,7 @@ pub(crate) fn start<C: Cc>(
             stop: AtomicBool::new(false),
             detector,
             phases: StageClock::per_transaction(phases::PHASES),
+            worker_time: WorkerTimes::default(),
             wal,
             durable_tx,
             decided: Mutex::default(),
@@ -580,6 +582,11 @@ impl<C: Cc> Engine for Interactive<C> {
         Some(all)
     }
 
+    fn worker_time(&self) -> Vec<(NodeId, StageTotals)> {
+        let nodes = self.nodes.iter().flatten();
+        nodes.map(|n| (n.id, n.worker_time.totals())).collect()
+    }
+
     fn shutdown(&self) {
         let nodes: Vec<&Node<C>> = self.nodes.iter().flatten().map(|n| &**n).collect();
         shut_down(&nodes, &self.threads, QUIESCE_TIMEOUT);
@@ -637,6 +644,8 @@ pub(crate) struct Node<C: Cc> {
     detector: Option<Sender<deadlock::Answer>>,
     /// Time and traffic per phase of the transactions coordinated here.
     phases: StageClock,
+    /// Where the workers' time goes (see `activity_of` and the participant's accesses).
+    worker_time: WorkerTimes,
     /// With a data directory: the node's write-ahead log.
     wal: Option<wal::Wal>,
     /// Where the syncer hands back work whose record is on disk.
@@ -656,18 +665,23 @@ pub(crate) struct Node<C: Cc> {
 
 impl<C: Cc> Node<C> {
     fn work(&self, q: Queues) {
+        // A piece (a message, a step of a transaction) takes a lock per access: sampled.
+        let _accounted = self.worker_time.attach(crate::worker_time::DETAIL);
         while !self.stop.load(Ordering::Acquire) {
+            piece(Activity::Other);
             let began = Pace::begin(&self.pace);
             if let Ok(txn) = q.wakeups.try_recv() {
                 self.resume(txn);
             } else if let Ok(d) = q.durable.try_recv() {
-                self.on_durable(d);
+                // What waited for the log is a vote or a commit.
+                during(Activity::TwoPhaseCommit, || self.on_durable(d));
             } else if let Ok(env) = q.inbox.try_recv() {
                 self.handle(env.from, env.msg);
             } else if let Ok(Admitted { req, .. }) = q.requests.try_recv() {
                 self.begin(req);
             } else {
-                self.wait_for_work(&q);
+                // Every transaction here waits for a lock or a message (or there is none).
+                during(Activity::Idle, || self.wait_for_work(&q));
                 continue;
             }
             Pace::end(&self.pace, began);
@@ -685,6 +699,7 @@ impl<C: Cc> Node<C> {
     }
 
     fn handle(&self, from: NodeId, msg: IMsg) {
+        let _in = enter(activity_of(&msg.body));
         self.clock.fetch_max(msg.clock, Ordering::AcqRel);
         // The coordinator accounts the answers it receives from other nodes (for the
         // transactions whose phases it measures).
@@ -773,6 +788,7 @@ impl<C: Cc> Node<C> {
 
     /// Sends `body` about `txn` to node `to`; to this node it is handled at once.
     fn send(&self, to: NodeId, txn: TxnId, body: Body) {
+        let _in = enter(activity_of(&body));
         let msg = IMsg {
             txn,
             clock: self.clock.load(Ordering::Acquire),
@@ -808,6 +824,31 @@ impl<C: Cc> Node<C> {
             return self.id;
         }
         self.ctx.node_of(self.ctx.pmap.partition_of(table, key))
+    }
+}
+
+/// What sending or handling a message is, in the determinism study's breakdown of a worker's
+/// time: the commit protocol's messages (an abort's too) are two-phase commit, the
+/// detector's are deadlock handling; the rest (accesses sent and answered) is the
+/// coordinator's and participant's bookkeeping, within which the accesses themselves are
+/// useful work and their locks lock acquisition (see `part`).
+fn activity_of(body: &Body) -> Activity {
+    match body {
+        Body::Prepare { .. }
+        | Body::Vote(_)
+        | Body::Commit { .. }
+        | Body::CommitAck
+        | Body::Abort
+        | Body::Resolve => Activity::TwoPhaseCommit,
+        Body::WaitsForRequest { .. } | Body::WaitsFor { .. } | Body::Victim { .. } => {
+            Activity::Deadlock
+        }
+        Body::Reserve { .. }
+        | Body::Reserved
+        | Body::Exec { .. }
+        | Body::Executed { .. }
+        | Body::TabLeases(_)
+        | Body::Peer(_) => Activity::Other,
     }
 }
 

@@ -8,6 +8,7 @@ use crate::exec::{
     run_access, run_on_copy, BufferedWrite, RowCopy, RowInstall, UndoLog, WriteBuffer,
 };
 use crate::history::TxnTrace;
+use crate::worker_time::{during, enter, Activity};
 use qstore_core::txn::{
     Access, AccessKind, AccessRef, CcAbortCause, LogicAbort, Program, Value, KEY_NOT_FOUND,
     NO_DERIVED_KEY, TABLE_FULL,
@@ -221,7 +222,7 @@ impl<C: Cc> Node<C> {
 
     fn reserve(&self, txn: TxnId, mut t: PartTxn<C::Held>) {
         loop {
-            match self.cc.reserve(txn, &t.at, &mut t.held) {
+            match during(Activity::Lock, || self.cc.reserve(txn, &t.at, &mut t.held)) {
                 Gate::Go => break,
                 Gate::Wait => match self.park(txn, t, Waiting::Reservation) {
                     Some((again, _)) => t = again,
@@ -274,6 +275,8 @@ impl<C: Cc> Node<C> {
 
     /// Runs the group's accesses from `g.at` on, until it ends or must wait.
     fn run_group(&self, txn: TxnId, mut t: PartTxn<C::Held>, mut g: ParkedGroup) {
+        // The accesses are the transaction's work; their locks are taken within.
+        let useful = enter(Activity::Useful);
         let mut end = GroupEnd::Done;
         while g.at < g.group.len() {
             let (idx, a) = g.group.get(g.at);
@@ -311,6 +314,7 @@ impl<C: Cc> Node<C> {
             }
             g.at += 1;
         }
+        drop(useful);
         let ran = Ran {
             end,
             wrote: t.wrote,
@@ -349,9 +353,10 @@ impl<C: Cc> Node<C> {
         outs: &[Value],
     ) -> Step {
         let write = a.kind.is_write();
-        let gate = self
-            .cc
-            .access(txn, &t.at, a.table, a.key, write, &mut t.held);
+        let gate = during(Activity::Lock, || {
+            self.cc
+                .access(txn, &t.at, a.table, a.key, write, &mut t.held)
+        });
         if let Some(stop) = stopped_by(gate) {
             return stop;
         }
@@ -425,7 +430,9 @@ impl<C: Cc> Node<C> {
             rid,
             write,
         };
-        let gate = self.cc.read_copy(&access, &mut t.held, &mut copy);
+        let gate = during(Activity::Lock, || {
+            self.cc.read_copy(&access, &mut t.held, &mut copy)
+        });
         if let Some(stop) = stopped_by(gate) {
             return stop;
         }
@@ -650,7 +657,9 @@ impl<C: Cc> Node<C> {
         if let Some(h) = &self.ctx.history {
             h.add_part(txn, &t.trace);
         }
-        self.cc.release(txn, &mut t.held, &mut woken);
+        during(Activity::Lock, || {
+            self.cc.release(txn, &mut t.held, &mut woken)
+        });
         self.wake_all(woken);
     }
 
@@ -669,7 +678,9 @@ impl<C: Cc> Node<C> {
         self.absent
             .end(txn, &mut t.inserting, &mut t.read_absent, None);
         let mut woken = Vec::new();
-        self.cc.release(txn, &mut t.held, &mut woken);
+        during(Activity::Lock, || {
+            self.cc.release(txn, &mut t.held, &mut woken)
+        });
         self.wake_all(woken);
     }
 

@@ -18,6 +18,7 @@ use crate::protocol::{
 use crate::replication::{self, Applier, Dedup, GroupMember, StallWatch};
 use crate::runtime::{spawn_worker, Pace};
 use crate::stages::{StageClock, StageSnapshot};
+use crate::worker_time::{during, enter, piece, Activity, WorkerTimes};
 use crossbeam_channel::{bounded, Receiver, RecvTimeoutError};
 use crossbeam_utils::CachePadded;
 use parking_lot::{Condvar, Mutex, MutexGuard, RwLock};
@@ -209,6 +210,12 @@ impl Engine for QStore {
             all.merge(&s);
         }
         Some(all)
+    }
+
+    fn worker_time(&self) -> Vec<(NodeId, crate::stages::StageTotals)> {
+        self.local()
+            .map(|n| (n.id, n.worker_time.totals()))
+            .collect()
     }
 
     fn shutdown(&self) {
@@ -410,6 +417,9 @@ struct QNode {
     wake: Condvar,
     stop: AtomicBool,
     stages: StageClock,
+    /// Where its threads' time goes: planning, executing queues, idle (transactions run
+    /// inline on a submitting thread are not a worker's).
+    worker_time: WorkerTimes,
     /// Every planner of the node, in order (what a submitting thread plans for).
     all_planners: Vec<usize>,
     /// Whether no batch is in flight here, as of the last change to the node state: read on
@@ -515,6 +525,7 @@ impl QNode {
             wake: Condvar::new(),
             stop: AtomicBool::new(false),
             stages: StageClock::new(STAGES),
+            worker_time: WorkerTimes::default(),
             all_planners: (0..planners_per_node as usize).collect(),
             quiet: AtomicBool::new(true),
             subs,
@@ -668,10 +679,14 @@ impl QNode {
         };
         // Nothing to execute: close batches now rather than idle until they fill.
         let early = self.close_when_idle && executes;
+        // A piece (a plan, a queue) is long and switches activity once or twice: every one is
+        // timed.
+        let _accounted = self.worker_time.attach(1);
         while !self.stop.load(Ordering::Acquire) {
+            piece(Activity::Other);
             let began = Pace::begin(&self.pace);
             match self.step(t, &planners, executes, early, &mut scratch) {
-                Some(seen) => self.idle(&planners, seen, early),
+                Some(seen) => during(Activity::Idle, || self.idle(&planners, seen, early)),
                 None => Pace::end(&self.pace, began),
             }
         }
@@ -813,7 +828,9 @@ impl QNode {
             }
         }
         *planner.opened.lock() = Instant::now();
-        let delivered = self.plan(batch, self.rank(p), planner, &mut plan);
+        let delivered = during(Activity::Planning, || {
+            self.plan(batch, self.rank(p), planner, &mut plan)
+        });
         // Published after the plan is installed here, so `retire` never counts this batch as
         // done before its slot exists.
         if delivered {
@@ -1072,6 +1089,9 @@ impl QNode {
         let ahead = Lookahead::new(&c.eq.ops, |op: &Op| (store.table(op.table), op.key));
         ahead.start(done);
         let ahead = |at| ahead.step(at);
+        // The queue's fragments are the transactions' work (timed per claimed queue, not per
+        // fragment: a clock read is a visible cost next to one fragment).
+        let useful = enter(Activity::Useful);
         while let Some(frag) = c.eq.frag(c.cursor) {
             let pos = TxnPos {
                 batch: c.batch,
@@ -1094,6 +1114,7 @@ impl QNode {
             }
             c.cursor += 1;
         }
+        drop(useful);
         let mut state = self.state.lock();
         if let Some(hb) = state.home.get_mut(&(c.batch, c.rank)) {
             if let Some(clock) = &mut hb.clock {
