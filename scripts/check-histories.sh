@@ -67,9 +67,12 @@ for protocol in $("$QSTORE" protocols --names); do
     "$QSTORE" run --protocol "$protocol" --workload ycsb --records 10000 --theta 0.9 --mp-fraction 0.5 --verify "${small[@]}"
   expect_exit 0 "invariants: ok" "$protocol bank --verify" -- \
     "$QSTORE" run --protocol "$protocol" --workload bank --verify "${small[@]}"
-  expect_exit 0 "^serializable: yes" "$protocol micro, contention index 0.01, 30% distributed --verify" -- \
+  # A third of the transactions are dependent (OLLP or a lookup in the transaction, by
+  # protocol), their index moved 50 times a second per entry by the background updater.
+  expect_exit 0 "^serializable: yes" "$protocol micro, contention index 0.01, 30% distributed, 30% dependent --verify" -- \
     "$QSTORE" run --protocol "$protocol" --workload micro --records 20000 --contention-index 0.01 \
-    --mp-fraction 0.3 --verify "${small[@]}"
+    --mp-fraction 0.3 --dependent-fraction 0.3 --index-volatility 50 --index-entries 10 \
+    --lookup-position 0.2 --verify "${small[@]}"
   for wh in 1 4; do
     expect_exit 0 "invariants: ok \(tpcc" "$protocol tpcc x$wh --verify" -- \
       "$QSTORE" run --protocol "$protocol" "${tpcc[@]}" --warehouses "$wh" --verify -q
@@ -137,6 +140,11 @@ expect_exit 0 "^serializable: yes" "dl_detect micro over TCP, node 1 slow, throt
   "$QSTORE" cluster --protocol dl_detect "${micro[@]}" --slow-node 1 --slow-threads 3 --throttle
 expect_exit 0 "^serial oracle: match" "qstore micro over TCP, node 1 slow --verify" -- \
   "$QSTORE" cluster --protocol qstore "${micro[@]}" --slow-node 1 --slow-threads 3
+dependent=(--dependent-fraction 0.5 --index-volatility 50 --index-entries 10)
+expect_exit 0 "^serial oracle: match" "calvin micro over TCP, dependent transactions (OLLP) --verify" -- \
+  "$QSTORE" cluster --protocol calvin "${micro[@]}" "${dependent[@]}"
+expect_exit 0 "^serializable: yes" "dl_detect micro over TCP, dependent transactions --verify" -- \
+  "$QSTORE" cluster --protocol dl_detect "${micro[@]}" "${dependent[@]}"
 
 echo "== distributed mode (one process per node over TCP): --verify and adya"
 for protocol in $("$QSTORE" protocols --names); do

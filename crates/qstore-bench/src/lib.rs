@@ -175,10 +175,24 @@ pub(crate) fn drive(
                     .expect("spawn client thread")
             })
             .collect();
+        let shared = driver::Shared {
+            run: cfg,
+            target,
+            workload,
+            control: &control,
+            elle,
+        };
+        let background = Driver::background(threads, shared).map(|d| {
+            std::thread::Builder::new()
+                .name("background".into())
+                .spawn_scoped(s, move || d.run())
+                .expect("spawn background client thread")
+        });
         let mut d = control_run(cfg, target, &control, progress);
         for h in handles {
             d.stats.merge(&h.join().expect("client thread panicked"));
         }
+        d.background = background.map(|h| h.join().expect("background client panicked"));
         d
     })
 }

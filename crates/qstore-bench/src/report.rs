@@ -491,6 +491,12 @@ impl RunReport {
         if self.missed_arrivals > 0 {
             rows.push(("missed arrivals", group(self.missed_arrivals)));
         }
+        if let Some(b) = &self.background {
+            rows.push((
+                "background txn/s (cc aborts)",
+                format!("{} ({})", group(b.per_s.round() as u64), group(b.cc_aborts)),
+            ));
+        }
         if let Some(l) = &self.log {
             rows.push((
                 "log: records/s, MB/s",

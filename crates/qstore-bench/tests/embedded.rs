@@ -195,3 +195,54 @@ fn ollp_transactions_restart_until_they_commit() {
         );
     }
 }
+
+/// The microbenchmark's dependent transactions under an index that changes so often that
+/// OLLP's guesses go stale: deterministic protocols restart them (counted as
+/// `ollp_restart`), nondeterministic ones look the entry up inside the transaction and never
+/// restart; every history stays serializable, the deterministic ones replay serially to the
+/// same state, and the updater's transactions count apart.
+#[test]
+fn dependent_transactions_restart_under_a_volatile_index_and_stay_serializable() {
+    for protocol in ["qstore", "calvin", "dl_detect", "no_wait"] {
+        let mut c = RunConfig::default();
+        c.protocol.name = protocol.into();
+        c.cluster.nodes = 3;
+        c.workload.name = "micro".into();
+        let m = &mut c.workload.micro;
+        m.records_per_partition = 5_000;
+        m.contention_index = 0.01;
+        m.multi_partition_fraction = 0.5;
+        m.dependent_fraction = 0.8;
+        m.lookup_position = 0.2;
+        // Ten entries per partition, each moved 200 times a second: a guess a few
+        // milliseconds old is often stale.
+        m.index_entries_per_partition = 10;
+        m.index_volatility = 200.0;
+        c.client.warmup_s = 0.0;
+        c.client.duration_s = 0.8;
+        c.client.inflight = 8;
+        let out = run(
+            &c,
+            RunOptions {
+                record_history: true,
+                ..Default::default()
+            },
+        )
+        .unwrap();
+        let r = &out.report;
+        let restarts = r.cc_aborts.get("ollp_restart").copied().unwrap_or(0);
+        let background = r.background.expect("the updater ran");
+        assert!(background.committed > 100, "{protocol}: {background:?}");
+        assert_eq!(
+            (r.unfinished, r.rejected, r.logic_aborts),
+            (0, 0, 0),
+            "{protocol}"
+        );
+        match c.protocol.plans_up_front() {
+            true => assert!(restarts > 10, "{protocol}: {restarts} OLLP restarts"),
+            false => assert_eq!(restarts, 0, "{protocol} looks up in the transaction"),
+        }
+        let v = qstore_bench::verify::verify(&c, out.workload.as_ref(), &out.cluster, r).unwrap();
+        assert!(v.passed(), "{protocol}:\n{v}");
+    }
+}

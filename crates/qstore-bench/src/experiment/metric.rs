@@ -141,6 +141,16 @@ pub const METRICS: &[Metric] = &[
         of: |r| aborts_pct(r, "timestamp_order"),
     },
     Metric {
+        name: "aborts_ollp_restart_pct",
+        label: "OLLP restarts: stale reconnaissance (% of attempts)",
+        of: |r| aborts_pct(r, "ollp_restart"),
+    },
+    Metric {
+        name: "background_tps",
+        label: "background transactions (index updates) per second",
+        of: |r| r.background.map_or(0.0, |b| b.per_s),
+    },
+    Metric {
         name: "msgs_per_txn",
         label: "messages per transaction",
         of: |r| r.msgs_per_txn,
