@@ -158,30 +158,23 @@ pub(crate) fn drive(
     if cfg.client.txns > 0 {
         control.measuring.store(true, Ordering::Relaxed);
     }
+    let shared = driver::Shared {
+        run: cfg,
+        target,
+        workload,
+        control: &control,
+        elle,
+    };
     std::thread::scope(|s| {
         let handles: Vec<_> = (0..threads)
             .map(|t| {
                 let ids: Vec<u32> = (t..clients).step_by(threads as usize).collect();
-                let shared = driver::Shared {
-                    run: cfg,
-                    target,
-                    workload,
-                    control: &control,
-                    elle,
-                };
                 std::thread::Builder::new()
                     .name(format!("client-{t}"))
                     .spawn_scoped(s, move || Driver::new(t, threads, &ids, shared).run())
                     .expect("spawn client thread")
             })
             .collect();
-        let shared = driver::Shared {
-            run: cfg,
-            target,
-            workload,
-            control: &control,
-            elle,
-        };
         let background = Driver::background(threads, shared).map(|d| {
             std::thread::Builder::new()
                 .name("background".into())
