@@ -12,6 +12,20 @@ fn small(nodes: u32) -> RunConfig {
     c
 }
 
+/// Runs `cfg` recording the engine's history, and checks the run with `--verify`'s checks
+/// (history, serial oracle where it applies, invariants); `what` names it in a failure.
+fn run_verified(cfg: &RunConfig, what: &str) -> qstore_bench::RunOutcome {
+    let opts = RunOptions {
+        record_history: true,
+        ..Default::default()
+    };
+    let out = run(cfg, opts).unwrap();
+    let v = qstore_bench::verify::verify(cfg, out.workload.as_ref(), &out.cluster, &out.report)
+        .unwrap();
+    assert!(v.passed(), "{what}:\n{v}");
+    out
+}
+
 fn hashes(cfg: &RunConfig) -> Vec<String> {
     let opts = RunOptions {
         state_hashes: true,
@@ -132,17 +146,7 @@ fn dl_detect_without_two_phase_commit_prepares_nothing_and_stays_serializable() 
         c.protocol.dl_detect.skip_commit_protocol = skip;
         c.client.duration_s = 0.5;
         c.workload.ycsb.multi_partition_fraction = 0.5;
-        let out = run(
-            &c,
-            RunOptions {
-                record_history: true,
-                ..Default::default()
-            },
-        )
-        .unwrap();
-        let v = qstore_bench::verify::verify(&c, out.workload.as_ref(), &out.cluster, &out.report)
-            .unwrap();
-        assert!(v.passed(), "skip {skip}:\n{v}");
+        let out = run_verified(&c, &format!("skip {skip}"));
         let prepare = out.report.stages.iter().find(|s| s.stage == "prepare");
         prepare.and_then(|s| s.per_txn).unwrap().msgs
     };
@@ -221,14 +225,7 @@ fn dependent_transactions_restart_under_a_volatile_index_and_stay_serializable()
         c.client.warmup_s = 0.0;
         c.client.duration_s = 0.8;
         c.client.inflight = 8;
-        let out = run(
-            &c,
-            RunOptions {
-                record_history: true,
-                ..Default::default()
-            },
-        )
-        .unwrap();
+        let out = run_verified(&c, protocol);
         let r = &out.report;
         let restarts = r.cc_aborts.get("ollp_restart").copied().unwrap_or(0);
         let background = r.background.expect("the updater ran");
@@ -242,7 +239,5 @@ fn dependent_transactions_restart_under_a_volatile_index_and_stay_serializable()
             true => assert!(restarts > 10, "{protocol}: {restarts} OLLP restarts"),
             false => assert_eq!(restarts, 0, "{protocol} looks up in the transaction"),
         }
-        let v = qstore_bench::verify::verify(&c, out.workload.as_ref(), &out.cluster, r).unwrap();
-        assert!(v.passed(), "{protocol}:\n{v}");
     }
 }

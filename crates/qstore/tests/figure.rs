@@ -64,6 +64,21 @@ fn text(b: &[u8]) -> String {
 }
 
 /// Data rows of a CSV file.
+/// Draws the figure of `spec` into `out`, which must succeed with every trend holding; its
+/// standard output.
+fn draw_holding(spec: &Path, out: &Path) -> String {
+    let o = run(&[
+        "figure",
+        spec.to_str().unwrap(),
+        "--out",
+        out.to_str().unwrap(),
+    ]);
+    let (stdout, stderr) = (text(&o.stdout), text(&o.stderr));
+    assert_eq!(o.status.code(), Some(0), "{stdout}\n{stderr}");
+    assert!(stdout.contains("verdict: holds"), "{stdout}");
+    stdout
+}
+
 fn rows(path: &Path) -> Vec<Vec<String>> {
     let mut r = csv::Reader::from_path(path).unwrap();
     r.records()
@@ -310,15 +325,7 @@ at_least = 0.0
     )
     .unwrap();
     let out = dir.join("out");
-    let o = run(&[
-        "figure",
-        spec.to_str().unwrap(),
-        "--out",
-        out.to_str().unwrap(),
-    ]);
-    let (stdout, stderr) = (text(&o.stdout), text(&o.stderr));
-    assert_eq!(o.status.code(), Some(0), "{stdout}\n{stderr}");
-    assert!(stdout.contains("verdict: holds"), "{stdout}");
+    draw_holding(&spec, &out);
 
     // Three rows per series (seconds 1 and 2, and the last half second), each with the
     // second as its x and the timeline's metrics; the rest are not measured per second.
@@ -400,15 +407,7 @@ at_least = 0.0
     )
     .unwrap();
     let out = dir.join("out");
-    let o = run(&[
-        "figure",
-        spec.to_str().unwrap(),
-        "--out",
-        out.to_str().unwrap(),
-    ]);
-    let (stdout, stderr) = (text(&o.stdout), text(&o.stderr));
-    assert_eq!(o.status.code(), Some(0), "{stdout}\n{stderr}");
-    assert!(stdout.contains("verdict: holds"), "{stdout}");
+    let stdout = draw_holding(&spec, &out);
     assert!(stdout.contains("latency (ms) by percentile"), "{stdout}");
 
     // One row per run in results.csv; each run's CDF in cdf-runs.csv; one curve per series,
