@@ -691,6 +691,34 @@ mod tests {
         assert_eq!(group(1234567), "1,234,567");
     }
 
+    /// Background transactions count apart, except those refused or left unanswered: they
+    /// fail the run like the clients' own.
+    #[test]
+    fn background_work_counts_apart_but_its_failures_fail_the_run() {
+        let mut clients = ClientStats::default();
+        clients.record_commit(10, 100);
+        let mut r = RunReport::new(&RunConfig::default(), &clients, 2.0, 0.0, vec![], vec![]);
+        let mut background = ClientStats::default();
+        for _ in 0..8 {
+            background.record_commit(1, 50);
+        }
+        background.record_cc_abort(qstore_core::txn::CcAbortCause::Conflict);
+        background.unfinished = 2;
+        background.rejected = 1;
+        background.first_rejection = Some("queue full".into());
+        r.add_background(&background);
+        let b = r.background.expect("reported");
+        assert_eq!((b.committed, b.cc_aborts, b.per_s), (8, 1, 4.0));
+        assert_eq!(
+            (r.committed, r.abort_rate),
+            (1, 0.0),
+            "the clients' figures alone"
+        );
+        assert_eq!((r.unfinished, r.rejected), (2, 1));
+        assert_eq!(r.first_rejection.as_deref(), Some("queue full"));
+        assert!(r.table().contains("background txn/s"), "{}", r.table());
+    }
+
     #[test]
     fn report_formats_agree() {
         let mut stats = ClientStats::default();
