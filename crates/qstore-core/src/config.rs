@@ -1273,6 +1273,10 @@ pub struct NetConfig {
     /// replication, its group elects another leader and the run goes on).
     pub cut_off_node: Option<u32>,
     pub cut_off_after_ms: u64,
+    /// How long the cut lasts, in milliseconds (0: to the end of the run); then the server
+    /// is reachable again, as if its machine came back (with replication, its instance is
+    /// rebuilt from another's copies and serves again).
+    pub cut_off_for_ms: u64,
     /// Injected clock skew, in microseconds: node `n` of `N` reads the clock
     /// `n * skew / (N - 1)` behind, so the first and last nodes are `skew` apart (only the
     /// protocols that take timestamps from the clock notice: TIMESTAMP and MVCC).
@@ -1585,6 +1589,12 @@ impl RunConfig {
             self.net.cut_off_node.unwrap_or_default(),
             "a group replicated through ZooKeeper has a fixed leader (instance 0's member): \
              fail-over is built on raft only (--replication-layer raft)",
+        )?;
+        check(
+            self.net.cut_off_for_ms == 0 || self.net.cut_off_node.is_some(),
+            "net.cut_off_for_ms",
+            self.net.cut_off_for_ms,
+            "says how long net.cut_off_node is cut off: name the server (--cut-off-node)",
         )?;
         match self.net.cut_off_node {
             Some(n) => check(

@@ -19,7 +19,8 @@ pub struct InProcNetwork<M> {
     delay_line: Option<(Sender<Delayed<M>>, JoinHandle<()>)>,
     loss: Option<Loss>,
     /// A node cut off from every other one from this moment on (fault injection).
-    cut_off: Option<(NodeId, Instant)>,
+    /// The server cut off, from when, and until when (`None`: for good).
+    cut_off: Option<(NodeId, Instant, Option<Instant>)>,
     counters: NetCounters,
 }
 
@@ -75,7 +76,9 @@ impl<M: Serialize + Send + 'static> InProcNetwork<M> {
             loss: Loss::new(net.drop_fraction, seed),
             cut_off: net.cut_off_node.map(|n| {
                 let at = Instant::now() + Duration::from_millis(net.cut_off_after_ms);
-                (NodeId(n), at)
+                let until = (net.cut_off_for_ms > 0)
+                    .then(|| at + Duration::from_millis(net.cut_off_for_ms));
+                (NodeId(n), at, until)
             }),
             counters: NetCounters::new(nodes),
         };
@@ -120,7 +123,11 @@ impl<M: Serialize + Send + 'static> Transport<M> for InProcNetwork<M> {
 
     fn reachable(&self, from: NodeId, to: NodeId) -> bool {
         match self.cut_off {
-            Some((cut, at)) => from == to || (from != cut && to != cut) || Instant::now() < at,
+            Some((cut, at, until)) => {
+                let now = Instant::now();
+                let cut_now = now >= at && until.is_none_or(|u| now < u);
+                from == to || (from != cut && to != cut) || !cut_now
+            }
             None => true,
         }
     }

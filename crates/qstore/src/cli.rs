@@ -390,6 +390,11 @@ struct RunArgs {
     /// When `--cut-off-node` strikes, in milliseconds after the cluster started.
     #[arg(long, help_heading = "Cluster", value_name = "MS")]
     cut_off_after_ms: Option<u64>,
+    /// How long the cut lasts, in milliseconds (default 0: to the end of the run). Then the
+    /// server is back, as if its machine restarted: with replication, its cluster instance
+    /// is rebuilt from another instance's copies and serves again.
+    #[arg(long, help_heading = "Cluster", value_name = "MS")]
+    cut_off_for_ms: Option<u64>,
 
     // --- workload ---
     /// Workload: ycsb, micro, bank, append or tpcc.
@@ -857,6 +862,7 @@ impl RunArgs {
             c.net.cut_off_node = self.cut_off_node;
         }
         set(&mut c.net.cut_off_after_ms, self.cut_off_after_ms);
+        set(&mut c.net.cut_off_for_ms, self.cut_off_for_ms);
         set(&mut c.workload.name, self.workload.clone());
         self.apply_workload_flags(&mut c)?;
         let k = &mut c.client;
