@@ -3,7 +3,7 @@
 
 mod common;
 
-use common::{every_copy_checked, failed_over, small, verified};
+use common::{every_copy_checked, failed_over, rebuilt, small, verified};
 use qstore_core::config::QStoreMode;
 use qstore_core::RunConfig;
 
@@ -220,6 +220,37 @@ fn a_cut_off_leader_is_replaced_and_nothing_is_lost_or_run_twice() {
             "group {p} still led from instance 0"
         );
     }
+}
+
+/// A server cut off for a while and then back (a rebooted machine): its instance goes out of
+/// service at once (a leader's, whose groups move to other instances, or a follower's), and
+/// once the server is back the instance is rebuilt from another instance's copies and serves
+/// again: every copy of every partition ends equal to the serial replay.
+#[test]
+fn a_server_that_comes_back_has_its_instance_rebuilt_from_copies() {
+    for (server, point) in [(1, 2), (8, 1), (4, 2)] {
+        let mut cfg = cut_off(point);
+        cfg.net.cut_off_node = Some(server);
+        cfg.net.cut_off_for_ms = 600;
+        cfg.client.duration_s = 4.0;
+        rebuilt(&cfg, server);
+    }
+}
+
+/// With two copies, a leader whose follower is cut off loses its quorum: it steps down and,
+/// once the follower is back, leads again, and the batches it planned before then commit.
+/// Its instance ran them: it records them in its history too (their clients were told to
+/// resubmit, and get the first outcome).
+#[test]
+fn a_leader_that_lost_its_quorum_and_leads_again_records_what_its_instance_ran() {
+    let mut cfg = config("bank", QStoreMode::Speculative, 64);
+    cfg.replication.factor = 2;
+    cfg.client.txns = 0;
+    cfg.client.duration_s = 4.0;
+    cfg.net.cut_off_node = Some(3);
+    cfg.net.cut_off_after_ms = 800;
+    cfg.net.cut_off_for_ms = 1_200;
+    rebuilt(&cfg, 3);
 }
 
 /// Replication point 1: the log holds each planner batch's transactions and every member

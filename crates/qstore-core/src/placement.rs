@@ -26,6 +26,9 @@ pub struct Placement {
     leaders: Vec<AtomicU32>,
     /// By instance: taken out of service (its copies may hold what no log committed).
     stale: Vec<std::sync::atomic::AtomicBool>,
+    /// By instance: rebuilt from another instance's copies (its history of the run has a
+    /// gap: what ran before the copy ran elsewhere).
+    rebuilt: Vec<std::sync::atomic::AtomicBool>,
     failovers: AtomicU32,
 }
 
@@ -41,6 +44,7 @@ impl Placement {
             replicas,
             leaders: (0..partitions).map(|p| AtomicU32::new(first(p))).collect(),
             stale: (0..replicas).map(|_| Default::default()).collect(),
+            rebuilt: (0..replicas).map(|_| Default::default()).collect(),
             failovers: AtomicU32::new(0),
         }
     }
@@ -51,6 +55,23 @@ impl Placement {
         if let Some(s) = self.stale.get(instance as usize) {
             s.store(true, Ordering::Release);
         }
+    }
+
+    /// Puts stale instance `instance` back in service, rebuilt from another's copies.
+    pub fn mark_rebuilt(&self, instance: u32) {
+        if let Some(r) = self.rebuilt.get(instance as usize) {
+            r.store(true, Ordering::Release);
+        }
+        if let Some(s) = self.stale.get(instance as usize) {
+            s.store(false, Ordering::Release);
+        }
+    }
+
+    /// Whether instance `instance` was rebuilt (see `mark_rebuilt`).
+    pub fn is_rebuilt(&self, instance: u32) -> bool {
+        self.rebuilt
+            .get(instance as usize)
+            .is_some_and(|s| s.load(Ordering::Acquire))
     }
 
     /// Whether instance `instance` is out of service (see `mark_stale`).

@@ -107,12 +107,14 @@ impl EngineCtx {
     }
 
     /// The history to check after a run: with replication, that of the first cluster
-    /// instance still in service (every instance records what it runs; one out of service
-    /// may hold what no log committed). A server process has its own part only.
+    /// instance in service throughout (every instance records what it runs; one out of
+    /// service may hold what no log committed, and a rebuilt one lacks what ran before its
+    /// copy). A server process has its own part only.
     pub fn history_in_service(&self) -> Option<&Arc<HistoryRecorder>> {
+        let p = &self.placement;
         let first = match self.hosting {
-            Hosting::Embedded => (0..self.placement.replicas())
-                .find(|&i| !self.placement.is_stale(i))
+            Hosting::Embedded => (0..p.replicas())
+                .find(|&i| !p.is_stale(i) && !p.is_rebuilt(i))
                 .unwrap_or(0),
             Hosting::Node(_) => 0,
         };

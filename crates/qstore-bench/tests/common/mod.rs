@@ -61,6 +61,29 @@ pub fn failed_over(cfg: &RunConfig) -> (Verification, qstore_bench::RunOutcome) 
     (v, out)
 }
 
+/// Runs a replicated configuration that cuts server `cut` off for a while, with its history
+/// recorded: every transaction answered, something committed, the verification passed with
+/// every instance in service at the end, and the cut-off server's instance rebuilt.
+pub fn rebuilt(cfg: &RunConfig, cut: u32) -> (Verification, qstore_bench::RunOutcome) {
+    let opts = RunOptions {
+        record_history: true,
+        ..Default::default()
+    };
+    let out = run(cfg, opts).unwrap();
+    let r = &out.report;
+    assert_eq!((r.rejected, r.unfinished), (0, 0), "{r:?}");
+    assert!(r.committed > 0, "{r:?}");
+    let v = verify(cfg, out.workload.as_ref(), &out.cluster, r).unwrap();
+    every_copy_checked(&v, cfg, &format!("server {cut} cut off and back"));
+    if let Some(fo) = &v.failover {
+        assert!(fo.stale.is_empty(), "{v}");
+    }
+    let placement = &out.cluster.ctx().placement;
+    let instance = placement.instance_of(qstore_core::NodeId(cut));
+    assert!(placement.is_rebuilt(instance), "instance {instance}: {v}");
+    (v, out)
+}
+
 /// Asserts that a replicated run passed its verification with every copy of every partition
 /// replayed against the oracle, and (but on ycsb, which has none) the workload's invariants.
 pub fn every_copy_checked(v: &Verification, cfg: &RunConfig, case: &str) {

@@ -293,29 +293,8 @@ impl Checkpointer {
                 unit = self.unit
             )));
         }
-        let mut kept: Vec<rustc_hash::FxHashSet<Key>> =
-            store.tables().iter().map(|_| Default::default()).collect();
-        let mut count = 0;
-        for row in rows {
-            let row = row?;
-            // SAFETY: the caller's promise.
-            unsafe { store.restore_row(row.table, row.key, Some(&row.bytes)) }.map_err(failed)?;
-            kept[row.table as usize].insert(row.key);
-            count += 1;
-        }
-        // Rows the checkpoint does not hold were deleted before it.
-        for (t, table) in store.tables().iter().enumerate() {
-            let mut gone = Vec::new();
-            table.for_each(|key, _| {
-                if !kept[t].contains(&key) {
-                    gone.push(key);
-                }
-            });
-            for key in gone {
-                // SAFETY: the caller's promise.
-                unsafe { store.restore_row(t as TableId, key, None) }.map_err(failed)?;
-            }
-        }
+        // SAFETY: the caller's promise.
+        let count = unsafe { put_back(rows, store) }.map_err(|e| failed(e.to_string()))?;
         self.restored.store(batch + 1, Ordering::Release);
         Ok(count)
     }
@@ -628,6 +607,87 @@ unsafe fn copy(partition: PartitionId, batch: u64, store: &PartitionStore) -> Im
         flush(&mut rows);
     }
     Image { batch, records }
+}
+
+/// Makes `store` hold exactly `rows` (a copy of a partition): every row of it put back, and
+/// every other row deleted (it was deleted before the copy). Returns the rows put back.
+///
+/// # Safety
+/// No other thread may use the store meanwhile.
+unsafe fn put_back(
+    rows: impl Iterator<Item = Result<Row<'static>, QError>>,
+    store: &PartitionStore,
+) -> Result<u64, QError> {
+    let mut kept: Vec<rustc_hash::FxHashSet<Key>> =
+        store.tables().iter().map(|_| Default::default()).collect();
+    let mut count = 0;
+    for row in rows {
+        let row = row?;
+        let Some(seen) = kept.get_mut(row.table as usize) else {
+            return Err(QError::Other(format!(
+                "a row of unknown table {}",
+                row.table
+            )));
+        };
+        // SAFETY: the caller's promise.
+        unsafe { store.restore_row(row.table, row.key, Some(&row.bytes)) }
+            .map_err(QError::Other)?;
+        seen.insert(row.key);
+        count += 1;
+    }
+    for (t, table) in store.tables().iter().enumerate() {
+        let mut gone = Vec::new();
+        table.for_each(|key, _| {
+            if !kept[t].contains(&key) {
+                gone.push(key);
+            }
+        });
+        for key in gone {
+            // SAFETY: the caller's promise.
+            unsafe { store.restore_row(t as TableId, key, None) }.map_err(QError::Other)?;
+        }
+    }
+    Ok(count)
+}
+
+/// A copy of `store`'s rows, as records of rows (a checkpoint without its head): what a
+/// stale cluster instance is rebuilt from (see `qstore::rebuild`).
+///
+/// # Safety
+/// No transaction may write the store meanwhile.
+pub(crate) unsafe fn copy_rows(store: &PartitionStore) -> Vec<Vec<u8>> {
+    // SAFETY: the caller's promise.
+    let mut image = unsafe { copy(PartitionId(0), 0, store) };
+    image.records.remove(0);
+    image.records
+}
+
+/// Makes `store` hold exactly the rows of `records` (from [`copy_rows`]). Returns the rows.
+///
+/// # Safety
+/// No other thread may use the store meanwhile.
+pub(crate) unsafe fn install_rows(
+    records: Vec<Vec<u8>>,
+    store: &PartitionStore,
+) -> Result<u64, QError> {
+    let rows =
+        records
+            .into_iter()
+            .flat_map(|bytes| match postcard::from_bytes::<Vec<Row<'_>>>(&bytes) {
+                Ok(rows) => rows
+                    .into_iter()
+                    .map(|r| {
+                        Ok(Row {
+                            table: r.table,
+                            key: r.key,
+                            bytes: Cow::Owned(r.bytes.into_owned()),
+                        })
+                    })
+                    .collect::<Vec<_>>(),
+                Err(e) => vec![Err(QError::Other(format!("damaged rows ({e})")))],
+            });
+    // SAFETY: the caller's promise.
+    unsafe { put_back(rows, store) }
 }
 
 /// Writes `image` as the snapshot `path`; returns its size.

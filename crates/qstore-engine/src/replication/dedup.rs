@@ -74,6 +74,27 @@ impl Dedup {
         }
     }
 
+    /// The finished transactions remembered, oldest first: what a copy of the partition
+    /// carries, so that a rebuilt member answers a resubmission as the others would.
+    pub fn finished_outcomes(&self) -> Vec<(TxnKey, TxnOutcome)> {
+        self.finished
+            .iter()
+            .filter_map(|k| match self.seen.get(k) {
+                Some(Seen::Finished(o)) => Some((*k, o.clone())),
+                _ => None,
+            })
+            .collect()
+    }
+
+    /// A table of `outcomes` (from [`Dedup::finished_outcomes`]), oldest first.
+    pub fn of_outcomes(outcomes: Vec<(TxnKey, TxnOutcome)>) -> Self {
+        let mut d = Dedup::default();
+        for (key, outcome) in outcomes {
+            d.finished(key, &outcome);
+        }
+        d
+    }
+
     /// Resubmissions waiting here, handed back (this member no longer leads).
     pub fn take_waiting(&mut self) -> Vec<TxnRequest> {
         let mut out = Vec::new();

@@ -123,6 +123,13 @@ impl Batches {
         self.hold_from = from;
     }
 
+    /// Whether an executor holds a queue (claimed and not handed back).
+    pub fn any_running(&self) -> bool {
+        self.slots
+            .values()
+            .any(|slot| slot.subs.iter().any(|q| q.running))
+    }
+
     /// The first batch held back.
     pub fn held_from(&self) -> u64 {
         self.hold_from

@@ -28,6 +28,7 @@ mod batch;
 mod msg;
 mod node;
 mod plan;
+mod rebuild;
 mod replica;
 mod spec;
 

@@ -282,12 +282,14 @@ pub type Outputs = Vec<Vec<Output>>;
 pub enum QMsg {
     /// Planner `rank`'s execution queues for the receiving node in `batch`; an empty list
     /// tells the receiver that this planner has nothing for it in that batch. `checkpoint`
-    /// (only from node 0's first planner): every node checkpoints after this batch.
+    /// (only from node 0's first planner): every node checkpoints after this batch; `copy`
+    /// (the same): every node copies its partition after it for a stale instance.
     Plan {
         batch: u64,
         rank: u32,
         eqs: Vec<Eq>,
         checkpoint: bool,
+        copy: Option<super::rebuild::CopyFor>,
     },
     /// Every fragment planner `rank` sent the sender in `batch` has run; here are their
     /// outputs.
@@ -322,9 +324,27 @@ pub enum QMsg {
     /// Replication: the sender's instance (the receiver's) ran plans no log committed, or
     /// lost a node; it takes no further part in the run.
     Stale,
+    /// Replication: rebuilding a stale instance from another's copies (see `rebuild`).
+    Rebuild(super::rebuild::RebuildMsg),
     /// Durability: the checkpoints the sender holds, by batch (see `checkpoint`); with
     /// `asking`, it restarted and wants the receiver's.
     Checkpoints { have: Vec<u64>, asking: bool },
+}
+
+impl QMsg {
+    /// Whether it is a message of transaction processing inside an instance (plans, values,
+    /// verdicts, acknowledgements, fates, log commits), as opposed to replication's own.
+    pub fn is_of_a_run(&self) -> bool {
+        matches!(
+            self,
+            QMsg::Plan { .. }
+                | QMsg::Ack { .. }
+                | QMsg::Final { .. }
+                | QMsg::Dep { .. }
+                | QMsg::Vote { .. }
+                | QMsg::Logged { .. }
+        )
+    }
 }
 
 /// Speculative mode: what a node that ran some of a planner's batch reports about one of its

@@ -4,6 +4,7 @@
 use super::batch::{Batches, Claim};
 use super::msg::{Eq, FateInfo, FateNote, FragRef, Op, Output, Outputs, QMsg, TxnPos};
 use super::plan::{BatchPlan, QueueShape};
+use super::rebuild::{self, CopyFor, CopyPart, Phase, Rebuild, RebuildMsg};
 use super::replica::{LogGate, LoggedBatch, LoggedPlan, TxnContext};
 use super::spec::{PlannerBatch, RecordKey, Speculation};
 use crate::cluster::EngineCtx;
@@ -33,7 +34,7 @@ use qstore_net::{Envelope, NetCounters, Transport};
 use qstore_storage::RowVersion;
 use rustc_hash::FxHashMap;
 use std::collections::BTreeMap;
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -94,6 +95,7 @@ pub fn start(ctx: Arc<EngineCtx>) -> Result<Box<dyn Engine>, QError> {
     for (local, (id, inbox)) in inboxes.into_iter().enumerate() {
         let ckpt = Checkpointer::open(&ctx, id, "qstore-checkpoints", "batch")?;
         let node = Arc::new(QNode::new(id, ctx.clone(), transport.clone(), ckpt));
+        let _ = node.this.set(Arc::downgrade(&node));
         nodes[id.index()] = Some(node.clone());
         let n = node.clone();
         threads.push(spawn_worker(
@@ -352,6 +354,33 @@ struct NodeState {
     /// that wait for it (see `LogGate`).
     gate: LogGate,
     unlogged: BTreeMap<PlannerBatch, DecidedBatch>,
+    /// Replication: copies for stale instances to take after each batch (see `rebuild`),
+    /// and the batch after which one is being taken (nothing after it runs meanwhile).
+    copies: BTreeMap<u64, Vec<CopyFor>>,
+    copying: Option<u64>,
+}
+
+impl NodeState {
+    /// The state of a node whose next batch is `next`.
+    fn new(batches: Batches, ranks: u32, next: u64) -> Self {
+        let mut gate = LogGate::new(ranks);
+        gate.skip_to(next);
+        NodeState {
+            batches,
+            home: BTreeMap::new(),
+            values: FxHashMap::default(),
+            retired: next,
+            fates: FxHashMap::default(),
+            dirty: FxHashMap::default(),
+            images: FxHashMap::default(),
+            spec: Speculation::default(),
+            decided: Vec::new(),
+            gate,
+            unlogged: BTreeMap::new(),
+            copies: BTreeMap::new(),
+            copying: None,
+        }
+    }
 }
 
 /// A planner's batch whose transactions' fates are known, in planning order.
@@ -404,6 +433,18 @@ struct QNode {
     /// Replication: this node's instance may have run plans no log committed (see
     /// `replica`); it takes no part in the run any more.
     stale: AtomicBool,
+    /// Replication: rebuilding this node's stale instance (see `rebuild`).
+    rebuild: Mutex<Rebuild>,
+    /// Replication, at the leader of group 0: copies a stale instance wants (attempt, and
+    /// the batch to copy after at the earliest), marked on the next plan of its first planner.
+    copy_wanted: Mutex<Option<(CopyFor, u64)>>,
+    /// Threads answering decided batches (outside the state lock): a copy's outcomes are
+    /// taken once none is, so they hold every transaction the copy ran.
+    answering: AtomicU32,
+    /// A copy is being installed (see `rebuild`).
+    installing: AtomicBool,
+    /// The node itself, for threads of its own.
+    this: OnceLock<std::sync::Weak<QNode>>,
     /// Replication: when this node last saw its instance retire a batch (or have nothing to
     /// do), and how long a leader lets it stall before it gives its group away.
     watch: StallWatch,
@@ -496,6 +537,11 @@ impl QNode {
             member: OnceLock::new(),
             dedup: Mutex::new(Dedup::default()),
             stale: AtomicBool::new(false),
+            rebuild: Mutex::new(Rebuild::new()),
+            copy_wanted: Mutex::new(None),
+            answering: AtomicU32::new(0),
+            this: OnceLock::new(),
+            installing: AtomicBool::new(false),
             watch: StallWatch::new(Duration::from_millis(ctx.cfg.replication.stall_ms as u64)),
             synchronous: ctx.logged()
                 && (ctx.cfg.replication.mode == ReplicationMode::Synchronous
@@ -509,19 +555,7 @@ impl QNode {
                 next: AtomicUsize::new(0),
                 request_wakes: AtomicBool::new(false),
             }),
-            state: CachePadded::new(Mutex::new(NodeState {
-                batches,
-                home: BTreeMap::new(),
-                values: FxHashMap::default(),
-                retired: 0,
-                fates: FxHashMap::default(),
-                dirty: FxHashMap::default(),
-                images: FxHashMap::default(),
-                spec: Speculation::default(),
-                decided: Vec::new(),
-                gate: LogGate::new(ranks),
-                unlogged: BTreeMap::new(),
-            })),
+            state: CachePadded::new(Mutex::new(NodeState::new(batches, ranks, 0))),
             wake: Condvar::new(),
             stop: AtomicBool::new(false),
             stages: StageClock::new(STAGES),
@@ -1040,6 +1074,11 @@ impl QNode {
     /// after which every node of the instance checkpoints.
     fn deliver(&self, batch: u64, rank: u32, eqs: Vec<Vec<Eq>>) {
         let checkpoint = rank == 0 && self.ckpt.as_ref().is_some_and(|c| c.mark_due(batch));
+        let copy = if rank == 0 {
+            self.copy_due(batch)
+        } else {
+            None
+        };
         for (d, eqs) in eqs.into_iter().enumerate() {
             let d = NodeId(d as u32);
             if d != self.part {
@@ -1048,16 +1087,43 @@ impl QNode {
                     rank,
                     eqs,
                     checkpoint,
+                    copy,
                 };
                 self.net.send(self.id, self.peer(d), msg);
             } else {
-                self.install(batch, rank, eqs, checkpoint);
+                self.install(batch, rank, eqs, checkpoint, copy);
             }
         }
     }
 
-    fn install(&self, batch: u64, rank: u32, eqs: Vec<Eq>, checkpoint: bool) {
-        if self.stale.load(Ordering::Acquire) {
+    /// The copy a stale instance wants after `batch`, if it is due (see `rebuild`).
+    fn copy_due(&self, batch: u64) -> Option<CopyFor> {
+        let mut wanted = self.copy_wanted.lock();
+        match *wanted {
+            Some((copy, from)) if batch >= from => {
+                *wanted = None;
+                tracing::info!(
+                    "node {}: instance {} gets copies after batch {batch}",
+                    self.id,
+                    copy.instance
+                );
+                Some(copy)
+            }
+            _ => None,
+        }
+    }
+
+    fn install(
+        &self,
+        batch: u64,
+        rank: u32,
+        eqs: Vec<Eq>,
+        checkpoint: bool,
+        copy: Option<CopyFor>,
+    ) {
+        // A stale node installs nothing; one rebuilt installs what the nodes of its instance
+        // that are rebuilt too send (`serve_network` drops the rest).
+        if self.stale.load(Ordering::Acquire) && self.rebuild.lock().phase() == Phase::Stale {
             return;
         }
         let mut state = self.state.lock();
@@ -1065,12 +1131,20 @@ impl QNode {
             match &self.ckpt {
                 // Installed under the lock with the hold: no queue of a later batch can be
                 // claimed before it (they wait for this planner's later plans).
-                Some(c) => state.batches.hold_from(c.schedule(batch)),
+                Some(c) => {
+                    c.schedule(batch);
+                }
                 None => tracing::warn!(
                     "node {}: a plan marks a checkpoint, but this node has no data directory",
                     self.id
                 ),
             }
+        }
+        if let Some(copy) = copy {
+            state.copies.entry(batch).or_default().push(copy);
+        }
+        if checkpoint || copy.is_some() {
+            self.hold(&mut state);
         }
         state.batches.install(batch, rank, eqs);
         state.batches.event();
@@ -1743,10 +1817,17 @@ impl QNode {
     fn settle(&self, mut state: MutexGuard<'_, NodeState>) {
         self.retire(&mut state);
         let decided = std::mem::take(&mut state.decided);
+        let answering = !decided.is_empty();
+        if answering {
+            self.answering.fetch_add(1, Ordering::AcqRel);
+        }
         drop(state);
         self.notify();
         for d in decided {
             self.answer(d);
+        }
+        if answering {
+            self.answering.fetch_sub(1, Ordering::AcqRel);
         }
     }
 
@@ -1777,6 +1858,7 @@ impl QNode {
                 !v.is_empty()
             });
             self.checkpoint_if_due(state);
+            self.copy_if_due(state);
         }
         let quiet = state.home.is_empty() && state.unlogged.is_empty() && state.batches.is_empty();
         // Written only when it changes: every thread reads it on every submission.
@@ -1785,18 +1867,89 @@ impl QNode {
         }
     }
 
+    /// Holds back the queues after the first checkpoint or copy to take (all of them on a
+    /// node out of service).
+    fn hold(&self, state: &mut NodeState) {
+        let from = if self.stale.load(Ordering::Acquire) {
+            0
+        } else {
+            let checkpoint = self.ckpt.as_ref().map_or(u64::MAX, |c| c.hold_from());
+            let copy = state
+                .copies
+                .keys()
+                .next()
+                .into_iter()
+                .chain(&state.copying)
+                .min();
+            checkpoint.min(copy.map_or(u64::MAX, |b| b + 1))
+        };
+        state.batches.hold_from(from);
+    }
+
     /// Takes the checkpoint the ring waits for, once every batch up to it is retired here.
     fn checkpoint_if_due(&self, state: &mut NodeState) {
         let Some(c) = &self.ckpt else { return };
-        let held = state.batches.held_from();
-        if held == 0 || held > state.retired {
+        let held = c.hold_from();
+        if held == 0 || held > state.retired || state.batches.held_from() == 0 {
             return; // recovering, or batches before the checkpoint still in flight
         }
         // SAFETY: no queue runs: every batch before `retired` is done here, and none from
         // `held` on may be claimed (the checkpoint's batch is `held - 1 < retired`).
-        let next = unsafe { c.take_if_due(state.retired, self.store()) };
-        state.batches.hold_from(next);
+        unsafe { c.take_if_due(state.retired, self.store()) };
+        self.hold(state);
         state.batches.event();
+    }
+
+    /// Starts taking the first copy for stale instances, once its batch is retired here (see
+    /// `rebuild`). The copy is made on a thread of its own, outside the state lock: nothing
+    /// after its batch runs meanwhile (the hold stays until it is made), and nothing up to it
+    /// is left to run, so no one writes the partition; but the node's other threads (its
+    /// group member's above all, whose heartbeats keep its group's leader) go on.
+    fn copy_if_due(&self, state: &mut NodeState) {
+        let Some(entry) = state.copies.first_entry() else {
+            return;
+        };
+        let batch = *entry.key();
+        let due = batch < state.retired && state.batches.held_from() != 0;
+        if !due || state.copying.is_some() {
+            return;
+        }
+        let wanted = entry.remove();
+        state.copying = Some(batch);
+        let Some(node) = self.this.get().and_then(std::sync::Weak::upgrade) else {
+            return;
+        };
+        let copying = move || {
+            let started = Instant::now();
+            // SAFETY: no queue runs: every batch up to `batch` is done here, and none after
+            // it may be claimed until `copying` is cleared below.
+            let rows = unsafe { checkpoint::copy_rows(node.store()) };
+            tracing::info!(
+                "node {}: copied partition {} after batch {batch} in {:?} ({} records)",
+                node.id,
+                node.part.0,
+                started.elapsed(),
+                rows.len()
+            );
+            {
+                let mut state = node.state.lock();
+                state.copying = None;
+                node.hold(&mut state);
+                state.batches.event();
+                node.settle(state);
+            }
+            for copy in wanted {
+                node.send_copy(copy, batch, rows.clone());
+            }
+        };
+        let spawned = std::thread::Builder::new()
+            .name(format!("q{}-copy", self.id.0))
+            .spawn(copying);
+        if let Err(e) = spawned {
+            tracing::error!("node {}: cannot copy its partition: {e}", self.id);
+            state.copying = None;
+            self.hold(state);
+        }
     }
 
     /// Read-committed: read-only queues at positions (batch, planner rank) up to this one may
@@ -1826,18 +1979,26 @@ impl QNode {
                 Err(RecvTimeoutError::Timeout) => continue,
                 Err(RecvTimeoutError::Disconnected) => return,
             };
+            if self.stale.load(Ordering::Acquire) && env.msg.is_of_a_run() {
+                let part = self.instance_part(env.from);
+                if !part.is_some_and(|p| self.rebuild.lock().accepts_from(p)) {
+                    continue; // the instance's old run (see `rebuild`)
+                }
+            }
             match env.msg {
                 QMsg::Plan {
                     batch,
                     rank,
                     eqs,
                     checkpoint,
+                    copy,
                 } => {
                     let check = self.state.lock().batches.check_plan(rank, &eqs);
-                    // Only node 0's first planner marks checkpoints.
+                    // Only node 0's first planner marks checkpoints and copies.
                     let checkpoint = checkpoint && rank == 0;
+                    let copy = copy.filter(|_| rank == 0);
                     match check {
-                        Ok(()) => self.install(batch, rank, eqs, checkpoint),
+                        Ok(()) => self.install(batch, rank, eqs, checkpoint, copy),
                         Err(why) => tracing::error!(
                             "node {}: refused a plan from node {}: {why}",
                             self.id,
@@ -1870,7 +2031,12 @@ impl QNode {
                     aborted,
                 } => self.on_final(batch, rank, aborted),
                 QMsg::Logged { batch, rank } => self.on_logged(batch, rank),
-                QMsg::Stale => self.become_stale("another node of its instance is stale"),
+                QMsg::Stale => {
+                    if self.instance_part(env.from).is_some() {
+                        self.become_stale("another node of its instance is stale");
+                    }
+                }
+                QMsg::Rebuild(msg) => self.on_rebuild(env.from, msg),
                 QMsg::Raft(msg) => replication::deliver(self.member.get(), self.id, env.from, msg),
                 QMsg::Checkpoints { have, asking } => match &self.ckpt {
                     Some(c) => {
@@ -1943,17 +2109,103 @@ impl Applier for QNode {
                 return;
             }
         }
-        let Some(planner) = self.planner_of(rank) else {
+        if self.planner_of(rank).is_none() {
             tracing::error!(
                 "node {}: the log holds batch {batch} of planner rank {rank}, not of this group",
                 self.id,
             );
             return;
-        };
-        if self.stale.load(Ordering::Acquire) {
-            // Still a voter of its group, but its instance runs nothing more.
-            return;
         }
+        self.serve_if_rebuilt();
+        if self.stale.load(Ordering::Acquire) {
+            // Still a voter of its group, but its instance runs nothing more until it is
+            // rebuilt: the entry is held for then.
+            let mut rebuild = self.rebuild.lock();
+            match rebuild.hold(proposer, logged, data.len()) {
+                None => return,
+                // Back in service meanwhile.
+                Some(back) => {
+                    drop(rebuild);
+                    return self.apply_logged(proposer, proposed_here, back);
+                }
+            }
+        }
+        self.apply_logged(proposer, proposed_here, logged)
+    }
+
+    fn compactable_before(&self) -> Option<u64> {
+        self.ckpt.as_ref().and_then(|c| c.compactable_before())
+    }
+
+    fn log_starts_at(&self, first: u64) -> Result<(), String> {
+        Checkpointer::log_starts_at(self.ckpt.as_deref(), first)
+    }
+
+    fn leader_changed(&self, leader: Option<NodeId>) {
+        if leader == Some(self.id) {
+            self.watch.progressed();
+        } else {
+            self.redirect_home();
+        }
+        self.notify();
+    }
+
+    /// A node of an instance that lost a peer takes it out of service at once (a leader or
+    /// not): messages to that peer were lost, so the instance cannot go on; a stale node
+    /// works at rebuilding it.
+    fn tick(&self) {
+        if !self.stale.load(Ordering::Acquire) {
+            let lost = (0..self.ctx.nodes())
+                .map(|d| self.peer(NodeId(d)))
+                .find(|&n| !self.net.reachable(self.id, n));
+            if let Some(n) = lost {
+                self.become_stale(&format!("node {n} of its instance is unreachable"));
+            }
+        }
+        if self.stale.load(Ordering::Acquire) {
+            self.rebuild_step();
+        }
+    }
+
+    fn fell_behind(&self) {
+        self.become_stale(
+            "it fell behind its group's compacted log (it is rebuilt from a copy of the \
+             partition)",
+        );
+    }
+
+    /// A leader gives its group away when its instance is stale, or stalled (see
+    /// [`StallWatch`]; the instance is stale then too).
+    fn should_step_aside(&self) -> bool {
+        if self.stale.load(Ordering::Acquire) {
+            return true;
+        }
+        let busy = {
+            let state = self.state.lock();
+            !(state.home.is_empty() && state.unlogged.is_empty() && state.batches.is_empty())
+        };
+        let lost = || {
+            (0..self.ctx.nodes())
+                .map(|d| self.peer(NodeId(d)))
+                .find(|&n| !self.net.reachable(self.id, n))
+        };
+        match self.watch.verdict(busy, lost) {
+            Some(why) => {
+                self.become_stale(&why);
+                true
+            }
+            None => false,
+        }
+    }
+}
+
+impl QNode {
+    /// Delivers a committed entry of the group's log in this node's instance.
+    fn apply_logged(&self, proposer: NodeId, proposed_here: bool, logged: LoggedBatch) {
+        let (batch, rank) = (logged.batch, logged.rank);
+        let Some(planner) = self.planner_of(rank) else {
+            return;
+        };
         if proposed_here {
             // This member planned it and its instance has it (or, synchronous, gets it now).
             if self.synchronous {
@@ -2014,54 +2266,6 @@ impl Applier for QNode {
         planner.delivered.fetch_max(batch + 1, Ordering::AcqRel);
         self.tell_instance(|| QMsg::Logged { batch, rank });
     }
-
-    fn compactable_before(&self) -> Option<u64> {
-        self.ckpt.as_ref().and_then(|c| c.compactable_before())
-    }
-
-    fn log_starts_at(&self, first: u64) -> Result<(), String> {
-        Checkpointer::log_starts_at(self.ckpt.as_deref(), first)
-    }
-
-    fn leader_changed(&self, leader: Option<NodeId>) {
-        if leader == Some(self.id) {
-            self.watch.progressed();
-        } else {
-            self.redirect_home();
-        }
-        self.notify();
-    }
-
-    fn fell_behind(&self) {
-        self.become_stale(
-            "it fell behind its group's compacted log (catching up from a copy of the \
-             partition is not built yet)",
-        );
-    }
-
-    /// A leader gives its group away when its instance is stale, or stalled (see
-    /// [`StallWatch`]; the instance is stale then too).
-    fn should_step_aside(&self) -> bool {
-        if self.stale.load(Ordering::Acquire) {
-            return true;
-        }
-        let busy = {
-            let state = self.state.lock();
-            !(state.home.is_empty() && state.unlogged.is_empty() && state.batches.is_empty())
-        };
-        let lost = || {
-            (0..self.ctx.nodes())
-                .map(|d| self.peer(NodeId(d)))
-                .find(|&n| !self.net.reachable(self.id, n))
-        };
-        match self.watch.verdict(busy, lost) {
-            Some(why) => {
-                self.become_stale(&why);
-                true
-            }
-            None => false,
-        }
-    }
 }
 
 impl QNode {
@@ -2091,12 +2295,19 @@ impl QNode {
     }
 
     /// Takes this node out of the run: its instance may have run plans no log committed (or
-    /// lost a node). It stops installing plans, tells its instance, and sends its waiting
-    /// clients to the leader; as a member of its group it goes on voting. (Rebuilding a
-    /// stale instance from another's state is not built yet.)
+    /// lost a node). It stops installing plans and running queues, tells its instance, and
+    /// sends its waiting clients to the leader; as a member of its group it goes on voting,
+    /// and holds what its log commits until its instance is rebuilt (see `rebuild`).
     fn become_stale(&self, why: &str) {
+        let mut rebuild = self.rebuild.lock();
         if self.stale.swap(true, Ordering::AcqRel) {
             return;
+        }
+        rebuild.go_stale();
+        drop(rebuild);
+        {
+            let mut state = self.state.lock();
+            self.hold(&mut state);
         }
         let placement = &self.ctx.placement;
         placement.mark_stale(placement.instance_of(self.id));
@@ -2110,6 +2321,264 @@ impl QNode {
         self.notify();
     }
 
+    /// The partition (node of the instance) of server `n`, if it belongs to this node's
+    /// instance.
+    fn instance_part(&self, n: NodeId) -> Option<u32> {
+        let p = &self.ctx.placement;
+        (n.index() < self.ctx.servers() as usize && p.instance_of(n) == p.instance_of(self.id))
+            .then(|| p.partition_of(n).0)
+    }
+
+    /// A stale node's periodic step of rebuilding (on its member's thread, every raft tick):
+    /// tells its instance it is stale (a node that was cut off learns it so), reports what
+    /// it can replay, asks for copies (the coordinator), installs a whole copy, and comes
+    /// back in service once its whole instance installed one.
+    fn rebuild_step(&self) {
+        let now = Instant::now();
+        let nodes = self.ctx.nodes();
+        let all_reachable = (0..nodes).all(|d| self.net.reachable(self.id, self.peer(NodeId(d))));
+        let (report, attempt, copy) = {
+            let mut r = self.rebuild.lock();
+            let ranks = self.rank(0)..self.rank(self.planners.len());
+            let report = all_reachable.then(|| r.report_due(ranks, now)).flatten();
+            let source = self.copy_source();
+            let attempt = (self.part.0 == 0 && all_reachable)
+                .then_some(source)
+                .flatten()
+                .and_then(|source| Some((source, r.attempt_due(nodes, now)?)));
+            // One copy installed at a time.
+            let installing = self.installing.swap(true, Ordering::AcqRel);
+            let copy = if installing { None } else { r.take_complete() };
+            if !installing && copy.is_none() {
+                self.installing.store(false, Ordering::Release);
+            }
+            (report, attempt, copy)
+        };
+        if let Some(from) = report {
+            self.tell_instance(|| QMsg::Stale);
+            let coordinator = self.peer(NodeId(0));
+            self.net.send(
+                self.id,
+                coordinator,
+                QMsg::Rebuild(RebuildMsg::Ready { from }),
+            );
+        }
+        if let Some((source, (gen, from))) = attempt {
+            self.ask_for_copies(source, gen, from);
+        }
+        if let Some(copy) = copy {
+            // Not on the member's thread: installing a large partition takes a while.
+            let node = self.this.get().and_then(std::sync::Weak::upgrade);
+            let spawned = std::thread::Builder::new()
+                .name(format!("q{}-install", self.id.0))
+                .spawn(move || {
+                    if let Some(n) = node {
+                        n.install_copy(copy);
+                        n.installing.store(false, Ordering::Release);
+                    }
+                });
+            if let Err(e) = spawned {
+                tracing::error!("node {}: cannot install a copy: {e}", self.id);
+                self.installing.store(false, Ordering::Release);
+            }
+        }
+        self.serve_if_rebuilt();
+    }
+
+    /// Where a stale instance's copies come from: the leader of group 0, if it is known and
+    /// serves in another instance (it marks the batch every node of its instance copies
+    /// after).
+    fn copy_source(&self) -> Option<NodeId> {
+        let p = &self.ctx.placement;
+        let leader = p.leader(PartitionId(0))?;
+        let instance = p.instance_of(leader);
+        (instance != p.instance_of(self.id) && !p.is_stale(instance)).then_some(leader)
+    }
+
+    /// The coordinator: attempt `gen` at rebuilding its instance from `source`'s instance's
+    /// copies after `from`.
+    fn ask_for_copies(&self, source: NodeId, gen: u64, from: u64) {
+        let instance = self.ctx.placement.instance_of(self.id);
+        self.tell_instance(|| QMsg::Rebuild(RebuildMsg::Attempt { gen }));
+        tracing::warn!(
+            "node {}: instance {instance} asks node {source} for copies after batch {from} \
+             (attempt {gen})",
+            self.id
+        );
+        let wanted = RebuildMsg::Wanted {
+            instance,
+            gen,
+            from,
+        };
+        self.net.send(self.id, source, QMsg::Rebuild(wanted));
+    }
+
+    /// Installs a whole copy: the partition's rows, the outcomes, and a node state whose
+    /// next batch follows the copy's. Waits (keeps the copy) while a queue still runs here.
+    fn install_copy(&self, copy: rebuild::Copy) {
+        let (gen, batch) = (copy.gen, copy.batch);
+        let mut state = self.state.lock();
+        if state.batches.any_running() {
+            drop(state);
+            return self.rebuild.lock().keep_complete(copy);
+        }
+        let started = Instant::now();
+        // SAFETY: no queue runs (the node is out of service: every queue is held back, and
+        // none is claimed), and none can start while the state lock is held.
+        let rows = match unsafe { checkpoint::install_rows(copy.records, self.store()) } {
+            Ok(rows) => rows,
+            Err(e) => {
+                return tracing::error!("node {}: cannot install a copy: {e}", self.id);
+            }
+        };
+        let next = batch + 1;
+        let ranks = self.planners_per_node * self.ctx.nodes();
+        let batches = Batches::with_read_only(
+            self.subs,
+            if self.read_committed { self.subs } else { 0 },
+            ranks,
+        );
+        *state = NodeState::new(batches, ranks, next);
+        self.hold(&mut state);
+        for p in self.planners.iter() {
+            p.next_batch.store(next, Ordering::Release);
+            p.delivered.store(next, Ordering::Release);
+        }
+        self.awaiting_log.lock().clear();
+        *self.dedup.lock() = Dedup::of_outcomes(copy.outcomes);
+        drop(state);
+        self.rebuild.lock().installed_copy(gen, batch);
+        tracing::warn!(
+            "node {}: installed a copy of partition {} after batch {batch} ({rows} rows) in {:?}",
+            self.id,
+            self.part.0,
+            started.elapsed()
+        );
+        self.tell_instance(|| QMsg::Rebuild(RebuildMsg::Rebuilt { gen }));
+    }
+
+    /// Back in service once every node of the instance installed the same copy: delivers
+    /// the entries held after it, in log order (on the member's thread, before any later
+    /// entry).
+    fn serve_if_rebuilt(&self) {
+        if !self.stale.load(Ordering::Acquire) {
+            return;
+        }
+        let held = {
+            let mut r = self.rebuild.lock();
+            let Some(held) = r.serve_if_whole(self.ctx.nodes()) else {
+                return;
+            };
+            self.stale.store(false, Ordering::Release);
+            held
+        };
+        let placement = &self.ctx.placement;
+        placement.mark_rebuilt(placement.instance_of(self.id));
+        {
+            let mut state = self.state.lock();
+            self.hold(&mut state);
+            state.batches.event();
+        }
+        tracing::warn!(
+            "node {}: rebuilt, back in service; replaying {} entries of its group's log",
+            self.id,
+            held.len()
+        );
+        self.watch.progressed();
+        for (proposer, entry) in held {
+            self.apply_logged(proposer, false, entry);
+        }
+        self.notify();
+    }
+
+    /// Sends the node of stale instance `copy.instance` holding this node's partition the
+    /// copy of its rows after `batch`, then the outcomes of the transactions this node
+    /// finished (once every batch up to the copy is answered here), on a thread of its own.
+    fn send_copy(&self, copy: CopyFor, batch: u64, rows: Vec<Vec<u8>>) {
+        let to = self.ctx.placement.server(copy.instance, self.part_id());
+        let (me, gen, net) = (self.id, copy.gen, &self.net);
+        {
+            let records = rows.len() as u64;
+            let mut rows = rows.into_iter().map(serde_bytes::ByteBuf::from).peekable();
+            while rows.peek().is_some() {
+                let part =
+                    CopyPart::Rows(rows.by_ref().take(rebuild::RECORDS_PER_MESSAGE).collect());
+                net.send(me, to, QMsg::Rebuild(RebuildMsg::Copy { gen, batch, part }));
+            }
+            let outcomes = self.finished_outcomes();
+            let count = outcomes.len() as u64;
+            for chunk in outcomes.chunks(rebuild::OUTCOMES_PER_MESSAGE) {
+                let part = CopyPart::Outcomes(chunk.to_vec());
+                net.send(me, to, QMsg::Rebuild(RebuildMsg::Copy { gen, batch, part }));
+            }
+            let part = CopyPart::End {
+                records,
+                outcomes: count,
+            };
+            net.send(me, to, QMsg::Rebuild(RebuildMsg::Copy { gen, batch, part }));
+        }
+    }
+
+    /// The outcomes a copy carries: once no thread is answering batches (those taken before
+    /// the copy are answered then), every finished transaction of the group's log.
+    fn finished_outcomes(&self) -> Vec<(TxnKey, TxnOutcome)> {
+        let deadline = Instant::now() + Duration::from_secs(2);
+        while self.answering.load(Ordering::Acquire) > 0 && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_micros(200));
+        }
+        self.dedup.lock().finished_outcomes()
+    }
+
+    /// Handles a message of a rebuild (see `rebuild`).
+    fn on_rebuild(&self, from: NodeId, msg: RebuildMsg) {
+        let part = self.instance_part(from);
+        match msg {
+            RebuildMsg::Ready { from: after } => match part {
+                Some(p) if self.part.0 == 0 => self.rebuild.lock().on_ready(p, after),
+                _ => tracing::warn!("node {}: a rebuild report from node {from}", self.id),
+            },
+            RebuildMsg::Attempt { gen } if part == Some(0) => self.rebuild.lock().on_attempt(gen),
+            RebuildMsg::Wanted {
+                instance,
+                gen,
+                from: after,
+            } => {
+                // The leader of group 0 (catching up or not: it marks its next plan).
+                let leader = self.ctx.placement.leader(self.part_id()) == Some(self.id);
+                let valid = instance < self.ctx.placement.replicas()
+                    && self.part.0 == 0
+                    && leader
+                    && !self.stale.load(Ordering::Acquire);
+                if valid {
+                    *self.copy_wanted.lock() = Some((CopyFor { instance, gen }, after));
+                }
+            }
+            RebuildMsg::Copy {
+                gen,
+                batch,
+                part: piece,
+            } => {
+                let source = self.ctx.placement.partition_of(from);
+                if source != self.part_id() {
+                    return tracing::warn!(
+                        "node {}: a copy of partition {source} from node {from}",
+                        self.id
+                    );
+                }
+                if let Err(why) = self.rebuild.lock().on_copy(gen, batch, piece) {
+                    tracing::error!("node {}: a copy from node {from} refused: {why}", self.id);
+                }
+            }
+            RebuildMsg::Rebuilt { gen } => match part {
+                Some(p) => self.rebuild.lock().on_rebuilt(gen, p),
+                None => tracing::warn!("node {}: node {from} of another instance", self.id),
+            },
+            RebuildMsg::Attempt { .. } => {
+                tracing::warn!("node {}: a rebuild attempt from node {from}", self.id)
+            }
+        }
+    }
+
     /// Answers `NotLeader` to every client waiting here: this node no longer leads its group
     /// (or its instance is stale). A transaction whose batch the log did commit is answered
     /// by the new leader when it is resubmitted.
@@ -2118,10 +2587,17 @@ impl QNode {
         let mut waiting = self.dedup.lock().take_waiting();
         {
             let mut state = self.state.lock();
+            // Each one may still commit (its batch may be in the log already): it keeps its
+            // call, so that this instance records it in its history as the others do.
+            let mut take = |t: &mut HomeTxn| {
+                let req = t.req.take()?;
+                t.call = Some(req.call.clone());
+                Some(req)
+            };
             let home = state.home.values_mut().flat_map(|hb| hb.txns.iter_mut());
-            waiting.extend(home.filter_map(|t| t.req.take()));
+            waiting.extend(home.filter_map(&mut take));
             let unlogged = state.unlogged.values_mut().flat_map(|d| d.txns.iter_mut());
-            waiting.extend(unlogged.filter_map(|t| t.req.take()));
+            waiting.extend(unlogged.filter_map(&mut take));
         }
         for p in &self.planners {
             waiting.extend(p.queue.try_iter().map(|a| a.req));

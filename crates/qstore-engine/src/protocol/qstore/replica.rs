@@ -17,9 +17,12 @@
 //! [`LogGate`]): then its instance ran exactly what the logs hold, and every instance would
 //! answer the same. When a leader dies, its group elects another member, whose planners go
 //! on after the last entry its log committed (raft lets a new leader propose only once it
-//! has applied every entry of earlier terms). A leader's instance that lost a node stalls;
-//! its leaders notice, mark the instance *stale* (its speculative execution may have run
-//! plans that were never committed) and hand their groups to members of other instances.
+//! has applied every entry of earlier terms). An instance that lost a node cannot go on (what
+//! was sent to the node is lost): every node that finds a peer of its instance unreachable,
+//! and a leader whose instance stalls, marks the instance *stale* (its speculative execution
+//! may have run plans that were never committed); its leaders hand their groups to members
+//! of other instances. Once every node of a stale instance is reachable again, the instance
+//! is rebuilt from another instance's copies and serves again (see `rebuild`).
 //! Clients whose transactions were lost on the way are answered `NotLeader` and resubmit
 //! with the same key; the [`Dedup`](crate::replication::Dedup) table, which every member fills from its log, answers a
 //! transaction that already ran with its original outcome rather than running it twice.
