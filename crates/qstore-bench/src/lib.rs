@@ -543,6 +543,7 @@ mod tests {
                 history: None,
                 tally: None,
                 in_service,
+                rebuilt: false,
                 failovers: 0,
                 audit: None,
             })

@@ -48,6 +48,11 @@ pub struct RemoteCluster {
     pub protocol: String,
     /// The latest start of the servers' data directories (see `Target::id_generation`).
     generation: u64,
+    /// How to connect again (a replicated server that restarted and rejoined is collected
+    /// on a new connection): client addresses by server, the cluster's id and secret.
+    addrs: Vec<SocketAddr>,
+    cluster_id: u64,
+    secret: ClusterSecret,
 }
 
 /// One server's connection.
@@ -131,6 +136,7 @@ impl RemoteCluster {
         let mut conns = Vec::new();
         let mut protocol = String::new();
         let mut generation = 0;
+        let client_addrs: Vec<SocketAddr> = addrs.iter().map(|&(_, client)| client).collect();
         for (i, (_, client)) in addrs.into_iter().enumerate() {
             let node = NodeId(i as u32);
             let (stream, welcome) =
@@ -168,6 +174,9 @@ impl RemoteCluster {
             routes,
             protocol,
             generation,
+            addrs: client_addrs,
+            cluster_id: cfg.cluster.cluster_id,
+            secret,
         })
     }
 
@@ -188,17 +197,36 @@ impl RemoteCluster {
     }
 
     /// Each server's partition hash and history part, after a run; with replication, `None`
-    /// for a server that no longer answers.
+    /// for a server that no longer answers (one whose connection was lost is asked again on
+    /// a new one: it may have restarted and rejoined).
     pub fn collect(&self) -> Result<Vec<Option<Collected>>, QError> {
         self.conns
             .iter()
             .map(|c| match c.ask(ClientRequest::Collect, COLLECT_TIMEOUT) {
                 Ok(ClientResponse::Collected(s)) => Ok(Some(s)),
                 Ok(other) => Err(c.unexpected(other)),
-                Err(_) if self.routes.replicated() => Ok(None),
+                Err(_) if self.routes.replicated() => Ok(self.collect_again(c.node)),
                 Err(e) => Err(e),
             })
             .collect()
+    }
+
+    /// Collects server `node` on a new connection, if it answers.
+    fn collect_again(&self, node: NodeId) -> Option<Collected> {
+        let addr = *self.addrs.get(node.index())?;
+        let timeout = Duration::from_secs(5);
+        let (stream, _) = handshake(node, addr, self.cluster_id, &self.secret, timeout).ok()?;
+        let conn = Conn::start(node, stream, self.routes.clone()).ok()?;
+        let answer = conn.ask(ClientRequest::Collect, COLLECT_TIMEOUT);
+        conn.state
+            .lock()
+            .down
+            .get_or_insert_with(|| "closed by the client".into());
+        let _ = conn.stream.shutdown(Shutdown::Both);
+        match answer {
+            Ok(ClientResponse::Collected(s)) => Some(s),
+            _ => None,
+        }
     }
 
     /// Connections that failed, with the reason.

@@ -249,8 +249,16 @@ pub fn verify_remote(
     let failed_over = collected.iter().flatten().any(|c| c.failovers > 0);
     let in_service = |c: &Collected| !stale.contains(&(c.node.0 / partitions as u32));
     let invariants = check_collected_tallies(workload, collected, partitions, &in_service)?;
-    // Every instance records what it runs: the first one in service has the whole history.
-    let first = (0..collected.len() / partitions.max(1)).find(|i| !stale.contains(&(*i as u32)));
+    // Every instance records what it runs: the first one in service throughout has the
+    // whole history (a rebuilt one lacks what ran before its copy).
+    let rebuilt = |i: usize| {
+        collected[i * partitions..(i + 1) * partitions]
+            .iter()
+            .flatten()
+            .any(|c| c.rebuilt)
+    };
+    let first = (0..collected.len() / partitions.max(1))
+        .find(|&i| !stale.contains(&(i as u32)) && !rebuilt(i));
     let servers = first.map_or(&[][..], |i| {
         &collected[i * partitions..(i + 1) * partitions]
     });

@@ -106,6 +106,9 @@ pub struct TcpConfig {
     /// What the operator is told to do about a peer that restarted and lost its state (the
     /// end of the refusal both sides log and report).
     pub restart_advice: String,
+    /// Admit a peer that restarted (it rejoins its cluster, which rebuilds its state) rather
+    /// than refuse it.
+    pub admit_restarted: bool,
 }
 
 impl TcpConfig {
@@ -126,6 +129,7 @@ impl TcpConfig {
             handshake_timeout: Duration::from_secs(2),
             incarnation: crate::auth::random_u64().unwrap_or_else(|_| fallback_incarnation()),
             restart_advice: "restart the cluster".into(),
+            admit_restarted: false,
         }
     }
 

@@ -137,6 +137,12 @@ struct ClusterArgs {
         help_heading = "Replication"
     )]
     kill_partition: u32,
+    /// Start the server --kill-leader-after-ms killed again, this long after the kill, as a
+    /// rebooted machine would come back without its copy: it rejoins its group as a
+    /// follower, and its cluster instance is rebuilt from another instance's copies
+    /// (protocol qstore).
+    #[arg(long, value_name = "MS", help_heading = "Replication")]
+    restart_after_ms: Option<u64>,
     #[command(flatten)]
     run: RunArgs,
 }
@@ -1194,8 +1200,22 @@ fn kill_leader(
     cfg: &RunConfig,
 ) -> Result<Option<crate::launcher::KillLeader>, String> {
     let Some(ms) = args.kill_leader_after_ms else {
-        return Ok(None);
+        return match args.restart_after_ms {
+            Some(r) => Err(format!(
+                "--restart-after-ms {r} restarts the server --kill-leader-after-ms kills: add \
+                 --kill-leader-after-ms"
+            )),
+            None => Ok(None),
+        };
     };
+    if args.restart_after_ms.is_some() && !cfg.protocol.rebuilds_instances() {
+        return Err(format!(
+            "--restart-after-ms: a restarted server rejoins only with --protocol qstore, whose \
+             cluster instances are rebuilt from another's copies; protocol {} does not \
+             rebuild them (its peers would refuse the restarted server)",
+            cfg.protocol.name
+        ));
+    }
     if cfg.replication.factor < 2 {
         return Err(format!(
             "--kill-leader-after-ms {ms}: without replication the killed server's partition \
@@ -1218,6 +1238,7 @@ fn kill_leader(
     Ok(Some(crate::launcher::KillLeader {
         partition: args.kill_partition,
         after: Duration::from_millis(ms),
+        restart_after: args.restart_after_ms.map(Duration::from_millis),
     }))
 }
 

@@ -52,11 +52,14 @@ pub struct LaunchOptions {
 
 /// Fault injection of a replicated launch: `after` the client started, the server leading
 /// `partition`'s replica group is killed with SIGKILL (as a crashed machine would vanish),
-/// and the launcher reports when the group has a new leader.
+/// and the launcher reports when the group has a new leader. With `restart_after`, the
+/// killed server is started again that long after the kill (as a rebooted machine would
+/// come back, without its copy).
 #[derive(Clone, Copy, Debug)]
 pub struct KillLeader {
     pub partition: u32,
     pub after: Duration,
+    pub restart_after: Option<Duration>,
 }
 
 impl Default for LaunchOptions {
@@ -129,14 +132,29 @@ fn launch_with(
     eprintln!("all {servers_n} servers ready ({secs:.1} s)");
     let mut client = Children::default();
     client.push(spawn_client(program, file.path(), &opts.client_args)?);
-    let mut fault = opts.kill.map(|k| Fault::new(k, leaders, cfg.cluster.nodes));
+    let partitions = cfg.cluster.nodes;
+    let respawn = |node: usize| {
+        let lines = ServerLines {
+            partition: node as u32 % partitions,
+            ready: mpsc::channel().0,
+            leads: leader_tx.clone(),
+        };
+        spawn_server(program, file.path(), node, opts, lines)
+    };
+    let mut fault = opts
+        .kill
+        .map(|k| Fault::new(k, leaders, partitions, Box::new(respawn)));
     let status = match wait_client(&mut client, &mut servers, &mut fault, interrupted) {
         Some(status) => status,
         None => return Ok(stop_interrupted(Some(&mut client), &mut servers)),
     };
     eprintln!("stopping servers...");
     servers.stop();
-    report_failed_servers(&mut servers, fault.as_ref().and_then(|f| f.killed));
+    let killed = fault
+        .as_ref()
+        .filter(|f| !f.restarted)
+        .and_then(|f| f.killed);
+    report_failed_servers(&mut servers, killed);
     Ok(exit_code(status))
 }
 
@@ -497,7 +515,7 @@ fn wait_ready(
 fn wait_client(
     client: &mut Children,
     servers: &mut Children,
-    fault: &mut Option<Fault>,
+    fault: &mut Option<Fault<'_>>,
     interrupted: &AtomicBool,
 ) -> Option<ExitStatus> {
     let mut reported = vec![false; servers.procs.len()];
@@ -533,7 +551,7 @@ fn wait_client(
 }
 
 /// The fault a launch injects ([`KillLeader`]), and what it saw of the servers' leadership.
-struct Fault {
+struct Fault<'a> {
     plan: KillLeader,
     /// The servers' "leads partition" lines: (partition, node).
     lines: Receiver<(u32, usize)>,
@@ -544,10 +562,20 @@ struct Fault {
     killed_at: Option<Instant>,
     /// When another server of the group said it leads, after the kill.
     replaced: bool,
+    /// Starts a server again (`restart_after`), and whether it did.
+    respawn: Respawn<'a>,
+    restarted: bool,
 }
 
-impl Fault {
-    fn new(plan: KillLeader, lines: Receiver<(u32, usize)>, partitions: u32) -> Fault {
+type Respawn<'a> = Box<dyn FnMut(usize) -> Result<Proc, String> + 'a>;
+
+impl<'a> Fault<'a> {
+    fn new(
+        plan: KillLeader,
+        lines: Receiver<(u32, usize)>,
+        partitions: u32,
+        respawn: Respawn<'a>,
+    ) -> Fault<'a> {
         Fault {
             plan,
             lines,
@@ -555,6 +583,8 @@ impl Fault {
             killed: None,
             killed_at: None,
             replaced: false,
+            respawn,
+            restarted: false,
         }
     }
 
@@ -572,7 +602,10 @@ impl Fault {
                 );
             }
         }
-        if self.killed.is_some() || client_started.elapsed() < self.plan.after {
+        if let (Some(node), Some(at)) = (self.killed, self.killed_at) {
+            return self.restart_if_due(node, at, servers);
+        }
+        if client_started.elapsed() < self.plan.after {
             return;
         }
         let Some(node) = self.leader[p as usize] else {
@@ -586,6 +619,31 @@ impl Fault {
              after the client started",
             client_started.elapsed().as_secs_f64()
         );
+    }
+
+    /// Starts the killed server again once `restart_after` passed since the kill.
+    fn restart_if_due(&mut self, node: usize, killed_at: Instant, servers: &mut Children) {
+        let due = self
+            .plan
+            .restart_after
+            .is_some_and(|d| killed_at.elapsed() >= d);
+        if self.restarted || !due {
+            return;
+        }
+        self.restarted = true;
+        // Reap the killed process first: its ports are free once it is gone.
+        let _ = servers.procs[node].exited();
+        match (self.respawn)(node) {
+            Ok(proc) => {
+                servers.procs[node] = proc;
+                eprintln!(
+                    "fault: restarted node {node} {:.1} s after it was killed; it rejoins its \
+                     group as a follower",
+                    killed_at.elapsed().as_secs_f64()
+                );
+            }
+            Err(e) => eprintln!("fault: cannot restart node {node}: {e}"),
+        }
     }
 
     /// Says what did not happen by the end of the run.

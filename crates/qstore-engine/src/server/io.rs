@@ -731,6 +731,7 @@ impl IoThread {
         Collected {
             node: self.shared.me,
             in_service: !placement.is_stale(placement.instance_of(self.shared.me)),
+            rebuilt: placement.is_rebuilt(placement.instance_of(self.shared.me)),
             failovers: placement.failovers(),
             partition_hash: store.content_hash(),
             tally: self.shared.tally.as_ref().and_then(|t| t(store)),

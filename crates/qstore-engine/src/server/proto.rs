@@ -40,7 +40,7 @@ use std::time::Duration;
 const MAX_HANDSHAKE_FRAME: usize = 4096;
 
 /// Version of the client protocol; a client with another version is refused.
-pub const CLIENT_FORMAT_VERSION: u32 = 10;
+pub const CLIENT_FORMAT_VERSION: u32 = 11;
 
 /// Role labels of the client handshake's proofs.
 pub const SERVER_ROLE: &str = "qstore client-port server";
@@ -150,6 +150,9 @@ pub struct Collected {
     /// Replicated: whether the node's cluster instance is still in service as far as the
     /// node knows (an instance that lost a server, or ran a plan no log committed, is not).
     pub in_service: bool,
+    /// Replicated: whether the node's instance was rebuilt from another's copies (its
+    /// history lacks what ran before the copy).
+    pub rebuilt: bool,
     /// Replicated: times the node saw its group's leadership move between servers.
     pub failovers: u32,
     /// The protocol's account of the node for its own end-of-run check (LEAP: which records

@@ -395,7 +395,7 @@ pub fn dial_as(
         stream,
         &cfg,
         peer,
-        &Incarnations::new(n, &cfg.restart_advice),
+        &Incarnations::new(n, &cfg.restart_advice, cfg.admit_restarted),
     )
     .map_err(as_io_error)
 }
@@ -428,7 +428,7 @@ pub fn accept_as(
         stream,
         &cfg,
         from,
-        &Incarnations::new(nodes, &cfg.restart_advice),
+        &Incarnations::new(nodes, &cfg.restart_advice, cfg.admit_restarted),
     )
     .map_err(as_io_error)
 }

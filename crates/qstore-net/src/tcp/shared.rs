@@ -45,7 +45,7 @@ impl Shared {
             sockets: Arc::new(Sockets::default()),
             counters: NetCounters::new(n),
             incoming: (0..n).map(|_| IncomingSlot::default()).collect(),
-            incarnations: Incarnations::new(n, &cfg.restart_advice),
+            incarnations: Incarnations::new(n, &cfg.restart_advice, cfg.admit_restarted),
             goodbyes: (0..n).map(|_| AtomicBool::new(false)).collect(),
             links_up: Mutex::new(links_up),
             fatal: Mutex::new(None),
@@ -276,13 +276,16 @@ pub(crate) struct Incarnations {
     known: Mutex<Vec<Option<u64>>>,
     /// The end of a refusal (see `TcpConfig::restart_advice`).
     advice: String,
+    /// See `TcpConfig::admit_restarted`.
+    admit_restarted: bool,
 }
 
 impl Incarnations {
-    pub fn new(nodes: usize, advice: &str) -> Self {
+    pub fn new(nodes: usize, advice: &str, admit_restarted: bool) -> Self {
         Incarnations {
             known: Mutex::new(vec![None; nodes]),
             advice: advice.to_string(),
+            admit_restarted,
         }
     }
 
@@ -299,6 +302,15 @@ impl Incarnations {
                 Ok(())
             }
             Some(k) if k == incarnation => Ok(()),
+            Some(k) if self.admit_restarted => {
+                tracing::warn!(
+                    "node {} restarted (incarnation {k:016x}, now {incarnation:016x}): it \
+                     rejoins",
+                    peer.0
+                );
+                *slot = Some(incarnation);
+                Ok(())
+            }
             Some(k) => Err(format!(
                 "node {} restarted (incarnation {k:016x}, now {incarnation:016x}) and lost its \
                  data; {}",
