@@ -2154,7 +2154,9 @@ impl Applier for QNode {
     /// not): messages to that peer were lost, so the instance cannot go on; a stale node
     /// works at rebuilding it.
     fn tick(&self) {
-        if !self.stale.load(Ordering::Acquire) {
+        // (Without copies, a group of one only logs: a lost peer is waited for.)
+        let replicated = self.ctx.placement.replicas() > 1;
+        if replicated && !self.stale.load(Ordering::Acquire) {
             let lost = (0..self.ctx.nodes())
                 .map(|d| self.peer(NodeId(d)))
                 .find(|&n| !self.net.reachable(self.id, n));
