@@ -42,10 +42,9 @@ pub fn verified(cfg: &RunConfig) -> (Verification, qstore_bench::report::RunRepo
     (v, out.report)
 }
 
-/// Runs a replicated configuration that cuts a server of instance 0 off, with its history
-/// recorded: every transaction answered, something committed, and the verification passed
-/// with instance 0 alone out of service.
-pub fn failed_over(cfg: &RunConfig) -> (Verification, qstore_bench::RunOutcome) {
+/// Runs a timed configuration with its history recorded: every transaction answered and
+/// something committed; returns the verification (not asserted) and the outcome.
+fn answered(cfg: &RunConfig) -> (Verification, qstore_bench::RunOutcome) {
     let opts = RunOptions {
         record_history: true,
         ..Default::default()
@@ -55,6 +54,14 @@ pub fn failed_over(cfg: &RunConfig) -> (Verification, qstore_bench::RunOutcome) 
     assert_eq!((r.rejected, r.unfinished), (0, 0), "{r:?}");
     assert!(r.committed > 0, "{r:?}");
     let v = verify(cfg, out.workload.as_ref(), &out.cluster, r).unwrap();
+    (v, out)
+}
+
+/// Runs a replicated configuration that cuts a server of instance 0 off, with its history
+/// recorded: every transaction answered, something committed, and the verification passed
+/// with instance 0 alone out of service.
+pub fn failed_over(cfg: &RunConfig) -> (Verification, qstore_bench::RunOutcome) {
+    let (v, out) = answered(cfg);
     assert!(v.passed(), "{v}");
     let fo = v.failover.as_ref().expect("a fail-over happened");
     assert_eq!(fo.stale, vec![0], "{v}");
@@ -65,15 +72,7 @@ pub fn failed_over(cfg: &RunConfig) -> (Verification, qstore_bench::RunOutcome) 
 /// recorded: every transaction answered, something committed, the verification passed with
 /// every instance in service at the end, and the cut-off server's instance rebuilt.
 pub fn rebuilt(cfg: &RunConfig, cut: u32) -> (Verification, qstore_bench::RunOutcome) {
-    let opts = RunOptions {
-        record_history: true,
-        ..Default::default()
-    };
-    let out = run(cfg, opts).unwrap();
-    let r = &out.report;
-    assert_eq!((r.rejected, r.unfinished), (0, 0), "{r:?}");
-    assert!(r.committed > 0, "{r:?}");
-    let v = verify(cfg, out.workload.as_ref(), &out.cluster, r).unwrap();
+    let (v, out) = answered(cfg);
     every_copy_checked(&v, cfg, &format!("server {cut} cut off and back"));
     if let Some(fo) = &v.failover {
         assert!(fo.stale.is_empty(), "{v}");
