@@ -124,6 +124,15 @@ for protocol in qstore calvin; do
     adya check -m list-append -c serializable "$h"
 done
 
+# The cut-off server back after 1 s: its instance is rebuilt from another's copies and
+# serves again ("instances out of service []": every copy checked against the serial replay).
+h="$work/rebuild-qstore.jsonl"
+expect_exit 0 "instances out of service \[\]" "qstore rf 3, server cut off at 1 s and back at 2 s --verify" -- \
+  "$QSTORE" run --workload append --nodes 3 --replication-factor 3 --duration 4 \
+  --cut-off-node 1 --cut-off-after-ms 1000 --cut-off-for-ms 1000 --history "$h" --verify -q
+expect_exit 0 "" "adya accepts the rebuilt run's client history ($(wc -l <"$h") events)" -- \
+  adya check -m list-append -c serializable "$h"
+
 # The determinism study's variants: 2PL without 2PC, long transactions, a slow node with
 # and without throttling (whose refused transactions are retried: every one is answered).
 micro=(--workload micro --records 20000 --contention-index 0.01 --mp-fraction 0.3 --verify "${small[@]}")
@@ -245,6 +254,13 @@ for protocol in qstore calvin; do
   expect_exit 0 "" "adya accepts the $protocol killed-leader run's client history ($(wc -l <"$h") events)" -- \
     adya check -m list-append -c serializable "$h"
 done
+# The killed server restarted 1 s later rejoins; its instance is rebuilt and back in service.
+h="$work/kill-restart-qstore.jsonl"
+expect_exit 0 "instances out of service \[\]" "qstore rf 3 over TCP, leader killed at 1.5 s and restarted 1 s later --verify" -- \
+  "$QSTORE" cluster --workload append --nodes 3 --replication-factor 3 --duration 6 \
+  --kill-leader-after-ms 1500 --restart-after-ms 1000 --history "$h" --verify -q
+expect_exit 0 "" "adya accepts the restarted-leader run's client history ($(wc -l <"$h") events)" -- \
+  adya check -m list-append -c serializable "$h"
 
 echo "== durability: every server killed with SIGKILL mid-run, then the cluster restarted"
 # scripts/crash-loop.sh repeats it with random timing.
