@@ -31,7 +31,7 @@
 //! the group's log forget what its instance's common checkpoint holds.
 //!
 //! A checkpoint file holds a head (partition, boundary) and the partition's rows, by table
-//! and key, in records of `ROWS_PER_RECORD` rows.
+//! and key, in records of at most `ROWS_PER_RECORD` rows and about `RECORD_BYTES` bytes.
 
 use crate::cluster::EngineCtx;
 use crate::history::HistoryRecorder;
@@ -52,6 +52,8 @@ use std::time::{Duration, Instant};
 
 /// Rows per record of a checkpoint file.
 const ROWS_PER_RECORD: usize = 1024;
+/// Bytes of rows after which a record ends early (rows may be up to 1 MiB each).
+const RECORD_BYTES: usize = 1 << 20;
 /// How long a restarted node waits to hear every node's checkpoints.
 const AGREE_WAIT: Duration = Duration::from_secs(60);
 /// How often it asks again meanwhile (a node not listening yet missed the question).
@@ -592,16 +594,19 @@ unsafe fn copy(partition: PartitionId, batch: u64, store: &PartitionStore) -> Im
         table.for_each(|key, rid| keys.push((key, rid)));
         // Sorted: a checkpoint of the same state is the same file.
         keys.sort_unstable_by_key(|&(k, _)| k);
+        let mut bytes_in = 0;
         for (key, rid) in keys {
             // SAFETY: `rid` is live, and the caller promises no writer.
             let bytes = unsafe { table.row(rid) };
+            bytes_in += bytes.len();
             rows.push(Row {
                 table: t as TableId,
                 key,
                 bytes: Cow::Borrowed(bytes),
             });
-            if rows.len() == ROWS_PER_RECORD {
+            if rows.len() == ROWS_PER_RECORD || bytes_in >= RECORD_BYTES {
                 flush(&mut rows);
+                bytes_in = 0;
             }
         }
         flush(&mut rows);

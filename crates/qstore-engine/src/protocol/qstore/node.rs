@@ -2501,11 +2501,28 @@ impl QNode {
         let (me, gen, net) = (self.id, copy.gen, &self.net);
         {
             let records = rows.len() as u64;
-            let mut rows = rows.into_iter().map(serde_bytes::ByteBuf::from).peekable();
-            while rows.peek().is_some() {
-                let part =
-                    CopyPart::Rows(rows.by_ref().take(rebuild::RECORDS_PER_MESSAGE).collect());
-                net.send(me, to, QMsg::Rebuild(RebuildMsg::Copy { gen, batch, part }));
+            let (mut part, mut bytes) = (Vec::new(), 0);
+            for record in rows {
+                bytes += record.len();
+                part.push(serde_bytes::ByteBuf::from(record));
+                if bytes >= rebuild::COPY_BYTES_PER_MESSAGE {
+                    let rows = CopyPart::Rows(std::mem::take(&mut part));
+                    let copy = RebuildMsg::Copy {
+                        gen,
+                        batch,
+                        part: rows,
+                    };
+                    net.send(me, to, QMsg::Rebuild(copy));
+                    bytes = 0;
+                }
+            }
+            if !part.is_empty() {
+                let copy = RebuildMsg::Copy {
+                    gen,
+                    batch,
+                    part: CopyPart::Rows(part),
+                };
+                net.send(me, to, QMsg::Rebuild(copy));
             }
             let outcomes = self.finished_outcomes();
             let count = outcomes.len() as u64;

@@ -44,9 +44,9 @@ const MAX_HELD_BYTES: usize = 512 << 20;
 const REPORT_EVERY: Duration = Duration::from_millis(200);
 /// How long the coordinator waits for an attempt before it makes another one.
 pub(super) const RETRY_AFTER: Duration = Duration::from_secs(5);
-/// Copy records (of up to 1024 rows each) per message, and outcomes per message: a message
-/// stays well under the transport's frame limit.
-pub(super) const RECORDS_PER_MESSAGE: usize = 4;
+/// Bytes of copy records per message (a record holds about 1 MiB of rows at most), and
+/// outcomes per message: a message stays well under the transport's frame limit.
+pub(super) const COPY_BYTES_PER_MESSAGE: usize = 4 << 20;
 pub(super) const OUTCOMES_PER_MESSAGE: usize = 16 << 10;
 
 /// The messages of a rebuild (see the module's steps).
