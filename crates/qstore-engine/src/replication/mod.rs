@@ -13,6 +13,7 @@ pub mod codec;
 pub mod dedup;
 pub mod disk;
 pub mod log;
+pub mod rebuild;
 pub mod member;
 pub mod stall;
 pub mod zookeeper;

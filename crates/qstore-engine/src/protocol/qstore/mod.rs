@@ -28,7 +28,6 @@ mod batch;
 mod msg;
 mod node;
 mod plan;
-mod rebuild;
 mod replica;
 mod spec;
 

@@ -289,7 +289,7 @@ pub enum QMsg {
         rank: u32,
         eqs: Vec<Eq>,
         checkpoint: bool,
-        copy: Option<super::rebuild::CopyFor>,
+        copy: Option<crate::replication::rebuild::CopyFor>,
     },
     /// Every fragment planner `rank` sent the sender in `batch` has run; here are their
     /// outputs.
@@ -325,7 +325,7 @@ pub enum QMsg {
     /// lost a node; it takes no further part in the run.
     Stale,
     /// Replication: rebuilding a stale instance from another's copies (see `rebuild`).
-    Rebuild(super::rebuild::RebuildMsg),
+    Rebuild(crate::replication::rebuild::RebuildMsg),
     /// Durability: the checkpoints the sender holds, by batch (see `checkpoint`); with
     /// `asking`, it restarted and wants the receiver's.
     Checkpoints { have: Vec<u64>, asking: bool },

@@ -4,7 +4,6 @@
 use super::batch::{Batches, Claim};
 use super::msg::{Eq, FateInfo, FateNote, FragRef, Op, Output, Outputs, QMsg, TxnPos};
 use super::plan::{BatchPlan, QueueShape};
-use super::rebuild::{self, CopyFor, CopyPart, Phase, Rebuild, RebuildMsg};
 use super::replica::{LogGate, LoggedBatch, LoggedPlan, TxnContext};
 use super::spec::{PlannerBatch, RecordKey, Speculation};
 use crate::cluster::EngineCtx;
@@ -16,6 +15,7 @@ use crate::protocol::shell::{shut_down, NodeShell};
 use crate::protocol::{
     admit, home_node, reply, settle, AdmissionQueue, Admitted, Ending, Engine, TxnRequest,
 };
+use crate::replication::rebuild::{self, CopyFor, Phase, RebuildMsg, Rebuilder, Seat};
 use crate::replication::{self, Applier, Dedup, GroupMember, StallWatch};
 use crate::runtime::{spawn_worker, Pace};
 use crate::stages::{StageClock, StageSnapshot};
@@ -433,16 +433,12 @@ struct QNode {
     /// Replication: this node's instance may have run plans no log committed (see
     /// `replica`); it takes no part in the run any more.
     stale: AtomicBool,
-    /// Replication: rebuilding this node's stale instance (see `rebuild`).
-    rebuild: Mutex<Rebuild>,
-    /// Replication, at the leader of group 0: copies a stale instance wants (attempt, and
-    /// the batch to copy after at the earliest), marked on the next plan of its first planner.
-    copy_wanted: Mutex<Option<(CopyFor, u64)>>,
+    /// Replication: rebuilding this node's stale instance, or serving copies to another (see
+    /// `rebuild`); at the leader of group 0, copies are marked on its first planner's plans.
+    rebuild: Rebuilder<LoggedBatch>,
     /// Threads answering decided batches (outside the state lock): a copy's outcomes are
     /// taken once none is, so they hold every transaction the copy ran.
     answering: AtomicU32,
-    /// A copy is being installed (see `rebuild`).
-    installing: AtomicBool,
     /// The node itself, for threads of its own.
     this: OnceLock<std::sync::Weak<QNode>>,
     /// Replication: when this node last saw its instance retire a batch (or have nothing to
@@ -537,11 +533,9 @@ impl QNode {
             member: OnceLock::new(),
             dedup: Mutex::new(Dedup::default()),
             stale: AtomicBool::new(false),
-            rebuild: Mutex::new(Rebuild::new()),
-            copy_wanted: Mutex::new(None),
+            rebuild: Rebuilder::default(),
             answering: AtomicU32::new(0),
             this: OnceLock::new(),
-            installing: AtomicBool::new(false),
             watch: StallWatch::new(Duration::from_millis(ctx.cfg.replication.stall_ms as u64)),
             synchronous: ctx.logged()
                 && (ctx.cfg.replication.mode == ReplicationMode::Synchronous
@@ -1098,19 +1092,7 @@ impl QNode {
 
     /// The copy a stale instance wants after `batch`, if it is due (see `rebuild`).
     fn copy_due(&self, batch: u64) -> Option<CopyFor> {
-        let mut wanted = self.copy_wanted.lock();
-        match *wanted {
-            Some((copy, from)) if batch >= from => {
-                *wanted = None;
-                tracing::info!(
-                    "node {}: instance {} gets copies after batch {batch}",
-                    self.id,
-                    copy.instance
-                );
-                Some(copy)
-            }
-            _ => None,
-        }
+        self.rebuild.copy_due(self.id, batch)
     }
 
     fn install(
@@ -1123,7 +1105,7 @@ impl QNode {
     ) {
         // A stale node installs nothing; one rebuilt installs what the nodes of its instance
         // that are rebuilt too send (`serve_network` drops the rest).
-        if self.stale.load(Ordering::Acquire) && self.rebuild.lock().phase() == Phase::Stale {
+        if self.stale.load(Ordering::Acquire) && self.rebuild.state.lock().phase() == Phase::Stale {
             return;
         }
         let mut state = self.state.lock();
@@ -1981,7 +1963,7 @@ impl QNode {
             };
             if self.stale.load(Ordering::Acquire) && env.msg.is_of_a_run() {
                 let part = self.instance_part(env.from);
-                if !part.is_some_and(|p| self.rebuild.lock().accepts_from(p)) {
+                if !part.is_some_and(|p| self.rebuild.state.lock().accepts_from(p)) {
                     continue; // the instance's old run (see `rebuild`)
                 }
             }
@@ -2120,7 +2102,7 @@ impl Applier for QNode {
         if self.stale.load(Ordering::Acquire) {
             // Still a voter of its group, but its instance runs nothing more until it is
             // rebuilt: the entry is held for then.
-            let mut rebuild = self.rebuild.lock();
+            let mut rebuild = self.rebuild.state.lock();
             match rebuild.hold(proposer, logged, data.len()) {
                 None => return,
                 // Back in service meanwhile.
@@ -2301,7 +2283,7 @@ impl QNode {
     /// sends its waiting clients to the leader; as a member of its group it goes on voting,
     /// and holds what its log commits until its instance is rebuilt (see `rebuild`).
     fn become_stale(&self, why: &str) {
-        let mut rebuild = self.rebuild.lock();
+        let mut rebuild = self.rebuild.state.lock();
         if self.stale.swap(true, Ordering::AcqRel) {
             return;
         }
@@ -2326,49 +2308,15 @@ impl QNode {
     /// The partition (node of the instance) of server `n`, if it belongs to this node's
     /// instance.
     fn instance_part(&self, n: NodeId) -> Option<u32> {
-        let p = &self.ctx.placement;
-        (n.index() < self.ctx.servers() as usize && p.instance_of(n) == p.instance_of(self.id))
-            .then(|| p.partition_of(n).0)
+        rebuild::instance_part(&self.ctx, self.id, n)
     }
 
     /// A stale node's periodic step of rebuilding (on its member's thread, every raft tick):
-    /// tells its instance it is stale (a node that was cut off learns it so), reports what
-    /// it can replay, asks for copies (the coordinator), installs a whole copy, and comes
-    /// back in service once its whole instance installed one.
+    /// the shared steps (see `Rebuilder::step`), installing a whole copy, and coming back in
+    /// service once its whole instance installed one.
     fn rebuild_step(&self) {
-        let now = Instant::now();
-        let nodes = self.ctx.nodes();
-        let all_reachable = (0..nodes).all(|d| self.net.reachable(self.id, self.peer(NodeId(d))));
-        let (report, attempt, copy) = {
-            let mut r = self.rebuild.lock();
-            let ranks = self.rank(0)..self.rank(self.planners.len());
-            let report = all_reachable.then(|| r.report_due(ranks, now)).flatten();
-            let source = self.copy_source();
-            let attempt = (self.part.0 == 0 && all_reachable)
-                .then_some(source)
-                .flatten()
-                .and_then(|source| Some((source, r.attempt_due(nodes, now)?)));
-            // One copy installed at a time.
-            let installing = self.installing.swap(true, Ordering::AcqRel);
-            let copy = if installing { None } else { r.take_complete() };
-            if !installing && copy.is_none() {
-                self.installing.store(false, Ordering::Release);
-            }
-            (report, attempt, copy)
-        };
-        if let Some(from) = report {
-            self.tell_instance(|| QMsg::Stale);
-            let coordinator = self.peer(NodeId(0));
-            self.net.send(
-                self.id,
-                coordinator,
-                QMsg::Rebuild(RebuildMsg::Ready { from }),
-            );
-        }
-        if let Some((source, (gen, from))) = attempt {
-            self.ask_for_copies(source, gen, from);
-        }
-        if let Some(copy) = copy {
+        let ranks = self.rank(0)..self.rank(self.planners.len());
+        if let Some(copy) = self.with_seat(|seat| self.rebuild.step(seat, ranks)) {
             // Not on the member's thread: installing a large partition takes a while.
             let node = self.this.get().and_then(std::sync::Weak::upgrade);
             let spawned = std::thread::Builder::new()
@@ -2376,43 +2324,29 @@ impl QNode {
                 .spawn(move || {
                     if let Some(n) = node {
                         n.install_copy(copy);
-                        n.installing.store(false, Ordering::Release);
+                        n.rebuild.install_done();
                     }
                 });
             if let Err(e) = spawned {
                 tracing::error!("node {}: cannot install a copy: {e}", self.id);
-                self.installing.store(false, Ordering::Release);
+                self.rebuild.install_done();
             }
         }
         self.serve_if_rebuilt();
     }
 
-    /// Where a stale instance's copies come from: the leader of group 0, if it is known and
-    /// serves in another instance (it marks the batch every node of its instance copies
-    /// after).
-    fn copy_source(&self) -> Option<NodeId> {
-        let p = &self.ctx.placement;
-        let leader = p.leader(PartitionId(0))?;
-        let instance = p.instance_of(leader);
-        (instance != p.instance_of(self.id) && !p.is_stale(instance)).then_some(leader)
-    }
-
-    /// The coordinator: attempt `gen` at rebuilding its instance from `source`'s instance's
-    /// copies after `from`.
-    fn ask_for_copies(&self, source: NodeId, gen: u64, from: u64) {
-        let instance = self.ctx.placement.instance_of(self.id);
-        self.tell_instance(|| QMsg::Rebuild(RebuildMsg::Attempt { gen }));
-        tracing::warn!(
-            "node {}: instance {instance} asks node {source} for copies after batch {from} \
-             (attempt {gen})",
-            self.id
-        );
-        let wanted = RebuildMsg::Wanted {
-            instance,
-            gen,
-            from,
-        };
-        self.net.send(self.id, source, QMsg::Rebuild(wanted));
+    /// This node's seat in its instance, for the shared steps of a rebuild.
+    fn with_seat<R>(&self, f: impl FnOnce(&Seat) -> R) -> R {
+        let reachable = |n| self.net.reachable(self.id, n);
+        let send = |to, msg| self.net.send(self.id, to, QMsg::Rebuild(msg));
+        let tell_stale = || self.tell_instance(|| QMsg::Stale);
+        f(&Seat {
+            ctx: &self.ctx,
+            id: self.id,
+            reachable: &reachable,
+            send: &send,
+            tell_stale: &tell_stale,
+        })
     }
 
     /// Installs a whole copy: the partition's rows, the outcomes, and a node state whose
@@ -2422,7 +2356,7 @@ impl QNode {
         let mut state = self.state.lock();
         if state.batches.any_running() {
             drop(state);
-            return self.rebuild.lock().keep_complete(copy);
+            return self.rebuild.state.lock().keep_complete(copy);
         }
         let started = Instant::now();
         // SAFETY: no queue runs (the node is out of service: every queue is held back, and
@@ -2449,7 +2383,7 @@ impl QNode {
         self.awaiting_log.lock().clear();
         *self.dedup.lock() = Dedup::of_outcomes(copy.outcomes);
         drop(state);
-        self.rebuild.lock().installed_copy(gen, batch);
+        self.rebuild.state.lock().installed_copy(gen, batch);
         tracing::warn!(
             "node {}: installed a copy of partition {} after batch {batch} ({rows} rows) in {:?}",
             self.id,
@@ -2467,7 +2401,7 @@ impl QNode {
             return;
         }
         let held = {
-            let mut r = self.rebuild.lock();
+            let mut r = self.rebuild.state.lock();
             let Some(held) = r.serve_if_whole(self.ctx.nodes()) else {
                 return;
             };
@@ -2495,47 +2429,12 @@ impl QNode {
 
     /// Sends the node of stale instance `copy.instance` holding this node's partition the
     /// copy of its rows after `batch`, then the outcomes of the transactions this node
-    /// finished (once every batch up to the copy is answered here), on a thread of its own.
+    /// finished (once every batch up to the copy is answered here).
     fn send_copy(&self, copy: CopyFor, batch: u64, rows: Vec<Vec<u8>>) {
         let to = self.ctx.placement.server(copy.instance, self.part_id());
-        let (me, gen, net) = (self.id, copy.gen, &self.net);
-        {
-            let records = rows.len() as u64;
-            let (mut part, mut bytes) = (Vec::new(), 0);
-            for record in rows {
-                bytes += record.len();
-                part.push(serde_bytes::ByteBuf::from(record));
-                if bytes >= rebuild::COPY_BYTES_PER_MESSAGE {
-                    let rows = CopyPart::Rows(std::mem::take(&mut part));
-                    let copy = RebuildMsg::Copy {
-                        gen,
-                        batch,
-                        part: rows,
-                    };
-                    net.send(me, to, QMsg::Rebuild(copy));
-                    bytes = 0;
-                }
-            }
-            if !part.is_empty() {
-                let copy = RebuildMsg::Copy {
-                    gen,
-                    batch,
-                    part: CopyPart::Rows(part),
-                };
-                net.send(me, to, QMsg::Rebuild(copy));
-            }
-            let outcomes = self.finished_outcomes();
-            let count = outcomes.len() as u64;
-            for chunk in outcomes.chunks(rebuild::OUTCOMES_PER_MESSAGE) {
-                let part = CopyPart::Outcomes(chunk.to_vec());
-                net.send(me, to, QMsg::Rebuild(RebuildMsg::Copy { gen, batch, part }));
-            }
-            let part = CopyPart::End {
-                records,
-                outcomes: count,
-            };
-            net.send(me, to, QMsg::Rebuild(RebuildMsg::Copy { gen, batch, part }));
-        }
+        let send = |to, msg| self.net.send(self.id, to, QMsg::Rebuild(msg));
+        let outcomes = self.finished_outcomes();
+        rebuild::send_copy(&send, to, (copy.gen, batch), rows, outcomes);
     }
 
     /// The outcomes a copy carries: once no thread is answering batches (those taken before
@@ -2550,52 +2449,10 @@ impl QNode {
 
     /// Handles a message of a rebuild (see `rebuild`).
     fn on_rebuild(&self, from: NodeId, msg: RebuildMsg) {
-        let part = self.instance_part(from);
-        match msg {
-            RebuildMsg::Ready { from: after } => match part {
-                Some(p) if self.part.0 == 0 => self.rebuild.lock().on_ready(p, after),
-                _ => tracing::warn!("node {}: a rebuild report from node {from}", self.id),
-            },
-            RebuildMsg::Attempt { gen } if part == Some(0) => self.rebuild.lock().on_attempt(gen),
-            RebuildMsg::Wanted {
-                instance,
-                gen,
-                from: after,
-            } => {
-                // The leader of group 0 (catching up or not: it marks its next plan).
-                let leader = self.ctx.placement.leader(self.part_id()) == Some(self.id);
-                let valid = instance < self.ctx.placement.replicas()
-                    && self.part.0 == 0
-                    && leader
-                    && !self.stale.load(Ordering::Acquire);
-                if valid {
-                    *self.copy_wanted.lock() = Some((CopyFor { instance, gen }, after));
-                }
-            }
-            RebuildMsg::Copy {
-                gen,
-                batch,
-                part: piece,
-            } => {
-                let source = self.ctx.placement.partition_of(from);
-                if source != self.part_id() {
-                    return tracing::warn!(
-                        "node {}: a copy of partition {source} from node {from}",
-                        self.id
-                    );
-                }
-                if let Err(why) = self.rebuild.lock().on_copy(gen, batch, piece) {
-                    tracing::error!("node {}: a copy from node {from} refused: {why}", self.id);
-                }
-            }
-            RebuildMsg::Rebuilt { gen } => match part {
-                Some(p) => self.rebuild.lock().on_rebuilt(gen, p),
-                None => tracing::warn!("node {}: node {from} of another instance", self.id),
-            },
-            RebuildMsg::Attempt { .. } => {
-                tracing::warn!("node {}: a rebuild attempt from node {from}", self.id)
-            }
-        }
+        // The leader of group 0 serves copies (catching up or not: it marks its next plan).
+        let serves = self.ctx.placement.leader(self.part_id()) == Some(self.id)
+            && !self.stale.load(Ordering::Acquire);
+        self.with_seat(|seat| self.rebuild.on_msg(seat, from, msg, serves));
     }
 
     /// Answers `NotLeader` to every client waiting here: this node no longer leads its group

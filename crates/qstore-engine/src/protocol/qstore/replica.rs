@@ -72,6 +72,16 @@ pub(super) struct TxnContext {
     pub call: Option<std::sync::Arc<qstore_core::txn::ProcCall>>,
 }
 
+impl crate::replication::rebuild::HeldEntry for LoggedBatch {
+    fn batch(&self) -> u64 {
+        self.batch
+    }
+
+    fn rank(&self) -> u32 {
+        self.rank
+    }
+}
+
 impl LoggedBatch {
     pub fn encode(&self) -> Vec<u8> {
         postcard::to_stdvec(self).expect("a batch serializes to memory")

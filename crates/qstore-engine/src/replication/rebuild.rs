@@ -1,25 +1,27 @@
 //! Rebuilding a stale cluster instance from another instance's copies, so that a server that
-//! was cut off (or one that restarted without its copy) rejoins as a follower.
+//! was cut off (or one that restarted without its copy) rejoins as a follower. Q-Store and
+//! Calvin share it: a *batch* below is a Q-Store batch or a Calvin epoch, and a *rank* a
+//! Q-Store planner rank (Calvin has one per group, its sequencer).
 //!
-//! An instance goes stale when it lost a server or ran plans no log committed (see
-//! `replica`). Its members stay voters of their groups; from then on each one **holds** the
-//! entries its group's log commits instead of delivering them. Rebuilding takes four steps:
+//! An instance goes stale when it lost a server or ran what no log committed. Its members
+//! stay voters of their groups; from then on each one **holds** the entries its group's log
+//! commits instead of delivering them. Rebuilding takes four steps:
 //!
-//! 1. **Ready.** A member holds, for every planner rank of its group, at least one entry; the
+//! 1. **Ready.** A member holds, for every rank of its group, at least one entry; the
 //!    first held entry of each rank bounds what it can replay: every later entry of that rank
 //!    is held (a rank's entries reach the log in batch order). It reports the largest such
 //!    first batch (`Ready { from }`) to its instance's node 0, the coordinator.
 //! 2. **Asking.** Once every node of the instance reported, the coordinator numbers an
 //!    attempt (`gen`), tells its instance (`Attempt`), and asks the leader of group 0 (node
 //!    0 of an instance in service) for copies after some batch `c >= from` (`Wanted`).
-//! 3. **Copying.** That leader marks the plan of its first planner for batch `c` (the plan
-//!    reaches every node of its instance before anything after `c` could run there, as a
-//!    checkpoint's mark does). Each node of the serving instance runs nothing after `c`
+//! 3. **Copying.** That leader's instance marks batch `c` as a checkpoint is marked (Q-Store:
+//!    on the plan of node 0's first planner; Calvin: on node 0's epoch batches), which
+//!    reaches every node of the instance before anything after `c` could run there. Each node of the serving instance runs nothing after `c`
 //!    until everything up to `c` has run and been answered, copies its partition's rows (the
 //!    pause), goes on, and sends the copy, with the outcomes its group's transactions had
 //!    (for resubmissions), to the node of the stale instance holding the same partition.
 //! 4. **Installing.** A stale node that has the whole copy of the current attempt waits until
-//!    none of its queues runs, replaces its partition's rows and its node state (the next
+//!    nothing runs there, replaces its partition's rows and its node state (the next
 //!    batch is `c + 1`) and tells every node of its instance (`Rebuilt { gen }`). A node whose
 //!    whole instance installed the same attempt is back in service: it delivers its held
 //!    entries after `c`, in log order, and then what its log commits, as any member does.
@@ -31,23 +33,33 @@
 //! comes back only with every node's `Rebuilt`, the coordinator's included, and the
 //! coordinator sends its own only for an attempt it installed.
 
-use super::replica::LoggedBatch;
+use crate::cluster::EngineCtx;
+use parking_lot::Mutex;
 use qstore_core::txn::{TxnKey, TxnOutcome};
-use qstore_core::NodeId;
+use qstore_core::{NodeId, PartitionId};
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
+
+/// An entry of a group's log, as a stale node holds it.
+pub trait HeldEntry {
+    /// Its batch (or epoch).
+    fn batch(&self) -> u64;
+    /// The rank that made it (0 for a protocol with one per group).
+    fn rank(&self) -> u32;
+}
 
 /// Most bytes of log entries a stale node holds; past it, it cannot be rebuilt (it says so).
 const MAX_HELD_BYTES: usize = 512 << 20;
 /// How often a ready stale node reports to its coordinator.
 const REPORT_EVERY: Duration = Duration::from_millis(200);
 /// How long the coordinator waits for an attempt before it makes another one.
-pub(super) const RETRY_AFTER: Duration = Duration::from_secs(5);
+pub const RETRY_AFTER: Duration = Duration::from_secs(5);
 /// Bytes of copy records per message (a record holds about 1 MiB of rows at most), and
 /// outcomes per message: a message stays well under the transport's frame limit.
-pub(super) const COPY_BYTES_PER_MESSAGE: usize = 4 << 20;
-pub(super) const OUTCOMES_PER_MESSAGE: usize = 16 << 10;
+pub const COPY_BYTES_PER_MESSAGE: usize = 4 << 20;
+pub const OUTCOMES_PER_MESSAGE: usize = 16 << 10;
 
 /// The messages of a rebuild (see the module's steps).
 #[derive(Debug, Serialize, Deserialize)]
@@ -89,14 +101,14 @@ pub struct CopyFor {
 
 /// Where a node is: in service, stale, or installed and waiting for its instance.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(super) enum Phase {
+pub enum Phase {
     Serving,
     Stale,
     Installed { gen: u64, batch: u64 },
 }
 
 /// A whole copy, ready to install.
-pub(super) struct Copy {
+pub struct Copy {
     pub gen: u64,
     pub batch: u64,
     pub records: Vec<Vec<u8>>,
@@ -104,11 +116,11 @@ pub(super) struct Copy {
 }
 
 /// A node's side of rebuilding its instance (and, at node 0, the coordinator's).
-pub(super) struct Rebuild {
+pub struct Rebuild<E> {
     phase: Phase,
     /// Entries its group's log committed since the node went stale, in log order, with
     /// their proposers.
-    held: Vec<(NodeId, LoggedBatch)>,
+    held: Vec<(NodeId, E)>,
     held_bytes: usize,
     /// The first held batch of each planner rank.
     first_held: BTreeMap<u32, u64>,
@@ -128,7 +140,7 @@ pub(super) struct Rebuild {
     asked: Option<Instant>,
 }
 
-impl Rebuild {
+impl<E: HeldEntry> Rebuild<E> {
     pub fn new() -> Self {
         Rebuild {
             phase: Phase::Serving,
@@ -165,9 +177,9 @@ impl Rebuild {
     pub fn hold(
         &mut self,
         proposer: NodeId,
-        entry: LoggedBatch,
+        entry: E,
         len: usize,
-    ) -> Option<LoggedBatch> {
+    ) -> Option<E> {
         if self.phase == Phase::Serving {
             return Some(entry);
         }
@@ -184,7 +196,7 @@ impl Rebuild {
             return None;
         }
         self.held_bytes += len;
-        self.first_held.entry(entry.rank).or_insert(entry.batch);
+        self.first_held.entry(entry.rank()).or_insert(entry.batch());
         self.held.push((proposer, entry));
         None
     }
@@ -288,7 +300,7 @@ impl Rebuild {
         self.complete.take()
     }
 
-    /// Puts back a copy that could not be installed yet (a queue was running).
+    /// Puts back a copy that could not be installed yet (something was running).
     pub fn keep_complete(&mut self, copy: Copy) {
         if copy.gen == self.gen && self.phase != Phase::Serving {
             self.complete = Some(copy);
@@ -319,7 +331,7 @@ impl Rebuild {
 
     /// Back in service, if every one of the instance's `parts` nodes installed this node's
     /// attempt: the held entries to deliver (those after the copy), in log order.
-    pub fn serve_if_whole(&mut self, parts: u32) -> Option<Vec<(NodeId, LoggedBatch)>> {
+    pub fn serve_if_whole(&mut self, parts: u32) -> Option<Vec<(NodeId, E)>> {
         let Phase::Installed { gen, batch } = self.phase else {
             return None;
         };
@@ -335,25 +347,245 @@ impl Rebuild {
             gen: self.gen,
             ..Rebuild::new()
         };
-        Some(held.into_iter().filter(|(_, e)| e.batch > batch).collect())
+        Some(held.into_iter().filter(|(_, e)| e.batch() > batch).collect())
     }
+}
+
+/// The partition (node of the instance) of server `n`, if it belongs to server `me`'s
+/// instance.
+pub fn instance_part(ctx: &EngineCtx, me: NodeId, n: NodeId) -> Option<u32> {
+    let p = &ctx.placement;
+    (n.index() < ctx.servers() as usize && p.instance_of(n) == p.instance_of(me))
+        .then(|| p.partition_of(n).0)
+}
+
+/// A node's view of its instance, and how it talks to it, for the shared steps below.
+pub struct Seat<'a> {
+    pub ctx: &'a EngineCtx,
+    pub id: NodeId,
+    /// Whether the node can reach server `n` now.
+    pub reachable: &'a dyn Fn(NodeId) -> bool,
+    /// Sends a rebuild message (wrapped in the protocol's own) to server `n`.
+    pub send: &'a dyn Fn(NodeId, RebuildMsg),
+    /// Tells every node of the instance that it is stale.
+    pub tell_stale: &'a dyn Fn(),
+}
+
+impl Seat<'_> {
+    /// This node's partition: its place in its instance.
+    fn part(&self) -> u32 {
+        self.ctx.placement.partition_of(self.id).0
+    }
+
+    /// The server that is node `d` of this node's instance.
+    fn peer(&self, d: u32) -> NodeId {
+        self.ctx.placement.peer_of(self.id, PartitionId(d))
+    }
+
+    fn instance_part(&self, n: NodeId) -> Option<u32> {
+        instance_part(self.ctx, self.id, n)
+    }
+
+    /// Where a stale instance's copies come from: the leader of group 0, if it is known and
+    /// serves in another instance (its instance marks the batch every node of it copies
+    /// after).
+    fn copy_source(&self) -> Option<NodeId> {
+        let p = &self.ctx.placement;
+        let leader = p.leader(PartitionId(0))?;
+        let instance = p.instance_of(leader);
+        (instance != p.instance_of(self.id) && !p.is_stale(instance)).then_some(leader)
+    }
+}
+
+/// A node's part in rebuilds, its instance's when it is stale and another's when it serves
+/// copies: what Q-Store's and Calvin's nodes share of it.
+pub struct Rebuilder<E> {
+    pub state: Mutex<Rebuild<E>>,
+    /// At the source (the leader of group 0): copies a stale instance wants (attempt, and
+    /// the batch to copy after at the earliest), marked on the next batch due.
+    wanted: Mutex<Option<(CopyFor, u64)>>,
+    /// A copy is being installed.
+    installing: AtomicBool,
+}
+
+impl<E: HeldEntry> Default for Rebuilder<E> {
+    fn default() -> Self {
+        Rebuilder {
+            state: Mutex::new(Rebuild::new()),
+            wanted: Mutex::new(None),
+            installing: AtomicBool::new(false),
+        }
+    }
+}
+
+impl<E: HeldEntry> Rebuilder<E> {
+    /// The copy a stale instance wants after `batch`, if it is due: the source marks it.
+    pub fn copy_due(&self, id: NodeId, batch: u64) -> Option<CopyFor> {
+        let mut wanted = self.wanted.lock();
+        match *wanted {
+            Some((copy, from)) if batch >= from => {
+                *wanted = None;
+                tracing::info!(
+                    "node {id}: instance {} gets copies after batch {batch}",
+                    copy.instance
+                );
+                Some(copy)
+            }
+            _ => None,
+        }
+    }
+
+    /// A stale node's periodic step: tells its instance it is stale (a node that was cut off
+    /// learns it so), reports what it can replay (ranks `ranks` are its group's), asks for
+    /// copies (the coordinator), and hands back a whole copy to install, if one is there
+    /// and none is being installed (the caller then calls [`Rebuilder::install_done`]).
+    pub fn step(&self, seat: &Seat, ranks: std::ops::Range<u32>) -> Option<Copy> {
+        let now = Instant::now();
+        let nodes = seat.ctx.nodes();
+        let all_reachable = (0..nodes).all(|d| (seat.reachable)(seat.peer(d)));
+        let (report, attempt, copy) = {
+            let mut r = self.state.lock();
+            let report = all_reachable.then(|| r.report_due(ranks, now)).flatten();
+            let attempt = (seat.part() == 0 && all_reachable)
+                .then(|| seat.copy_source())
+                .flatten()
+                .and_then(|source| Some((source, r.attempt_due(nodes, now)?)));
+            // One copy installed at a time.
+            let installing = self.installing.swap(true, Ordering::AcqRel);
+            let copy = if installing { None } else { r.take_complete() };
+            if !installing && copy.is_none() {
+                self.installing.store(false, Ordering::Release);
+            }
+            (report, attempt, copy)
+        };
+        if let Some(from) = report {
+            (seat.tell_stale)();
+            (seat.send)(seat.peer(0), RebuildMsg::Ready { from });
+        }
+        if let Some((source, (gen, from))) = attempt {
+            let instance = seat.ctx.placement.instance_of(seat.id);
+            for d in 0..nodes {
+                (seat.send)(seat.peer(d), RebuildMsg::Attempt { gen });
+            }
+            tracing::warn!(
+                "node {}: instance {instance} asks node {source} for copies after batch {from} \
+                 (attempt {gen})",
+                seat.id
+            );
+            let wanted = RebuildMsg::Wanted {
+                instance,
+                gen,
+                from,
+            };
+            (seat.send)(source, wanted);
+        }
+        copy
+    }
+
+    /// The copy [`Rebuilder::step`] handed out is installed, kept for later, or dropped.
+    pub fn install_done(&self) {
+        self.installing.store(false, Ordering::Release);
+    }
+
+    /// Handles a rebuild message from server `from`. `serves` says whether this node may
+    /// serve copies (it leads group 0 and its instance is in service).
+    pub fn on_msg(&self, seat: &Seat, from: NodeId, msg: RebuildMsg, serves: bool) {
+        let part = seat.instance_part(from);
+        let id = seat.id;
+        match msg {
+            RebuildMsg::Ready { from: after } => match part {
+                Some(p) if seat.part() == 0 => self.state.lock().on_ready(p, after),
+                _ => tracing::warn!("node {id}: a rebuild report from node {from}"),
+            },
+            RebuildMsg::Attempt { gen } if part == Some(0) => self.state.lock().on_attempt(gen),
+            RebuildMsg::Attempt { .. } => {
+                tracing::warn!("node {id}: a rebuild attempt from node {from}")
+            }
+            RebuildMsg::Wanted {
+                instance,
+                gen,
+                from: after,
+            } => {
+                if instance < seat.ctx.placement.replicas() && seat.part() == 0 && serves {
+                    *self.wanted.lock() = Some((CopyFor { instance, gen }, after));
+                }
+            }
+            RebuildMsg::Copy {
+                gen,
+                batch,
+                part: piece,
+            } => {
+                let source = seat.ctx.placement.partition_of(from);
+                if source.0 != seat.part() {
+                    return tracing::warn!("node {id}: a copy of partition {source} from {from}");
+                }
+                if let Err(why) = self.state.lock().on_copy(gen, batch, piece) {
+                    tracing::error!("node {id}: a copy from node {from} refused: {why}");
+                }
+            }
+            RebuildMsg::Rebuilt { gen } => match part {
+                Some(p) => self.state.lock().on_rebuilt(gen, p),
+                None => tracing::warn!("node {id}: node {from} of another instance"),
+            },
+        }
+    }
+}
+
+/// Sends server `to` the copy of its partition after `batch` for attempt `gen`: the rows
+/// (records of `checkpoint::copy_rows`), then the outcomes, then the end, in messages of
+/// about `COPY_BYTES_PER_MESSAGE`.
+pub fn send_copy(
+    send: &dyn Fn(NodeId, RebuildMsg),
+    to: NodeId,
+    (gen, batch): (u64, u64),
+    rows: Vec<Vec<u8>>,
+    outcomes: Vec<(TxnKey, TxnOutcome)>,
+) {
+    let piece = |part| RebuildMsg::Copy { gen, batch, part };
+    let records = rows.len() as u64;
+    let (mut part, mut bytes) = (Vec::new(), 0);
+    for record in rows {
+        bytes += record.len();
+        part.push(serde_bytes::ByteBuf::from(record));
+        if bytes >= COPY_BYTES_PER_MESSAGE {
+            send(to, piece(CopyPart::Rows(std::mem::take(&mut part))));
+            bytes = 0;
+        }
+    }
+    if !part.is_empty() {
+        send(to, piece(CopyPart::Rows(part)));
+    }
+    for chunk in outcomes.chunks(OUTCOMES_PER_MESSAGE) {
+        send(to, piece(CopyPart::Outcomes(chunk.to_vec())));
+    }
+    let end = CopyPart::End {
+        records,
+        outcomes: outcomes.len() as u64,
+    };
+    send(to, piece(end));
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::protocol::qstore::replica::LoggedPlan;
 
-    fn entry(batch: u64, rank: u32) -> LoggedBatch {
-        LoggedBatch {
-            batch,
-            rank,
-            txns: Vec::new(),
-            plan: LoggedPlan::Inputs,
+    #[derive(Debug)]
+    struct Entry(u64, u32);
+
+    impl HeldEntry for Entry {
+        fn batch(&self) -> u64 {
+            self.0
+        }
+        fn rank(&self) -> u32 {
+            self.1
         }
     }
 
-    fn stale_with(entries: &[(u64, u32)]) -> Rebuild {
+    fn entry(batch: u64, rank: u32) -> Entry {
+        Entry(batch, rank)
+    }
+
+    fn stale_with(entries: &[(u64, u32)]) -> Rebuild<Entry> {
         let mut r = Rebuild::new();
         assert!(
             r.hold(NodeId(0), entry(1, 0), 10).is_some(),
@@ -366,7 +598,7 @@ mod tests {
         r
     }
 
-    fn send_copy(r: &mut Rebuild, gen: u64, batch: u64) -> Result<(), String> {
+    fn send_copy(r: &mut Rebuild<Entry>, gen: u64, batch: u64) -> Result<(), String> {
         let rows = CopyPart::Rows(vec![serde_bytes::ByteBuf::from(vec![1, 2])]);
         r.on_copy(gen, batch, rows)?;
         r.on_copy(
@@ -409,7 +641,7 @@ mod tests {
         r.on_rebuilt(gen, 1);
         assert!(r.accepts_from(1));
         let replay = r.serve_if_whole(2).expect("back in service");
-        let batches: Vec<(u64, u32)> = replay.iter().map(|(_, e)| (e.batch, e.rank)).collect();
+        let batches: Vec<(u64, u32)> = replay.iter().map(|(_, e)| (e.0, e.1)).collect();
         assert_eq!(batches, vec![(10, 0)], "only what comes after the copy");
         assert_eq!(r.phase(), Phase::Serving);
         assert!(r.hold(NodeId(0), entry(11, 0), 10).is_some());
