@@ -132,6 +132,12 @@ expect_exit 0 "instances out of service \[\]" "qstore rf 3, server cut off at 1 
   --cut-off-node 1 --cut-off-after-ms 1000 --cut-off-for-ms 1000 --history "$h" --verify -q
 expect_exit 0 "" "adya accepts the rebuilt run's client history ($(wc -l <"$h") events)" -- \
   adya check -m list-append -c serializable "$h"
+h="$work/rebuild-calvin.jsonl"
+expect_exit 0 "instances out of service \[\]" "calvin rf 3, server cut off at 1 s and back at 2 s --verify" -- \
+  "$QSTORE" run --protocol calvin --workload append --nodes 3 --replication-factor 3 --duration 4 \
+  --cut-off-node 1 --cut-off-after-ms 1000 --cut-off-for-ms 1000 --history "$h" --verify -q
+expect_exit 0 "" "adya accepts the rebuilt calvin run's client history ($(wc -l <"$h") events)" -- \
+  adya check -m list-append -c serializable "$h"
 
 # The determinism study's variants: 2PL without 2PC, long transactions, a slow node with
 # and without throttling (whose refused transactions are retried: every one is answered).
@@ -260,6 +266,12 @@ expect_exit 0 "instances out of service \[\]" "qstore rf 3 over TCP, leader kill
   "$QSTORE" cluster --workload append --nodes 3 --replication-factor 3 --duration 6 \
   --kill-leader-after-ms 1500 --restart-after-ms 1000 --history "$h" --verify -q
 expect_exit 0 "" "adya accepts the restarted-leader run's client history ($(wc -l <"$h") events)" -- \
+  adya check -m list-append -c serializable "$h"
+h="$work/kill-restart-calvin.jsonl"
+expect_exit 0 "instances out of service \[\]" "calvin rf 3 over TCP, leader killed at 1.5 s and restarted 1 s later --verify" -- \
+  "$QSTORE" cluster --protocol calvin --workload append --nodes 3 --replication-factor 3 --duration 6 \
+  --kill-leader-after-ms 1500 --restart-after-ms 1000 --history "$h" --verify -q
+expect_exit 0 "" "adya accepts the restarted calvin leader run's client history ($(wc -l <"$h") events)" -- \
   adya check -m list-append -c serializable "$h"
 
 echo "== durability: every server killed with SIGKILL mid-run, then the cluster restarted"

@@ -6,7 +6,7 @@
 # accepts the clients' history. Prints one line per run (when the kill struck, how long the
 # group was without a leader, the longest time without any commit) and a summary.
 #
-# With RESTART=1 (qstore only), the killed server is started again at a random moment after
+# With RESTART=1, the killed server is started again at a random moment after
 # the kill, and a run passes only if it rejoined: its cluster instance rebuilt from another
 # instance's copies and back in service by the end, every copy equal.
 #

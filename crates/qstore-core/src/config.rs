@@ -277,12 +277,6 @@ impl ProtocolConfig {
     pub fn plans_up_front(&self) -> bool {
         matches!(self.name.as_str(), "qstore" | "calvin")
     }
-
-    /// Whether a replicated cluster of the protocol rebuilds a stale cluster instance from
-    /// another's copies, so that a server that lost its copy (restarted) may rejoin.
-    pub fn rebuilds_instances(&self) -> bool {
-        self.name == "qstore"
-    }
 }
 
 impl Default for ProtocolConfig {

@@ -64,13 +64,14 @@ where
             tcp.net = ctx.cfg.net.clone();
             tcp.seed = ctx.cfg.seed;
             tcp.handshake_timeout = Duration::from_secs_f64(ctx.cfg.server.handshake_timeout_s);
-            if ctx.placement.replicas() > 1 && ctx.cfg.protocol.rebuilds_instances() {
-                // Its instance is rebuilt from another's copies (see `qstore::rebuild`).
+            let raft = ctx.cfg.replication.layer == qstore_core::config::ReplicationLayer::Raft;
+            if ctx.placement.replicas() > 1 && raft {
+                // Its instance is rebuilt from another's copies (see `replication::rebuild`).
                 tcp.admit_restarted = true;
             } else if ctx.placement.replicas() > 1 {
-                tcp.restart_advice = "with replication the other servers go on without it (its \
-                    group elects another leader), but a server that lost its copy cannot rejoin \
-                    yet: rebuilding a copy from its group is not built"
+                tcp.restart_advice = "with replication through ZooKeeper the other servers go \
+                    on without it, but a server that lost its copy rejoins only with \
+                    --replication-layer raft (whose instances are rebuilt from copies)"
                     .into();
             }
             let (tx, rx) = unbounded();

@@ -140,7 +140,7 @@ struct ClusterArgs {
     /// Start the server --kill-leader-after-ms killed again, this long after the kill, as a
     /// rebooted machine would come back without its copy: it rejoins its group as a
     /// follower, and its cluster instance is rebuilt from another instance's copies
-    /// (protocol qstore).
+    /// (protocols qstore and calvin).
     #[arg(long, value_name = "MS", help_heading = "Replication")]
     restart_after_ms: Option<u64>,
     #[command(flatten)]
@@ -1208,14 +1208,6 @@ fn kill_leader(
             None => Ok(None),
         };
     };
-    if args.restart_after_ms.is_some() && !cfg.protocol.rebuilds_instances() {
-        return Err(format!(
-            "--restart-after-ms: a restarted server rejoins only with --protocol qstore, whose \
-             cluster instances are rebuilt from another's copies; protocol {} does not \
-             rebuild them (its peers would refuse the restarted server)",
-            cfg.protocol.name
-        ));
-    }
     if cfg.replication.factor < 2 {
         return Err(format!(
             "--kill-leader-after-ms {ms}: without replication the killed server's partition \

@@ -13,8 +13,8 @@ pub mod codec;
 pub mod dedup;
 pub mod disk;
 pub mod log;
-pub mod rebuild;
 pub mod member;
+pub mod rebuild;
 pub mod stall;
 pub mod zookeeper;
 

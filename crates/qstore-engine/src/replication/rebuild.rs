@@ -140,6 +140,12 @@ pub struct Rebuild<E> {
     asked: Option<Instant>,
 }
 
+impl<E: HeldEntry> Default for Rebuild<E> {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
 impl<E: HeldEntry> Rebuild<E> {
     pub fn new() -> Self {
         Rebuild {
@@ -174,12 +180,7 @@ impl<E: HeldEntry> Rebuild<E> {
     }
 
     /// An entry the log committed: handed back to deliver if the node serves, else held.
-    pub fn hold(
-        &mut self,
-        proposer: NodeId,
-        entry: E,
-        len: usize,
-    ) -> Option<E> {
+    pub fn hold(&mut self, proposer: NodeId, entry: E, len: usize) -> Option<E> {
         if self.phase == Phase::Serving {
             return Some(entry);
         }
@@ -347,7 +348,11 @@ impl<E: HeldEntry> Rebuild<E> {
             gen: self.gen,
             ..Rebuild::new()
         };
-        Some(held.into_iter().filter(|(_, e)| e.batch() > batch).collect())
+        Some(
+            held.into_iter()
+                .filter(|(_, e)| e.batch() > batch)
+                .collect(),
+        )
     }
 }
 

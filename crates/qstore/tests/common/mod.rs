@@ -186,6 +186,8 @@ pub struct Cluster {
     pub cluster_toml: String,
     /// Copies of each partition: the file lists `replicas` servers per node.
     pub replicas: usize,
+    /// The protocol the servers run.
+    pub protocol: String,
 }
 
 impl Cluster {
@@ -206,8 +208,19 @@ impl Cluster {
     /// `nodes * replicas` servers (server `s` holds partition `s % nodes`).
     #[allow(dead_code)]
     pub fn start_replicated(name: &str, nodes: usize, replicas: usize) -> Cluster {
+        Self::start_replicated_running(name, nodes, replicas, "qstore")
+    }
+
+    /// [`Cluster::start_replicated`] with another protocol.
+    #[allow(dead_code)]
+    pub fn start_replicated_running(
+        name: &str,
+        nodes: usize,
+        replicas: usize,
+        protocol: &str,
+    ) -> Cluster {
         let sections = format!("[replication]\nfactor = {replicas}\n");
-        Self::start_copies(name, nodes, replicas, "", &sections, "")
+        Self::start_copies(name, (nodes, replicas, protocol), "", &sections, "")
     }
 
     /// A cluster of `nodes` servers running TPC-C (New-Order and Payment by default, every
@@ -228,13 +241,19 @@ impl Cluster {
         sections: &str,
         cluster_toml: &str,
     ) -> Cluster {
-        Self::start_copies(name, nodes, 1, extra_toml, sections, cluster_toml)
+        Self::start_copies(
+            name,
+            (nodes, 1, "qstore"),
+            extra_toml,
+            sections,
+            cluster_toml,
+        )
     }
 
+    /// A cluster of `nodes` partitions × `replicas` copies running `protocol`.
     fn start_copies(
         name: &str,
-        nodes: usize,
-        replicas: usize,
+        (nodes, replicas, protocol): (usize, usize, &str),
         extra_toml: &str,
         sections: &str,
         cluster_toml: &str,
@@ -259,6 +278,7 @@ impl Cluster {
             sections,
             cluster_toml: cluster_toml.to_string(),
             replicas,
+            protocol: protocol.to_string(),
         };
         // The ports are free when chosen, but another process may take one before the
         // server binds it; the server then exits saying so, and the cluster gets new ports.
@@ -299,7 +319,7 @@ impl Cluster {
              addresses = [{}]\n\
              \n\
              [protocol]\n\
-             name = \"qstore\"\n\
+             name = \"{}\"\n\
              \n\
              [workload.ycsb]\n\
              records_per_partition = 2000\n\
@@ -313,6 +333,7 @@ impl Cluster {
             self.cluster_toml,
             self.cluster_id,
             entries.join(", "),
+            self.protocol,
             self.sections
         );
         std::fs::write(&self.file, text).unwrap();

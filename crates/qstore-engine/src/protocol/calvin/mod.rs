@@ -101,7 +101,14 @@ pub fn start(ctx: Arc<EngineCtx>) -> Result<Box<dyn Engine>, QError> {
             pace: crate::runtime::Pace::of(&ctx.cfg, id),
             worker_time: Default::default(),
             ckpt,
+            rebuild: Default::default(),
+            to_install: Mutex::new(None),
+            run_gate: RwLock::new(()),
+            run: AtomicU64::new(0),
+            ready_rx: ready_rx.clone(),
+            this: std::sync::OnceLock::new(),
         });
+        let _ = node.this.set(Arc::downgrade(&node));
         nodes[id.index()] = Some(node.clone());
         // The network thread first: with replication it carries the groups' elections.
         let n = node.clone();

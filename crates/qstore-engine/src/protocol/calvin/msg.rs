@@ -1,5 +1,6 @@
 //! What Calvin nodes say to each other.
 
+use crate::replication::rebuild::{CopyFor, RebuildMsg};
 use qstore_core::txn::{ProcCall, Value};
 use qstore_core::TxnId;
 use serde::{Deserialize, Serialize};
@@ -61,11 +62,13 @@ pub enum CMsg {
     /// receiver, possibly none. Every sequencer sends one to every other node for every epoch
     /// (its own node's scheduler gets its batch directly), so a node knows when it holds the
     /// whole epoch. `checkpoint` (only from node 0): every node checkpoints after this epoch
-    /// (see `protocol::checkpoint`).
+    /// (see `protocol::checkpoint`); `copy` (only from node 0): every node copies its
+    /// partition after it for a stale instance (see `replication::rebuild`).
     Batch {
         epoch: u64,
         txns: Vec<BatchTxn>,
         checkpoint: bool,
+        copy: Option<CopyFor>,
     },
     /// What an executor produced for the receiver since its last message: read copies for
     /// transactions the receiver executes, acknowledgements of transactions it is home to.
@@ -74,6 +77,8 @@ pub enum CMsg {
     Raft(crate::replication::ReplMsg),
     /// Replication: the sender's cluster instance (the receiver's) is out of service.
     Stale,
+    /// Replication: rebuilding a stale instance from another's copies.
+    Rebuild(RebuildMsg),
     /// Durability: the checkpoints the sender holds, by epoch; with `asking`, at its start,
     /// for the receiver's.
     Checkpoints { have: Vec<u64>, asking: bool },
@@ -82,5 +87,13 @@ pub enum CMsg {
 impl crate::protocol::checkpoint::CheckpointMsg for CMsg {
     fn checkpoints(have: Vec<u64>, asking: bool) -> Self {
         CMsg::Checkpoints { have, asking }
+    }
+}
+
+impl CMsg {
+    /// Whether it is a message of transaction processing inside an instance (epoch batches,
+    /// reads, acknowledgements), which a rebuilt node takes only from the new run.
+    pub fn is_of_a_run(&self) -> bool {
+        matches!(self, CMsg::Batch { .. } | CMsg::Exec { .. })
     }
 }

@@ -2,7 +2,7 @@
 //! home side of a transaction (collecting acknowledgements, answering the client).
 
 use super::msg::{Ack, BatchTxn, CMsg, Pos, Reads, Verdict};
-use super::replica::GroupSeat;
+use super::replica::{GroupSeat, LoggedEpoch};
 use super::txn::Txn;
 use super::worker::Work;
 use crate::cluster::EngineCtx;
@@ -10,6 +10,8 @@ use crate::history::{HistoryRecorder, TxnTrace};
 use crate::protocol::checkpoint::{Checkpointer, Recovers};
 use crate::protocol::shell::NodeShell;
 use crate::protocol::{admit, reply, settle, AdmissionQueue, Admitted, Ending, TxnRequest};
+use crate::replication::rebuild::{self, CopyFor, Rebuilder, Seat};
+use crate::replication::Dedup;
 use crossbeam_channel::{Receiver, RecvTimeoutError, Sender};
 use parking_lot::{Mutex, RwLock};
 use qstore_core::txn::{ProcCall, TxnKey, TxnOutcome, Value};
@@ -18,8 +20,8 @@ use qstore_net::{Envelope, Transport};
 use qstore_storage::PartitionStore;
 use rustc_hash::FxHashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::Arc;
-use std::time::Duration;
+use std::sync::{Arc, OnceLock, Weak};
+use std::time::{Duration, Instant};
 
 /// How long a blocked thread waits before it looks at the stop flag again.
 pub(super) const POLL: Duration = Duration::from_millis(20);
@@ -56,6 +58,9 @@ pub(super) struct Prepared {
     pub txns: Vec<Box<Txn>>,
     /// Node 0 marked this epoch: every node checkpoints after it.
     pub checkpoint: bool,
+    /// Node 0 marked this epoch: every node copies its partition after it for a stale
+    /// instance (see `replication::rebuild`).
+    pub copy: Option<CopyFor>,
 }
 
 pub(super) struct CalvinNode {
@@ -90,6 +95,20 @@ pub(super) struct CalvinNode {
     pub row_sizes: Vec<usize>,
     /// Replication: this server's seat in its partition's replica group.
     pub group: GroupSeat,
+    /// Replication: rebuilding this server's stale instance, or serving copies to another.
+    pub rebuild: Rebuilder<LoggedEpoch>,
+    /// Replication: a whole copy for the scheduler to install (see `Scheduler::install`).
+    pub to_install: Mutex<Option<rebuild::Copy>>,
+    /// Held (shared) by an executor while it works on a transaction, and (exclusive) while a
+    /// copy is installed: nothing of the old run runs then.
+    pub run_gate: RwLock<()>,
+    /// Which run the node is in: one more at every installed copy. An executor drops
+    /// messages it gathered in an earlier run.
+    pub run: AtomicU64,
+    /// The executors' queue, for the scheduler to empty when it installs a copy.
+    pub ready_rx: Receiver<Work>,
+    /// The node itself, for threads of its own.
+    pub this: OnceLock<Weak<CalvinNode>>,
     /// Durability: this node's checkpoints (with a data directory).
     pub ckpt: Option<Arc<Checkpointer>>,
     /// The slow node's pace, if it is the slow node.
@@ -127,7 +146,7 @@ impl CalvinNode {
         epoch: u64,
         sequencer: u32,
         txns: Vec<BatchTxn>,
-        checkpoint: bool,
+        (checkpoint, copy): (bool, Option<CopyFor>),
     ) -> Prepared {
         let ctx = &*self.ctx;
         let txns = txns
@@ -157,6 +176,7 @@ impl CalvinNode {
             sequencer,
             txns,
             checkpoint,
+            copy,
         }
     }
 
@@ -195,10 +215,18 @@ impl CalvinNode {
                 Err(RecvTimeoutError::Disconnected) => return,
             };
             let placement = &self.ctx.placement;
-            if let CMsg::Raft(msg) = env.msg {
-                crate::replication::deliver(self.group.member.get(), self.id, env.from, msg);
-                continue;
-            }
+            let msg = match env.msg {
+                CMsg::Raft(msg) => {
+                    crate::replication::deliver(self.group.member.get(), self.id, env.from, msg);
+                    continue;
+                }
+                // From other instances too (copies, a coordinator's request).
+                CMsg::Rebuild(msg) => {
+                    self.on_rebuild(env.from, msg);
+                    continue;
+                }
+                msg => msg,
+            };
             if placement.instance_of(env.from) != placement.instance_of(self.id) {
                 tracing::error!(
                     "node {}: a transaction message from node {} of another cluster instance",
@@ -208,21 +236,28 @@ impl CalvinNode {
                 continue;
             }
             let from = placement.partition_of(env.from).0;
-            match env.msg {
-                CMsg::Raft(_) => unreachable!("handed to the group member above"),
+            if msg.is_of_a_run()
+                && self.group.is_stale()
+                && !self.rebuild.state.lock().accepts_from(from)
+            {
+                continue; // the instance's old run (see `replication::rebuild`)
+            }
+            match msg {
+                CMsg::Raft(_) | CMsg::Rebuild(_) => unreachable!("handled above"),
                 CMsg::Stale => self.become_stale("another node of its instance is stale"),
                 CMsg::Batch {
                     epoch,
                     txns,
                     checkpoint,
+                    copy,
                 } => {
                     if from >= nodes || from == self.part {
                         tracing::error!("node {}: epoch batch from node {from}", self.id);
                         continue;
                     }
-                    // Only node 0 marks checkpoints.
-                    let checkpoint = checkpoint && from == 0;
-                    let prepared = self.prepare(epoch, from, txns, checkpoint);
+                    // Only node 0 marks checkpoints and copies.
+                    let marks = (checkpoint && from == 0, copy.filter(|_| from == 0));
+                    let prepared = self.prepare(epoch, from, txns, marks);
                     let _ = self.prepared.send(prepared);
                     self.note_epoch(from, epoch);
                 }
@@ -249,6 +284,67 @@ impl CalvinNode {
         };
         if let Some(answer) = c.heard_from(from, have, asking) {
             self.net.send(self.id, from, answer);
+        }
+    }
+
+    /// Handles a message of a rebuild (see `replication::rebuild`).
+    fn on_rebuild(&self, from: NodeId, msg: rebuild::RebuildMsg) {
+        // The leader of group 0 serves copies: its node marks the epochs it dispatches.
+        let serves = self.ctx.placement.leader(PartitionId(self.part)) == Some(self.id)
+            && !self.group.is_stale();
+        self.with_seat(|seat| self.rebuild.on_msg(seat, from, msg, serves));
+    }
+
+    /// This server's seat in its instance, for the shared steps of a rebuild.
+    pub fn with_seat<R>(&self, f: impl FnOnce(&Seat) -> R) -> R {
+        let reachable = |n| self.net.reachable(self.id, n);
+        let send = |to, msg| self.net.send(self.id, to, CMsg::Rebuild(msg));
+        let tell_stale = || self.tell_stale();
+        f(&Seat {
+            ctx: &self.ctx,
+            id: self.id,
+            reachable: &reachable,
+            send: &send,
+            tell_stale: &tell_stale,
+        })
+    }
+
+    /// Sends the stale instances that want it the copy of this node's partition after
+    /// `epoch`, with the outcomes of its group's transactions, once every transaction of
+    /// the group up to the copy is answered here.
+    pub fn send_copies(&self, wanted: &[CopyFor], epoch: u64, rows: Vec<Vec<u8>>) {
+        let deadline = Instant::now() + Duration::from_secs(2);
+        let answered = || self.home.lock().keys().all(|&(e, _)| e > epoch);
+        while !answered() && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_micros(200));
+        }
+        let outcomes = self.group.dedup.lock().finished_outcomes();
+        let send = |to, msg| self.net.send(self.id, to, CMsg::Rebuild(msg));
+        for copy in wanted {
+            let to = self
+                .ctx
+                .placement
+                .server(copy.instance, PartitionId(self.part));
+            let (rows, outcomes) = (rows.clone(), outcomes.clone());
+            rebuild::send_copy(&send, to, (copy.gen, epoch), rows, outcomes);
+        }
+    }
+
+    /// A new run after an installed copy of epochs before `next`: the node's epoch
+    /// bookkeeping starts there, and the group's outcomes are the copy's.
+    pub fn start_run_at(&self, next: u64, dedup: Dedup) {
+        for e in &self.epochs_from {
+            e.store(next, Ordering::SeqCst);
+        }
+        self.epochs_complete.store(next, Ordering::SeqCst);
+        self.epochs_seen.store(next, Ordering::SeqCst);
+        self.group.restart_at(next, dedup);
+    }
+
+    /// Tells every other node of the instance that it is out of service.
+    pub fn tell_stale(&self) {
+        for p in (0..self.ctx.nodes()).filter(|&p| p != self.part) {
+            self.send_to(p, CMsg::Stale);
         }
     }
 

@@ -27,12 +27,12 @@
 //! other instances. A resubmitted transaction that the log already holds is answered with
 //! the outcome its first run had (the [`Dedup`] table, filled from the log at every member).
 
-use super::msg::CMsg;
 use super::node::CalvinNode;
 use super::sequencer::{cut_epochs, dispatch, place, Accepted, Epoch, EpochSink, Sequenced};
 use super::txn::roles;
 use crate::protocol::checkpoint::Checkpointer;
 use crate::protocol::{Admitted, TxnRequest};
+use crate::replication::rebuild::HeldEntry;
 use crate::replication::{Applier, Dedup, GroupLog, StallWatch};
 use crossbeam_channel::{never, Receiver, RecvTimeoutError};
 use parking_lot::Mutex;
@@ -74,6 +74,15 @@ impl GroupSeat {
             stale: AtomicBool::new(false),
             watch: StallWatch::new(stall),
         }
+    }
+
+    /// A new run after an installed copy of the group's epochs before `next` (see
+    /// `replication::rebuild`): what the copy's group finished, and nothing proposed.
+    pub fn restart_at(&self, next: u64, dedup: Dedup) {
+        self.next_logged.store(next, Ordering::Release);
+        let lost = std::mem::take(&mut *self.proposed.lock());
+        self.give_up(lost.into_values().flatten(), None);
+        *self.dedup.lock() = dedup;
     }
 
     /// Whether this server's instance is out of service.
@@ -141,7 +150,7 @@ impl GroupSeat {
 
 /// An epoch as the log holds it.
 #[derive(Debug, Serialize, Deserialize)]
-struct LoggedEpoch {
+pub(super) struct LoggedEpoch {
     /// The term its proposer led in (see `GroupSeat::proposed`).
     term: u64,
     epoch: u64,
@@ -154,6 +163,17 @@ struct LoggedTxn {
     /// The client's name for it (see [`Dedup`]).
     key: TxnKey,
     call: Arc<ProcCall>,
+}
+
+impl HeldEntry for LoggedEpoch {
+    fn batch(&self) -> u64 {
+        self.epoch
+    }
+
+    /// A group has one sequencer.
+    fn rank(&self) -> u32 {
+        0
+    }
 }
 
 impl LoggedEpoch {
@@ -264,8 +284,8 @@ impl Applier for CalvinNode {
         self.committed_at(0, proposer, proposed_here, data)
     }
 
-    fn committed_at(&self, index: u64, _: NodeId, proposed_here: bool, data: &[u8]) {
-        let entry = match LoggedEpoch::decode(data) {
+    fn committed_at(&self, index: u64, proposer: NodeId, proposed_here: bool, data: &[u8]) {
+        let mut entry = match LoggedEpoch::decode(data) {
             Ok(e) => e,
             Err(why) => return tracing::error!("node {}: {why}", self.id),
         };
@@ -278,6 +298,121 @@ impl Applier for CalvinNode {
                 return;
             }
         }
+        self.serve_if_rebuilt();
+        if self.group.is_stale() {
+            // Still a voter of its group, but its instance runs nothing more until it is
+            // rebuilt: the entry is held for then.
+            match self.rebuild.state.lock().hold(proposer, entry, data.len()) {
+                None => return,
+                Some(back) => entry = back, // back in service meanwhile
+            }
+        }
+        self.apply_epoch(proposed_here, entry);
+    }
+
+    fn compactable_before(&self) -> Option<u64> {
+        self.ckpt.as_ref().and_then(|c| c.compactable_before())
+    }
+
+    fn log_starts_at(&self, first: u64) -> Result<(), String> {
+        Checkpointer::log_starts_at(self.ckpt.as_deref(), first)
+    }
+
+    fn leader_changed(&self, leader: Option<NodeId>) {
+        // The sequencer follows `GroupLog::leading_term`.
+        if leader == Some(self.id) {
+            // The stall clock of a new leader's instance starts now.
+            self.group.progressed();
+        } else {
+            // Proposals of a leader that lost its group may still commit, or may not: their
+            // clients resubmit, and the next leader, which applies every earlier entry before
+            // it takes any, runs each once (see `Dedup`).
+            let lost = std::mem::take(&mut *self.group.proposed.lock());
+            self.group.give_up(lost.into_values().flatten(), leader);
+        }
+    }
+
+    fn should_step_aside(&self) -> bool {
+        self.group.is_stale()
+    }
+
+    /// Every member watches its instance. With copies, one that finds a server of it
+    /// unreachable takes it out of service at once (what was sent to that server is lost);
+    /// a group of one (which only logs) gives it up when clients wait and nothing finished
+    /// for `replication.stall_ms` meanwhile. A stale member works at rebuilding it.
+    fn tick(&self) {
+        if !self.group.is_stale() {
+            let placement = &self.ctx.placement;
+            let lost = || {
+                (0..self.ctx.nodes())
+                    .map(|p| placement.peer_of(self.id, PartitionId(p)))
+                    .find(|&n| !self.net.reachable(self.id, n))
+            };
+            if placement.replicas() > 1 {
+                if let Some(n) = lost() {
+                    self.become_stale(&format!("node {n} of its instance is unreachable"));
+                }
+            } else {
+                let busy = !self.home.lock().is_empty() || !self.group.idle();
+                if let Some(why) = self.group.watch.verdict(busy, lost) {
+                    self.become_stale(&why);
+                }
+            }
+        }
+        if self.group.is_stale() {
+            self.rebuild_step();
+        }
+    }
+
+    fn fell_behind(&self) {
+        self.become_stale(
+            "it fell behind its group's compacted log (it is rebuilt from a copy of the \
+             partition)",
+        );
+    }
+}
+
+impl CalvinNode {
+    /// A stale node's periodic step of rebuilding (on its member's thread): the shared steps
+    /// (see `Rebuilder::step`); a whole copy goes to the scheduler, which installs it.
+    fn rebuild_step(&self) {
+        if let Some(copy) = self.with_seat(|seat| self.rebuild.step(seat, 0..1)) {
+            *self.to_install.lock() = Some(copy);
+        }
+        self.serve_if_rebuilt();
+    }
+
+    /// Back in service once every node of the instance installed the same copy: dispatches
+    /// the epochs held after it, in log order (on the member's thread, before any later
+    /// entry).
+    fn serve_if_rebuilt(&self) {
+        if !self.group.is_stale() {
+            return;
+        }
+        let held = {
+            let mut r = self.rebuild.state.lock();
+            let Some(held) = r.serve_if_whole(self.ctx.nodes()) else {
+                return;
+            };
+            self.group.stale.store(false, Ordering::Release);
+            held
+        };
+        let placement = &self.ctx.placement;
+        placement.mark_rebuilt(placement.instance_of(self.id));
+        tracing::warn!(
+            "node {}: rebuilt, back in service; replaying {} epochs of its group's log",
+            self.id,
+            held.len()
+        );
+        self.group.progressed();
+        for (_, entry) in held {
+            self.apply_epoch(false, entry);
+        }
+    }
+
+    /// Dispatches epoch `entry` of the group's log inside this server's instance.
+    fn apply_epoch(&self, proposed_here: bool, entry: LoggedEpoch) {
+        let e = entry.epoch;
         let next = self.group.next_logged.load(Ordering::Acquire);
         if e != next {
             // A proposer numbers its epochs after what its log committed, in one term: this
@@ -307,74 +442,25 @@ impl Applier for CalvinNode {
                 );
                 self.group.give_up(own, leader);
             }
-            self.rebuild(&mut epoch, e, entry.txns);
+            self.place_logged(&mut epoch, e, entry.txns);
         }
         dispatch(self, &mut epoch, e);
         self.group.next_logged.store(e + 1, Ordering::Release);
     }
 
-    fn compactable_before(&self) -> Option<u64> {
-        self.ckpt.as_ref().and_then(|c| c.compactable_before())
-    }
-
-    fn log_starts_at(&self, first: u64) -> Result<(), String> {
-        Checkpointer::log_starts_at(self.ckpt.as_deref(), first)
-    }
-
-    fn leader_changed(&self, leader: Option<NodeId>) {
-        // The sequencer follows `GroupLog::leading_term`.
-        if leader == Some(self.id) {
-            // The stall clock of a new leader's instance starts now.
-            self.group.progressed();
-        } else {
-            // Proposals of a leader that lost its group may still commit, or may not: their
-            // clients resubmit, and the next leader, which applies every earlier entry before
-            // it takes any, runs each once (see `Dedup`).
-            let lost = std::mem::take(&mut *self.group.proposed.lock());
-            self.group.give_up(lost.into_values().flatten(), leader);
-        }
-    }
-
-    fn should_step_aside(&self) -> bool {
-        self.group.is_stale()
-    }
-
-    /// Every member watches its instance: one with clients waiting and nothing finished for
-    /// `replication.stall_ms` while a server of it is unreachable is given up.
-    fn tick(&self) {
-        if self.group.is_stale() {
-            return;
-        }
-        let busy = !self.home.lock().is_empty() || !self.group.idle();
-        let placement = &self.ctx.placement;
-        let lost = || {
-            (0..self.ctx.nodes())
-                .map(|p| placement.peer_of(self.id, PartitionId(p)))
-                .find(|&n| !self.net.reachable(self.id, n))
-        };
-        if let Some(why) = self.group.watch.verdict(busy, lost) {
-            self.become_stale(&why);
-        }
-    }
-
-    fn fell_behind(&self) {
-        self.become_stale(
-            "it fell behind its group's compacted log (catching up from a copy of the partition \
-             is not built yet)",
-        );
-    }
-}
-
-impl CalvinNode {
     /// Takes this server's cluster instance out of the run: it can no longer run its epochs
     /// (a server of it is lost), so its copies fall behind. Every node of the instance is
     /// told; each answers its waiting clients `NotLeader` (they resubmit to the new leader,
     /// whose instance ran, or will run, whatever the log committed) and its members give
-    /// their groups away. (Rebuilding a stale instance from another's copies is not built.)
+    /// their groups away. Each holds what its log commits until its instance is rebuilt
+    /// from another's copies (see `replication::rebuild`).
     pub fn become_stale(&self, why: &str) {
+        let mut rebuild = self.rebuild.state.lock();
         if self.group.stale.swap(true, Ordering::AcqRel) {
             return;
         }
+        rebuild.go_stale();
+        drop(rebuild);
         let placement = &self.ctx.placement;
         let instance = placement.instance_of(self.id);
         placement.mark_stale(instance);
@@ -382,9 +468,7 @@ impl CalvinNode {
             "node {} (instance {instance}): stale, out of the run until rebuilt: {why}",
             self.id
         );
-        for p in (0..self.ctx.nodes()).filter(|&p| p != self.part) {
-            self.send_to(p, CMsg::Stale);
-        }
+        self.tell_stale();
         let outcome = TxnOutcome::NotLeader {
             leader: placement.leader(PartitionId(self.part)),
         };
@@ -405,7 +489,7 @@ impl CalvinNode {
 
     /// Another member sequenced these transactions: this member builds their programs from
     /// their calls (procedures are deterministic) and places them for no client.
-    fn rebuild(&self, epoch: &mut Epoch, e: u64, txns: Vec<LoggedTxn>) {
+    fn place_logged(&self, epoch: &mut Epoch, e: u64, txns: Vec<LoggedTxn>) {
         let ctx = &*self.ctx;
         for (idx, t) in txns.into_iter().enumerate() {
             self.group.dedup.lock().running(t.key);

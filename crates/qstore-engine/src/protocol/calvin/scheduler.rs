@@ -6,17 +6,25 @@
 //!
 //! Durability: after an epoch node 0 marked for a checkpoint, the scheduler schedules nothing
 //! of a later epoch until every transaction it scheduled is done; then, with nothing running
-//! here, it takes the checkpoint (see `protocol::checkpoint`) and goes on.
+//! here, it takes the checkpoint (see `protocol::checkpoint`) and goes on. Replication: an
+//! epoch marked for a stale instance's copy holds later ones back the same way until the
+//! partition is copied; and on a stale node the scheduler installs the copy it was given
+//! (see `replication::rebuild`).
 
 use super::locks::{LockManager, LockReq};
 use super::node::{CalvinNode, Prepared, POLL};
 use super::txn::Txn;
 use super::worker::Work;
+use crate::protocol::checkpoint;
+use crate::replication::rebuild::{CopyFor, RebuildMsg};
+use crate::replication::Dedup;
 use crate::runtime::Pace;
 use crate::worker_time::{during, piece, Activity};
 use crossbeam_channel::{select, Receiver};
+use qstore_core::PartitionId;
 use std::collections::BTreeMap;
 use std::sync::atomic::Ordering;
+use std::time::Instant;
 
 /// A transaction's locks here, and the transaction until they are granted.
 #[derive(Default)]
@@ -44,6 +52,8 @@ pub(super) struct Scheduler<'a> {
     /// transactions finished since.
     changed: bool,
     released: usize,
+    /// Copies for stale instances to take after epochs (see `replication::rebuild`).
+    copies: BTreeMap<u64, Vec<CopyFor>>,
 }
 
 /// Completions between two contention analyses while executors are busy: a quarter of the
@@ -64,6 +74,7 @@ impl<'a> Scheduler<'a> {
             ready: Vec::new(),
             changed: false,
             released: 0,
+            copies: BTreeMap::new(),
         }
     }
 
@@ -93,7 +104,11 @@ impl<'a> Scheduler<'a> {
             while let Ok(slot) = done.try_recv() {
                 self.release(slot);
             }
-            during(Activity::Other, || self.checkpoint_if_due());
+            during(Activity::Other, || {
+                self.checkpoint_if_due();
+                self.copy_if_due();
+                self.install_if_given(&prepared, &done);
+            });
             // VLL: look for blocked transactions that could run anyway (selective contention
             // analysis) when the executors run dry, and regularly while they are busy: a
             // blocked transaction otherwise waits until every earlier one finished here.
@@ -131,6 +146,9 @@ impl<'a> Scheduler<'a> {
                 c.schedule(p.epoch);
             }
         }
+        if let Some(copy) = p.copy {
+            self.copies.entry(p.epoch).or_default().push(copy);
+        }
         match parts.batches.get_mut(p.sequencer as usize) {
             Some(b @ None) => {
                 *b = Some(p.txns);
@@ -149,12 +167,12 @@ impl<'a> Scheduler<'a> {
         self.schedule_complete();
     }
 
-    /// Schedules every epoch whose batches are all here, in order, up to a checkpoint that
-    /// waits to be taken.
+    /// Schedules every epoch whose batches are all here, in order, up to a checkpoint or a
+    /// copy that waits to be taken (nothing on a stale node).
     fn schedule_complete(&mut self) {
-        let held = || self.node.ckpt.as_ref().map_or(u64::MAX, |c| c.hold_from());
+        let held = self.held_from();
         while let Some(parts) = self.epochs.get(&self.next_epoch) {
-            if parts.missing > 0 || self.next_epoch >= held() {
+            if parts.missing > 0 || self.next_epoch >= held {
                 break;
             }
             let parts = self.epochs.remove(&self.next_epoch).expect("present");
@@ -181,6 +199,103 @@ impl<'a> Scheduler<'a> {
         self.schedule_complete();
     }
 
+    /// The first epoch not to schedule yet: after a checkpoint or a copy to take.
+    fn held_from(&self) -> u64 {
+        if self.node.group.is_stale() {
+            return 0;
+        }
+        let checkpoint = self.node.ckpt.as_ref().map_or(u64::MAX, |c| c.hold_from());
+        let copy = self.copies.keys().next().map_or(u64::MAX, |e| e + 1);
+        checkpoint.min(copy)
+    }
+
+    /// Copies the partition for the stale instances that want it after the first marked
+    /// epoch, once nothing scheduled up to it is running or waiting here; a thread of its
+    /// own sends the copy.
+    fn copy_if_due(&mut self) {
+        let Some((&epoch, _)) = self.copies.first_key_value() else {
+            return;
+        };
+        if self.free.len() < self.slots.len() || self.next_epoch <= epoch {
+            return;
+        }
+        let wanted = self.copies.remove(&epoch).expect("present");
+        let node = self.node;
+        let started = Instant::now();
+        // SAFETY: every transaction scheduled here is done (its slot is free), and no later
+        // one is scheduled until this returns.
+        let rows = unsafe { checkpoint::copy_rows(node.store()) };
+        tracing::info!(
+            "node {}: copied partition {} after epoch {epoch} in {:?} ({} records)",
+            node.id,
+            node.part,
+            started.elapsed(),
+            rows.len()
+        );
+        if let Some(n) = node.this.get().and_then(std::sync::Weak::upgrade) {
+            let spawned = std::thread::Builder::new()
+                .name(format!("c{}-copy", node.id.0))
+                .spawn(move || n.send_copies(&wanted, epoch, rows));
+            if let Err(e) = spawned {
+                tracing::error!("node {}: cannot send a copy: {e}", node.id);
+            }
+        }
+        self.schedule_complete();
+    }
+
+    /// A stale node: installs the copy its rebuild handed over, with nothing of the old run
+    /// left running, queued or waiting, and starts a new run after the copy's epoch.
+    fn install_if_given(&mut self, prepared: &Receiver<Prepared>, done: &Receiver<u32>) {
+        let node = self.node;
+        let Some(copy) = node.to_install.lock().take() else {
+            return;
+        };
+        let (gen, epoch) = (copy.gen, copy.batch);
+        let started = Instant::now();
+        {
+            // No executor works on a transaction meanwhile; what they pick up later was
+            // scheduled in the old run, and they drop it (see `Txn::run`).
+            let _gate = node.run_gate.write();
+            node.run.fetch_add(1, Ordering::AcqRel);
+            while node.ready_rx.try_recv().is_ok() || prepared.try_recv().is_ok() {}
+            while done.try_recv().is_ok() {}
+            node.waiting.lock().clear();
+            node.home.lock().clear();
+            // SAFETY: nothing runs: executors wait at the gate, and this thread schedules
+            // nothing while it installs.
+            let installed = unsafe { checkpoint::install_rows(copy.records, node.store()) };
+            let rows = match installed {
+                Ok(rows) => rows,
+                Err(e) => {
+                    node.rebuild.install_done();
+                    return tracing::error!("node {}: cannot install a copy: {e}", node.id);
+                }
+            };
+            *self = Scheduler {
+                next_epoch: epoch + 1,
+                ..Scheduler::new(node)
+            };
+            node.start_run_at(epoch + 1, Dedup::of_outcomes(copy.outcomes));
+            tracing::warn!(
+                "node {}: installed a copy of partition {} after epoch {epoch} ({rows} rows) in \
+                 {:?}",
+                node.id,
+                node.part,
+                started.elapsed()
+            );
+        }
+        node.rebuild.state.lock().installed_copy(gen, epoch);
+        for p in 0..node.ctx.nodes() {
+            let to = node.ctx.placement.peer_of(node.id, PartitionId(p));
+            node.net.send(
+                node.id,
+                to,
+                super::msg::CMsg::Rebuild(RebuildMsg::Rebuilt { gen }),
+            );
+        }
+        node.rebuild.install_done();
+    }
+
     /// Requests every lock `txn` needs here, after those of every earlier transaction.
     fn schedule(&mut self, mut txn: Box<Txn>) {
         let me = self.node.part;
@@ -192,6 +307,7 @@ impl<'a> Scheduler<'a> {
             }
         };
         txn.slot = slot;
+        txn.run = self.node.run.load(Ordering::Acquire);
         let s = &mut self.slots[slot as usize];
         s.locks.clear();
         s.locks.extend(

@@ -270,8 +270,12 @@ pub(super) fn dispatch(node: &CalvinNode, current: &mut Epoch, e: u64) {
         }
     }
     let me = node.part;
-    // Node 0 marks the epochs after which every node checkpoints.
+    // Node 0 marks the epochs after which every node checkpoints, or copies its partition
+    // for a stale instance (only the leader of group 0 is asked to).
     let checkpoint = me == 0 && node.ckpt.as_ref().is_some_and(|c| c.mark_due(e));
+    let copy = (me == 0)
+        .then(|| node.rebuild.copy_due(node.id, e))
+        .flatten();
     for (d, batch) in current.batches.iter_mut().enumerate() {
         if d as u32 != me {
             let txns = std::mem::take(batch);
@@ -279,6 +283,7 @@ pub(super) fn dispatch(node: &CalvinNode, current: &mut Epoch, e: u64) {
                 epoch: e,
                 txns,
                 checkpoint,
+                copy,
             };
             node.send_to(d as u32, msg);
         }
@@ -288,6 +293,7 @@ pub(super) fn dispatch(node: &CalvinNode, current: &mut Epoch, e: u64) {
         sequencer: me,
         txns: std::mem::take(&mut current.local),
         checkpoint,
+        copy,
     };
     let _ = node.prepared.send(local);
     node.note_epoch(me, e);

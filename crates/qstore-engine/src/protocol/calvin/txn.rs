@@ -101,6 +101,8 @@ pub struct Txn {
     pub blocks: Vec<(u32, usize)>,
     /// The scheduler's handle of the transaction's locks here.
     pub slot: u32,
+    /// The node's run it was scheduled in (see `CalvinNode::run`).
+    pub run: u64,
     /// Executing participants: what other participants sent, by participant index, and how
     /// many are still to come.
     pub remote: Vec<Option<ReadSet>>,
@@ -191,6 +193,7 @@ impl Txn {
             roles,
             blocks,
             slot: u32::MAX,
+            run: 0,
             remote: Vec::new(),
             missing: 0,
         }

@@ -52,6 +52,8 @@ pub(super) struct Executor<'a> {
     scratch: TxnScratch,
     outbox: Vec<Outbox>,
     pending: usize,
+    /// The node's run the outbox was gathered in (see `CalvinNode::run`).
+    run: u64,
 }
 
 impl<'a> Executor<'a> {
@@ -61,6 +63,7 @@ impl<'a> Executor<'a> {
             scratch: TxnScratch::default(),
             outbox: (0..node.ctx.nodes()).map(|_| Outbox::default()).collect(),
             pending: 0,
+            run: node.run.load(Ordering::Acquire),
         }
     }
 
@@ -74,7 +77,7 @@ impl<'a> Executor<'a> {
             let work = match ready.try_recv() {
                 Ok(w) => w,
                 Err(_) => {
-                    self.flush();
+                    self.flush_gated();
                     // Every transaction here waits for its locks or for remote reads.
                     match during(Activity::Idle, || ready.recv_timeout(POLL)) {
                         Ok(w) => w,
@@ -85,15 +88,40 @@ impl<'a> Executor<'a> {
             };
             piece(Activity::Other);
             let began = Pace::begin(&self.node.pace);
-            match work {
-                Work::Start(txn) => self.start(txn),
-                Work::Resume(mut txn) => self.execute(&mut txn),
+            {
+                let _gate = self.node.run_gate.read();
+                match work {
+                    Work::Start(txn) | Work::Resume(txn) if !self.same_run(txn.run) => {}
+                    Work::Start(txn) => self.start(txn),
+                    Work::Resume(mut txn) => self.execute(&mut txn),
+                }
+                if self.pending >= OUTBOX_LIMIT {
+                    self.flush();
+                }
             }
             Pace::end(&self.node.pace, began);
-            if self.pending >= OUTBOX_LIMIT {
-                self.flush();
-            }
         }
+        self.flush_gated();
+    }
+
+    /// Whether a transaction scheduled in run `run` belongs to the node's run now (a copy
+    /// installed since replaced everything of earlier runs): messages gathered in an earlier
+    /// run are dropped here. Called with the run gate held.
+    fn same_run(&mut self, run: u64) -> bool {
+        let now = self.node.run.load(Ordering::Acquire);
+        if self.run != now {
+            self.outbox.iter_mut().for_each(|o| *o = Outbox::default());
+            self.pending = 0;
+            self.run = now;
+        }
+        run == now
+    }
+
+    /// Sends what was gathered, unless a copy was installed since.
+    fn flush_gated(&mut self) {
+        let node = self.node;
+        let _gate = node.run_gate.read();
+        self.same_run(node.run.load(Ordering::Acquire));
         self.flush();
     }
 
