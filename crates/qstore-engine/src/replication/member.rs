@@ -6,6 +6,7 @@
 
 use super::log::LogStore;
 use super::{codec, ReplMsg, MAX_RAFT_MESSAGE};
+use crate::protocol::checkpoint::Checkpointer;
 use crossbeam_channel::{unbounded, Receiver, RecvTimeoutError, Sender};
 use parking_lot::Mutex;
 use protobuf::Message as _;
@@ -40,18 +41,26 @@ pub trait Applier: Send + Sync + 'static {
         let _ = index;
         self.committed(proposer, proposed_here, data)
     }
+    /// The protocol's checkpoints, if it keeps any: what lets its log forget entries. (Only
+    /// the crate's own protocols keep checkpoints, hence a crate-private type here.)
+    #[allow(private_interfaces)]
+    fn checkpoints(&self) -> Option<&Checkpointer> {
+        None
+    }
     /// For a log a restarted member replays (see [`LogStore::replayed_on_restart`]): the
     /// entries before this index are in checkpoints the protocol will restore instead, and
     /// may be forgotten. `None`: none may.
     fn compactable_before(&self) -> Option<u64> {
-        None
+        self.checkpoints()
+            .and_then(Checkpointer::compactable_before)
     }
     /// A restarted member's log begins at entry `first` (1: it is whole): whether the
     /// protocol can recover from it (the entries before must be in what it restored).
     fn log_starts_at(&self, first: u64) -> Result<(), String> {
-        match first {
-            0 | 1 => Ok(()),
-            _ => Err(format!(
+        match self.checkpoints() {
+            Some(c) => Checkpointer::log_starts_at(Some(c), first),
+            None if first <= 1 => Ok(()),
+            None => Err(format!(
                 "its group log starts at entry {first}, and the protocol has nothing that \
                  holds the entries before"
             )),

@@ -21,11 +21,14 @@
 //!
 //! Fail-over. When a leader dies its group elects another member (raft), which goes on after
 //! the last epoch the log committed. The dead server's cluster instance can no longer run
-//! anything (every epoch needs every node of the instance): its leaders see it stall with
-//! one of its servers unreachable ([`StallWatch`]), take the instance out of service
-//! (*stale*), answer their waiting clients `NotLeader` and hand their groups to members of
-//! other instances. A resubmitted transaction that the log already holds is answered with
-//! the outcome its first run had (the [`Dedup`] table, filled from the log at every member).
+//! anything (every epoch needs every node of the instance): with copies, every member that
+//! finds a server of its instance unreachable takes the instance out of service (*stale*)
+//! at once (a group of one watches it stall instead, [`StallWatch`]); its nodes answer their
+//! waiting clients `NotLeader` and hand their groups to members of other instances. A
+//! resubmitted transaction that the log already holds is answered with the outcome its first
+//! run had (the [`Dedup`] table, filled from the log at every member). Once the instance's
+//! servers are reachable again it is rebuilt from another instance's copies and serves
+//! again (see `replication::rebuild`; the scheduler copies and installs).
 
 use super::node::CalvinNode;
 use super::sequencer::{cut_epochs, dispatch, place, Accepted, Epoch, EpochSink, Sequenced};
@@ -310,12 +313,8 @@ impl Applier for CalvinNode {
         self.apply_epoch(proposed_here, entry);
     }
 
-    fn compactable_before(&self) -> Option<u64> {
-        self.ckpt.as_ref().and_then(|c| c.compactable_before())
-    }
-
-    fn log_starts_at(&self, first: u64) -> Result<(), String> {
-        Checkpointer::log_starts_at(self.ckpt.as_deref(), first)
+    fn checkpoints(&self) -> Option<&Checkpointer> {
+        self.ckpt.as_deref()
     }
 
     fn leader_changed(&self, leader: Option<NodeId>) {

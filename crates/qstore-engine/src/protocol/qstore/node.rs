@@ -2115,12 +2115,8 @@ impl Applier for QNode {
         self.apply_logged(proposer, proposed_here, logged)
     }
 
-    fn compactable_before(&self) -> Option<u64> {
-        self.ckpt.as_ref().and_then(|c| c.compactable_before())
-    }
-
-    fn log_starts_at(&self, first: u64) -> Result<(), String> {
-        Checkpointer::log_starts_at(self.ckpt.as_deref(), first)
+    fn checkpoints(&self) -> Option<&Checkpointer> {
+        self.ckpt.as_deref()
     }
 
     fn leader_changed(&self, leader: Option<NodeId>) {
