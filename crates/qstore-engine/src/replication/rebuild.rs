@@ -37,6 +37,7 @@ use crate::cluster::EngineCtx;
 use parking_lot::Mutex;
 use qstore_core::txn::{TxnKey, TxnOutcome};
 use qstore_core::{NodeId, PartitionId};
+use qstore_net::Transport;
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -374,6 +375,27 @@ pub struct Seat<'a> {
     pub send: &'a dyn Fn(NodeId, RebuildMsg),
     /// Tells every node of the instance that it is stale.
     pub tell_stale: &'a dyn Fn(),
+}
+
+/// Runs `f` with server `id`'s seat, whose rebuild messages travel on `net` wrapped in the
+/// protocol's own (`wrap`).
+pub fn with_seat<M: Serialize + Send + 'static, R>(
+    ctx: &EngineCtx,
+    id: NodeId,
+    net: &dyn Transport<M>,
+    wrap: impl Fn(RebuildMsg) -> M,
+    tell_stale: &dyn Fn(),
+    f: impl FnOnce(&Seat) -> R,
+) -> R {
+    let reachable = |n| net.reachable(id, n);
+    let send = |to, msg| net.send(id, to, wrap(msg));
+    f(&Seat {
+        ctx,
+        id,
+        reachable: &reachable,
+        send: &send,
+        tell_stale,
+    })
 }
 
 impl Seat<'_> {

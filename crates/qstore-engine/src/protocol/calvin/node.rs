@@ -297,16 +297,8 @@ impl CalvinNode {
 
     /// This server's seat in its instance, for the shared steps of a rebuild.
     pub fn with_seat<R>(&self, f: impl FnOnce(&Seat) -> R) -> R {
-        let reachable = |n| self.net.reachable(self.id, n);
-        let send = |to, msg| self.net.send(self.id, to, CMsg::Rebuild(msg));
-        let tell_stale = || self.tell_stale();
-        f(&Seat {
-            ctx: &self.ctx,
-            id: self.id,
-            reachable: &reachable,
-            send: &send,
-            tell_stale: &tell_stale,
-        })
+        let stale = || self.tell_stale();
+        rebuild::with_seat(&self.ctx, self.id, &*self.net, CMsg::Rebuild, &stale, f)
     }
 
     /// Sends the stale instances that want it the copy of this node's partition after

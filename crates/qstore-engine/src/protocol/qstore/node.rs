@@ -2333,16 +2333,8 @@ impl QNode {
 
     /// This node's seat in its instance, for the shared steps of a rebuild.
     fn with_seat<R>(&self, f: impl FnOnce(&Seat) -> R) -> R {
-        let reachable = |n| self.net.reachable(self.id, n);
-        let send = |to, msg| self.net.send(self.id, to, QMsg::Rebuild(msg));
-        let tell_stale = || self.tell_instance(|| QMsg::Stale);
-        f(&Seat {
-            ctx: &self.ctx,
-            id: self.id,
-            reachable: &reachable,
-            send: &send,
-            tell_stale: &tell_stale,
-        })
+        let stale = || self.tell_instance(|| QMsg::Stale);
+        rebuild::with_seat(&self.ctx, self.id, &*self.net, QMsg::Rebuild, &stale, f)
     }
 
     /// Installs a whole copy: the partition's rows, the outcomes, and a node state whose
