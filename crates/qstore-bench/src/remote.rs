@@ -181,19 +181,27 @@ impl RemoteCluster {
     }
 
     /// Each server's counters: as last seen for a server that no longer answers (with
-    /// replication a run goes on without it; without, the run has failed already).
+    /// replication a run goes on without it, and one lost before it first answered is left
+    /// out; without, the run has failed already).
     pub fn stats(&self) -> Result<Vec<ServerStats>, QError> {
-        self.conns
-            .iter()
-            .map(|c| match c.ask(ClientRequest::Stats, STATS_TIMEOUT) {
+        let mut all = Vec::with_capacity(self.conns.len());
+        for c in &self.conns {
+            match c.ask(ClientRequest::Stats, STATS_TIMEOUT) {
                 Ok(ClientResponse::Stats(s)) => {
                     *c.last_stats.lock() = Some(s.clone());
-                    Ok(s)
+                    all.push(s);
                 }
-                Ok(other) => Err(c.unexpected(other)),
-                Err(e) => c.last_stats.lock().clone().ok_or(e),
-            })
-            .collect()
+                Ok(other) => return Err(c.unexpected(other)),
+                Err(e) => match c.last_stats.lock().clone() {
+                    Some(s) => all.push(s),
+                    // Lost before it first told its figures: with replication the run goes
+                    // on without it (its loss is reported), and its figures are left out.
+                    None if self.routes.replicated() => {}
+                    None => return Err(e),
+                },
+            }
+        }
+        Ok(all)
     }
 
     /// Each server's partition hash and history part, after a run; with replication, `None`
