@@ -55,8 +55,11 @@ pub trait HeldEntry {
 const MAX_HELD_BYTES: usize = 512 << 20;
 /// How often a ready stale node reports to its coordinator.
 const REPORT_EVERY: Duration = Duration::from_millis(200);
-/// How long the coordinator waits for an attempt before it makes another one.
-pub const RETRY_AFTER: Duration = Duration::from_secs(5);
+/// How long the coordinator waits for an attempt that makes no progress (no part of a copy,
+/// no node's `Rebuilt`) before it makes another one: longer than making a large copy (a
+/// million rows take about half a second here, ten times as long in a debug build), since
+/// another attempt drops the copies of the one before.
+pub const RETRY_AFTER: Duration = Duration::from_secs(20);
 /// Bytes of copy records per message (a record holds about 1 MiB of rows at most), and
 /// outcomes per message: a message stays well under the transport's frame limit.
 pub const COPY_BYTES_PER_MESSAGE: usize = 4 << 20;
@@ -251,11 +254,19 @@ impl<E: HeldEntry> Rebuild<E> {
         }
     }
 
-    /// Part of a copy. Returns an error to log if the part does not fit.
-    pub fn on_copy(&mut self, gen: u64, batch: u64, part: CopyPart) -> Result<(), String> {
+    /// Part of a copy, at `now`. Returns an error to log if the part does not fit.
+    pub fn on_copy(
+        &mut self,
+        gen: u64,
+        batch: u64,
+        part: CopyPart,
+        now: Instant,
+    ) -> Result<(), String> {
         if self.phase == Phase::Serving || gen != self.gen {
             return Ok(()); // in service already, or of an attempt given up
         }
+        // The attempt is making progress: a large copy takes a while (coordinator).
+        self.progressed(now);
         if self
             .incoming
             .as_ref()
@@ -314,9 +325,20 @@ impl<E: HeldEntry> Rebuild<E> {
         self.phase = Phase::Installed { gen, batch };
     }
 
-    /// Node `part` of the instance installed attempt `gen`.
-    pub fn on_rebuilt(&mut self, gen: u64, part: u32) {
+    /// Node `part` of the instance installed attempt `gen`, heard at `now`.
+    pub fn on_rebuilt(&mut self, gen: u64, part: u32, now: Instant) {
         self.installed.entry(gen).or_default().insert(part);
+        if gen == self.gen {
+            self.progressed(now);
+        }
+    }
+
+    /// Coordinator: the current attempt made progress at `now`; another one waits until it
+    /// made none for `RETRY_AFTER`.
+    fn progressed(&mut self, now: Instant) {
+        if self.asked.is_some() {
+            self.asked = Some(now);
+        }
     }
 
     /// Whether messages of transaction processing from node `part` of the instance belong to
@@ -546,12 +568,13 @@ impl<E: HeldEntry> Rebuilder<E> {
                 if source.0 != seat.part() {
                     return tracing::warn!("node {id}: a copy of partition {source} from {from}");
                 }
-                if let Err(why) = self.state.lock().on_copy(gen, batch, piece) {
+                let now = Instant::now();
+                if let Err(why) = self.state.lock().on_copy(gen, batch, piece, now) {
                     tracing::error!("node {id}: a copy from node {from} refused: {why}");
                 }
             }
             RebuildMsg::Rebuilt { gen } => match part {
-                Some(p) => self.state.lock().on_rebuilt(gen, p),
+                Some(p) => self.state.lock().on_rebuilt(gen, p, Instant::now()),
                 None => tracing::warn!("node {id}: node {from} of another instance"),
             },
         }
@@ -627,7 +650,7 @@ mod tests {
 
     fn send_copy(r: &mut Rebuild<Entry>, gen: u64, batch: u64) -> Result<(), String> {
         let rows = CopyPart::Rows(vec![serde_bytes::ByteBuf::from(vec![1, 2])]);
-        r.on_copy(gen, batch, rows)?;
+        r.on_copy(gen, batch, rows, Instant::now())?;
         r.on_copy(
             gen,
             batch,
@@ -635,6 +658,7 @@ mod tests {
                 records: 1,
                 outcomes: 0,
             },
+            Instant::now(),
         )
     }
 
@@ -663,9 +687,9 @@ mod tests {
         r.installed_copy(gen, 9);
         r.hold(NodeId(1), entry(10, 0), 10);
         assert!(!r.accepts_from(1), "node 1's messages are of the old run");
-        r.on_rebuilt(gen, 0);
+        r.on_rebuilt(gen, 0, now);
         assert!(r.serve_if_whole(2).is_none(), "node 1 has not installed");
-        r.on_rebuilt(gen, 1);
+        r.on_rebuilt(gen, 1, now);
         assert!(r.accepts_from(1));
         let replay = r.serve_if_whole(2).expect("back in service");
         let batches: Vec<(u64, u32)> = replay.iter().map(|(_, e)| (e.0, e.1)).collect();
@@ -680,13 +704,40 @@ mod tests {
         r.on_attempt(2);
         send_copy(&mut r, 1, 5).unwrap();
         assert!(r.take_complete().is_none(), "attempt 1 was given up");
-        r.on_copy(2, 5, CopyPart::Rows(Vec::new())).unwrap();
+        r.on_copy(2, 5, CopyPart::Rows(Vec::new()), Instant::now())
+            .unwrap();
         let end = CopyPart::End {
             records: 3,
             outcomes: 0,
         };
-        assert!(r.on_copy(2, 5, end).is_err(), "records are missing");
+        assert!(
+            r.on_copy(2, 5, end, Instant::now()).is_err(),
+            "records are missing"
+        );
         assert!(r.take_complete().is_none());
+    }
+
+    #[test]
+    fn an_attempt_whose_copies_arrive_is_not_given_up() {
+        let mut r = stale_with(&[(3, 0)]);
+        let start = Instant::now();
+        r.on_ready(0, 3);
+        let (gen, _) = r.attempt_due(1, start).expect("an attempt");
+        r.on_attempt(gen);
+        // Parts keep coming until after the retry time: no new attempt meanwhile.
+        let later = start + RETRY_AFTER - Duration::from_millis(10);
+        let rows = CopyPart::Rows(vec![serde_bytes::ByteBuf::from(vec![1])]);
+        r.on_copy(gen, 4, rows, later).unwrap();
+        assert_eq!(r.attempt_due(1, start + RETRY_AFTER), None);
+        // A node's `Rebuilt` counts as progress too.
+        let much_later = later + RETRY_AFTER - Duration::from_millis(10);
+        r.on_rebuilt(gen, 0, much_later);
+        assert_eq!(r.attempt_due(1, later + RETRY_AFTER), None);
+        // Nothing more for `RETRY_AFTER`: another attempt.
+        let (next, _) = r
+            .attempt_due(1, much_later + RETRY_AFTER)
+            .expect("a new attempt");
+        assert_eq!(next, gen + 1);
     }
 
     #[test]

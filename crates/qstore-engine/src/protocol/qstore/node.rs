@@ -67,6 +67,10 @@ const ACKNOWLEDGEMENT: usize = 4;
 const REPLICATION: usize = 5;
 const ANSWER: usize = 6;
 
+/// Longest pause of an instance copying its partitions for a stale one that its stall watch
+/// lets pass (a copy of a million rows takes about half a second here).
+const MAX_COPY_PAUSE: Duration = Duration::from_secs(60);
+
 /// How long shutdown waits for batches in flight to be decided everywhere.
 const QUIESCE_TIMEOUT: Duration = Duration::from_secs(2);
 
@@ -358,6 +362,9 @@ struct NodeState {
     /// and the batch after which one is being taken (nothing after it runs meanwhile).
     copies: BTreeMap<u64, Vec<CopyFor>>,
     copying: Option<u64>,
+    /// Replication: the last batch a copy was marked after, and when: the instance pauses
+    /// there until every node of it has copied (its stall watch does not count the pause).
+    copy_pause: Option<(u64, Instant)>,
 }
 
 impl NodeState {
@@ -379,6 +386,7 @@ impl NodeState {
             unlogged: BTreeMap::new(),
             copies: BTreeMap::new(),
             copying: None,
+            copy_pause: None,
         }
     }
 }
@@ -1124,6 +1132,7 @@ impl QNode {
         }
         if let Some(copy) = copy {
             state.copies.entry(batch).or_default().push(copy);
+            state.copy_pause = Some((batch, Instant::now()));
         }
         if checkpoint || copy.is_some() {
             self.hold(&mut state);
@@ -2162,6 +2171,14 @@ impl Applier for QNode {
         }
         let busy = {
             let state = self.state.lock();
+            if state
+                .copy_pause
+                .is_some_and(|pause| Self::pausing(&state, pause))
+            {
+                // A copy for a stale instance: nothing runs after its batch until every node
+                // of the instance has copied its partition, which takes a while.
+                self.watch.progressed();
+            }
             !(state.home.is_empty() && state.unlogged.is_empty() && state.batches.is_empty())
         };
         let lost = || {
@@ -2180,6 +2197,13 @@ impl Applier for QNode {
 }
 
 impl QNode {
+    /// Whether the instance still pauses for the copy marked after `batch`: no batch after
+    /// it has retired here (the next needs every node's copy made). A pause of more than
+    /// `MAX_COPY_PAUSE` is a stall all the same.
+    fn pausing(state: &NodeState, (batch, since): (u64, Instant)) -> bool {
+        state.retired <= batch + 1 && since.elapsed() < MAX_COPY_PAUSE
+    }
+
     /// Delivers a committed entry of the group's log in this node's instance.
     fn apply_logged(&self, proposer: NodeId, proposed_here: bool, logged: LoggedBatch) {
         let (batch, rank) = (logged.batch, logged.rank);
