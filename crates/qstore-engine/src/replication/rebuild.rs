@@ -581,10 +581,36 @@ impl<E: HeldEntry> Rebuilder<E> {
     }
 }
 
+/// Sends every stale instance in `wanted` the copy of partition `part` after `batch`, with
+/// the outcomes of the group's finished transactions. It waits first (at most 2 s) until
+/// `answered` says every transaction up to the copy has its outcome, so the copy holds them.
+#[allow(clippy::too_many_arguments)]
+pub fn send_copies(
+    ctx: &EngineCtx,
+    part: PartitionId,
+    send: &dyn Fn(NodeId, RebuildMsg),
+    wanted: &[CopyFor],
+    batch: u64,
+    rows: Vec<Vec<u8>>,
+    answered: impl Fn() -> bool,
+    outcomes: impl FnOnce() -> Vec<(TxnKey, TxnOutcome)>,
+) {
+    let deadline = Instant::now() + Duration::from_secs(2);
+    while !answered() && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_micros(200));
+    }
+    let outcomes = outcomes();
+    for copy in wanted {
+        let to = ctx.placement.server(copy.instance, part);
+        let (rows, outcomes) = (rows.clone(), outcomes.clone());
+        send_copy(send, to, (copy.gen, batch), rows, outcomes);
+    }
+}
+
 /// Sends server `to` the copy of its partition after `batch` for attempt `gen`: the rows
 /// (records of `checkpoint::copy_rows`), then the outcomes, then the end, in messages of
 /// about `COPY_BYTES_PER_MESSAGE`.
-pub fn send_copy(
+fn send_copy(
     send: &dyn Fn(NodeId, RebuildMsg),
     to: NodeId,
     (gen, batch): (u64, u64),

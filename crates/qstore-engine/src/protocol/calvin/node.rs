@@ -21,7 +21,7 @@ use qstore_storage::PartitionStore;
 use rustc_hash::FxHashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock, Weak};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// How long a blocked thread waits before it looks at the stop flag again.
 pub(super) const POLL: Duration = Duration::from_millis(20);
@@ -305,21 +305,13 @@ impl CalvinNode {
     /// `epoch`, with the outcomes of its group's transactions, once every transaction of
     /// the group up to the copy is answered here.
     pub fn send_copies(&self, wanted: &[CopyFor], epoch: u64, rows: Vec<Vec<u8>>) {
-        let deadline = Instant::now() + Duration::from_secs(2);
-        let answered = || self.home.lock().keys().all(|&(e, _)| e > epoch);
-        while !answered() && Instant::now() < deadline {
-            std::thread::sleep(Duration::from_micros(200));
-        }
-        let outcomes = self.group.dedup.lock().finished_outcomes();
         let send = |to, msg| self.net.send(self.id, to, CMsg::Rebuild(msg));
-        for copy in wanted {
-            let to = self
-                .ctx
-                .placement
-                .server(copy.instance, PartitionId(self.part));
-            let (rows, outcomes) = (rows.clone(), outcomes.clone());
-            rebuild::send_copy(&send, to, (copy.gen, epoch), rows, outcomes);
-        }
+        let answered = || self.home.lock().keys().all(|&(e, _)| e > epoch);
+        let outcomes = || self.group.dedup.lock().finished_outcomes();
+        let part = PartitionId(self.part);
+        rebuild::send_copies(
+            &self.ctx, part, &send, wanted, epoch, rows, answered, outcomes,
+        );
     }
 
     /// A new run after an installed copy of epochs before `next`: the node's epoch

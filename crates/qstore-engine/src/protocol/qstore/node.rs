@@ -1929,9 +1929,7 @@ impl QNode {
                 state.batches.event();
                 node.settle(state);
             }
-            for copy in wanted {
-                node.send_copy(copy, batch, rows.clone());
-            }
+            node.send_copies(&wanted, batch, rows);
         };
         let spawned = std::thread::Builder::new()
             .name(format!("q{}-copy", self.id.0))
@@ -2439,24 +2437,17 @@ impl QNode {
         self.notify();
     }
 
-    /// Sends the node of stale instance `copy.instance` holding this node's partition the
-    /// copy of its rows after `batch`, then the outcomes of the transactions this node
-    /// finished (once every batch up to the copy is answered here).
-    fn send_copy(&self, copy: CopyFor, batch: u64, rows: Vec<Vec<u8>>) {
-        let to = self.ctx.placement.server(copy.instance, self.part_id());
+    /// Sends the stale instances that want it the copy of this node's partition after
+    /// `batch`, then the outcomes of the transactions its group's log held, once no thread
+    /// is answering batches (those taken before the copy are answered then).
+    fn send_copies(&self, wanted: &[CopyFor], batch: u64, rows: Vec<Vec<u8>>) {
         let send = |to, msg| self.net.send(self.id, to, QMsg::Rebuild(msg));
-        let outcomes = self.finished_outcomes();
-        rebuild::send_copy(&send, to, (copy.gen, batch), rows, outcomes);
-    }
-
-    /// The outcomes a copy carries: once no thread is answering batches (those taken before
-    /// the copy are answered then), every finished transaction of the group's log.
-    fn finished_outcomes(&self) -> Vec<(TxnKey, TxnOutcome)> {
-        let deadline = Instant::now() + Duration::from_secs(2);
-        while self.answering.load(Ordering::Acquire) > 0 && Instant::now() < deadline {
-            std::thread::sleep(Duration::from_micros(200));
-        }
-        self.dedup.lock().finished_outcomes()
+        let answered = || self.answering.load(Ordering::Acquire) == 0;
+        let outcomes = || self.dedup.lock().finished_outcomes();
+        let part = self.part_id();
+        rebuild::send_copies(
+            &self.ctx, part, &send, wanted, batch, rows, answered, outcomes,
+        );
     }
 
     /// Handles a message of a rebuild (see `rebuild`).
