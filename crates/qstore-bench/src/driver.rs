@@ -144,6 +144,8 @@ pub struct Driver<'a> {
     backoff: Backoff,
     clients: Vec<Client>,
     pending: FxHashMap<TxnId, Pending>,
+    /// Requests made since the last look at the answers, sent together by `flush`.
+    outbox: Vec<(NodeId, TxnRequest)>,
     retries: BinaryHeap<Reverse<Retry>>,
     /// A call whose transaction has finished, to build the next one in (see
     /// `TxnGenerator::next_txn_reusing`).
@@ -256,6 +258,7 @@ impl<'a> Driver<'a> {
             },
             clients,
             pending: FxHashMap::default(),
+            outbox: Vec::new(),
             retries: BinaryHeap::new(),
             spare: None,
             reply_tx,
@@ -297,6 +300,7 @@ impl<'a> Driver<'a> {
             let now = Instant::now();
             self.open_loop_arrivals(now);
             self.resubmit_due(now);
+            self.flush();
             if !self.pending.is_empty() && now.duration_since(last_answer) >= stall_limit {
                 // Transactions wait and nothing has been answered for the whole drain timeout:
                 // the cluster is stuck. End the run (they count as unfinished) rather than
@@ -438,7 +442,26 @@ impl<'a> Driver<'a> {
         };
         let home = self.clients[pending.client].home;
         self.pending.insert(id, pending);
-        self.cluster.submit(home, req);
+        self.outbox.push((home, req));
+    }
+
+    /// Sends the requests made since the last call, those for one home node together: a
+    /// node takes them as one arrival (an idle Q-Store node plans them as one batch, rather
+    /// than one batch per request as they would be if each ran as soon as it was made).
+    fn flush(&mut self) {
+        if self.outbox.is_empty() {
+            return;
+        }
+        let mut out = std::mem::take(&mut self.outbox);
+        out.sort_by_key(|&(home, _)| home);
+        let mut out = out.into_iter().peekable();
+        while let Some((home, req)) = out.next() {
+            let mut reqs = vec![req];
+            while let Some((_, req)) = out.next_if(|&(h, _)| h == home) {
+                reqs.push(req);
+            }
+            self.cluster.submit_all(home, reqs);
+        }
     }
 
     fn open_loop_arrivals(&mut self, now: Instant) {

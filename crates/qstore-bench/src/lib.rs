@@ -65,6 +65,12 @@ pub struct RunOutcome {
 pub trait Target: Sync {
     /// Submits `req` with node `home` as its home; the answer comes on `req.reply`.
     fn submit(&self, home: NodeId, req: TxnRequest);
+    /// Submits several requests with node `home` as their home, as one arrival.
+    fn submit_all(&self, home: NodeId, reqs: Vec<TxnRequest>) {
+        for req in reqs {
+            self.submit(home, req);
+        }
+    }
     /// (messages, bytes) each node has sent to other nodes so far.
     fn traffic(&self) -> Vec<(u64, u64)>;
     /// Time per stage of a transaction's life so far, where the protocol measures it.
@@ -96,6 +102,10 @@ pub trait Target: Sync {
 impl Target for Cluster {
     fn submit(&self, home: NodeId, req: TxnRequest) {
         Cluster::submit(self, home, req)
+    }
+
+    fn submit_all(&self, home: NodeId, reqs: Vec<TxnRequest>) {
+        Cluster::submit_all(self, home, reqs)
     }
 
     fn id_generation(&self) -> u64 {

@@ -288,6 +288,11 @@ impl Cluster {
         self.engine.submit(home, req)
     }
 
+    /// Submits several transactions at node `home` together (see [`Engine::submit_all`]).
+    pub fn submit_all(&self, home: NodeId, reqs: Vec<TxnRequest>) {
+        self.engine.submit_all(home, reqs)
+    }
+
     pub fn net_counters(&self) -> Option<&NetCounters> {
         self.engine.net_counters()
     }

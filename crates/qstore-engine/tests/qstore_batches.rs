@@ -162,3 +162,75 @@ fn an_idle_single_node_runs_a_transaction_on_the_submitting_thread() {
     );
     cluster.stop();
 }
+
+#[test]
+fn requests_submitted_together_at_an_idle_node_run_on_the_submitting_thread() {
+    // A client with ten answers to take makes ten requests and sends them together: the idle
+    // node queues them all before any runs, and the submitting thread plans and runs them
+    // in one batch (each planner plans its share) and answers them all before `submit_all`
+    // returns. Sent one by one, each would be a batch of its own.
+    let mut cfg = RunConfig::default();
+    cfg.protocol.name = "qstore".into();
+    cfg.cluster.nodes = 1;
+    cfg.cluster.workers = 2;
+    let mut cat = counter_catalog();
+    let read = cat.steps.register("read", read);
+    cat.add_procedure(Arc::new(Pair { read }));
+    let cat = Arc::new(cat);
+    let pmap = PartitionMap::new(1, Partitioning::Range, &cat.tables);
+    let cluster = Cluster::start(cfg, cat.clone(), pmap, &load_counters, true).unwrap();
+    let (tx, rx) = unbounded();
+    let mut at_once = 0;
+    for round in 0..20u64 {
+        let reqs = (0..10u64)
+            .map(|i| {
+                let call = ProcCall {
+                    proc: cat.procedure_id("pair").unwrap(),
+                    args: vec![Value::Int(1 + i as i64), Value::Int(2 + i as i64)],
+                };
+                let mut req =
+                    TxnRequest::new(TxnId(round * 10 + i + 1), Arc::new(call), tx.clone());
+                req.inline = true;
+                req
+            })
+            .collect();
+        cluster.submit_all(NodeId(0), reqs);
+        let answered_here = rx.len();
+        if answered_here == 10 {
+            at_once += 1;
+        }
+        let mut ids: Vec<u64> = (0..10)
+            .map(|_| {
+                let resp = rx.recv_timeout(TIMEOUT).expect("answered");
+                let id = resp.id.0;
+                let i = ((id - 1) % 10) as i64;
+                assert_eq!(committed(resp), vec![Value::Int(1 + i), Value::Int(2 + i)]);
+                id
+            })
+            .collect();
+        ids.sort_unstable();
+        assert_eq!(ids, (round * 10 + 1..=round * 10 + 10).collect::<Vec<_>>());
+    }
+    assert!(
+        at_once >= 18,
+        "{at_once} of 20 bursts answered before submit_all returned"
+    );
+    // The batch of each transaction (the high half of its place in the order), by burst.
+    let order = cluster
+        .ctx()
+        .history
+        .as_ref()
+        .unwrap()
+        .serialization_order();
+    assert_eq!(order.len(), 200);
+    let mut batches = vec![std::collections::BTreeSet::new(); 20];
+    for s in &order {
+        batches[((s.id.0 - 1) / 10) as usize].insert((s.order >> 64) as u64);
+    }
+    let in_one = batches.iter().filter(|b| b.len() == 1).count();
+    assert!(
+        in_one >= 18,
+        "{in_one} of 20 bursts ran in one batch: {batches:?}"
+    );
+    cluster.stop();
+}

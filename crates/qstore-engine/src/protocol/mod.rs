@@ -134,6 +134,13 @@ pub trait Engine: Send + Sync {
     /// Submits `req` at node `home`. Never blocks: when the node's admission queue is full the
     /// request is answered at once with a concurrency-control abort of cause `Overload`.
     fn submit(&self, home: NodeId, req: TxnRequest);
+    /// Submits several requests at node `home` at once; a protocol may then treat them as
+    /// one arrival (Q-Store plans them into one batch on an idle node).
+    fn submit_all(&self, home: NodeId, reqs: Vec<TxnRequest>) {
+        for req in reqs {
+            self.submit(home, req);
+        }
+    }
     /// Message counters, for protocols that exchange messages between nodes.
     fn net_counters(&self) -> Option<&NetCounters>;
     /// Stops every thread of the protocol; requests still queued are answered `Rejected`.

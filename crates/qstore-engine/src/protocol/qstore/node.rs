@@ -152,6 +152,14 @@ struct QStore {
 }
 
 impl QStore {
+    /// The node that takes a request for partition `home`: its group's leader, if hosted
+    /// here (else the request is answered).
+    fn taker(&self, home: NodeId, req: &TxnRequest) -> Option<&Arc<QNode>> {
+        let hosted = |n: NodeId| self.nodes[n.index()].is_some();
+        let leader = replication::route(&self.placement, home, hosted, req)?;
+        home_node(&self.nodes, leader, req)
+    }
+
     fn local(&self) -> impl Iterator<Item = &Arc<QNode>> {
         self.nodes.iter().flatten()
     }
@@ -196,12 +204,28 @@ impl QStore {
 impl Engine for QStore {
     /// `home` names a partition: its group's leader takes the transaction.
     fn submit(&self, home: NodeId, req: TxnRequest) {
-        let hosted = |n: NodeId| self.nodes[n.index()].is_some();
-        let Some(leader) = replication::route(&self.placement, home, hosted, &req) else {
-            return;
-        };
-        if let Some(node) = home_node(&self.nodes, leader, &req) {
-            node.submit(req);
+        if let Some(node) = self.taker(home, &req) {
+            node.submit([req]);
+        }
+    }
+
+    /// Requests that go to the same node (normally all: one group's leader) are queued
+    /// together, so that an idle node plans them as one batch.
+    fn submit_all(&self, home: NodeId, reqs: Vec<TxnRequest>) {
+        let mut run: Vec<TxnRequest> = Vec::with_capacity(reqs.len());
+        let mut taker: Option<&Arc<QNode>> = None;
+        for req in reqs {
+            let Some(node) = self.taker(home, &req) else {
+                continue;
+            };
+            if let Some(t) = taker.filter(|t| !Arc::ptr_eq(t, node)) {
+                t.submit(run.drain(..));
+            }
+            taker = Some(node);
+            run.push(req);
+        }
+        if let Some(t) = taker {
+            t.submit(run);
         }
     }
 
@@ -578,18 +602,26 @@ impl QNode {
         }
     }
 
-    /// Client requests go round-robin to the planners' queues.
-    fn submit(&self, req: TxnRequest) {
-        let idle = req.inline && self.close_when_idle && self.is_idle();
+    /// Client requests go round-robin to the planners' queues. Requests submitted together
+    /// are all queued before any runs: an idle node then plans them as one batch on the
+    /// submitting thread (if the first is `inline`), rather than one batch each.
+    fn submit(&self, reqs: impl IntoIterator<Item = TxnRequest>) {
+        let mut reqs = reqs.into_iter().peekable();
+        let Some(first) = reqs.peek() else {
+            return;
+        };
+        let idle = first.inline && self.close_when_idle && self.is_idle();
         let guard = self.admission.queues.read();
-        let queue = guard.as_ref().map(|qs| {
-            let i = self.admission.next.fetch_add(1, Ordering::Relaxed) % qs.len();
-            &qs[i]
-        });
-        let n = SUBMITTED.get();
-        SUBMITTED.set(n.wrapping_add(1));
-        let at = n.is_multiple_of(STAGE_SAMPLE).then(Instant::now);
-        admit(queue, self.id, req, at, self.history());
+        for req in reqs {
+            let queue = guard.as_ref().map(|qs| {
+                let i = self.admission.next.fetch_add(1, Ordering::Relaxed) % qs.len();
+                &qs[i]
+            });
+            let n = SUBMITTED.get();
+            SUBMITTED.set(n.wrapping_add(1));
+            let at = n.is_multiple_of(STAGE_SAMPLE).then(Instant::now);
+            admit(queue, self.id, req, at, self.history());
+        }
         drop(guard);
         if idle && self.run_inline() {
             return;
