@@ -1151,17 +1151,17 @@ impl ReplicationConfig {
             )?;
         }
         check(
-            point != 3,
+            (1..=3).contains(&point),
             "replication.point",
             point,
-            "replication point 3 (write-only queues of each record's last write) is not \
-             built yet: use 1 or 2",
+            "must be 1 (before planning), 2 (after planning) or 3 (after execution)",
         )?;
         check(
-            (1..=2).contains(&point),
-            "replication.point",
-            point,
-            "must be 1 (before planning) or 2 (after planning)",
+            point != 3 || self.mode != ReplicationMode::Synchronous,
+            "replication.mode",
+            "synchronous",
+            "at replication point 3 the log holds what a batch wrote, which exists only once \
+             the batch ran: replication there is speculative (leave the mode out)",
         )?;
         check(
             (1..=10_000).contains(&self.tick_ms),
@@ -2500,8 +2500,14 @@ mod tests {
         let e = invalid(|c| {
             c.replication.factor = 2;
             c.replication.point = Some(3);
+            c.replication.mode = ReplicationMode::Synchronous;
         });
-        assert!(e.to_string().contains("not built yet"), "{e}");
+        assert!(e.to_string().contains("exists only once"), "{e}");
+        let e = invalid(|c| {
+            c.replication.factor = 2;
+            c.replication.point = Some(4);
+        });
+        assert_eq!(e.setting, "replication.point");
         let e = invalid(|c| {
             c.replication.factor = 2;
             c.net.delay_us = 150_000;

@@ -297,8 +297,11 @@ struct RunArgs {
     /// Replication point of Q-Store: 2 (default) replicates each planner batch's execution
     /// queues after planning; 1 replicates its transactions before planning, and every member
     /// plans them itself (execution then waits for the log, whatever --replication-mode
-    /// says). Calvin replicates at point 1 only (its sequenced epochs, before they run).
-    #[arg(long, value_name = "1|2", help_heading = "Replication")]
+    /// says); 3 replicates, once a planner batch ran in the leader's instance, write-only
+    /// queues holding the last committed write of each record, which the other members put
+    /// in place without running the transactions (speculative only). Calvin replicates at
+    /// point 1 only (its sequenced epochs, before they run).
+    #[arg(long, value_name = "1|2|3", help_heading = "Replication")]
     replication_point: Option<u32>,
     /// Replication: how a leader compresses each batch it proposes to its group's log:
     /// none (default), lz4 or snappy.

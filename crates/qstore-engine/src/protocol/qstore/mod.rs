@@ -30,5 +30,6 @@ mod node;
 mod plan;
 mod replica;
 mod spec;
+mod writes;
 
 pub use node::start;

@@ -299,6 +299,8 @@ pub enum QMsg {
         rank: u32,
         outputs: Outputs,
         notes: Vec<FateNote>,
+        /// Replication point 3: the records those fragments wrote, as they left them.
+        written: Vec<super::writes::Written>,
     },
     /// Speculative mode: the fates of planner `rank`'s transactions in `batch`, decided by
     /// their home: these aborted, every other one committed.

@@ -4,8 +4,9 @@
 use super::batch::{Batches, Claim};
 use super::msg::{Eq, FateInfo, FateNote, FragRef, Op, Output, Outputs, QMsg, TxnPos};
 use super::plan::{BatchPlan, QueueShape};
-use super::replica::{LogGate, LoggedBatch, LoggedPlan, TxnContext};
+use super::replica::{LogGate, LoggedBatch, LoggedFate, LoggedPlan, TxnContext};
 use super::spec::{PlannerBatch, RecordKey, Speculation};
+use super::writes::{self, Written};
 use crate::cluster::EngineCtx;
 use crate::exec::{run_access, Lookahead, TxnScratch, UndoLog};
 use crate::history::{HistoryRecorder, TxnTrace};
@@ -287,6 +288,8 @@ struct HomeTxn {
     /// A transaction another member planned: its call, when the log carries it (replication
     /// point 1, or histories kept: every instance records what it runs).
     call: Option<Arc<ProcCall>>,
+    /// Replication point 3, a transaction another member ran: how it ended there.
+    fate: Option<LoggedFate>,
 }
 
 /// What a node knows of the fate of a transaction that may abort.
@@ -357,6 +360,10 @@ struct HomeBatch {
     /// The access outputs those nodes acknowledged with, gathered per transaction only when
     /// the batch is answered.
     outputs: Outputs,
+    /// Replication point 3, at the leader: the records its fragments wrote, as they left
+    /// them; once its fates are known, its writes go to the group's log in the term it was
+    /// planned in.
+    written: Option<(u64, Vec<Written>)>,
 }
 
 /// Everything a node's threads share, under one lock: claims and commits are short.
@@ -382,6 +389,11 @@ struct NodeState {
     /// that wait for it (see `LogGate`).
     gate: LogGate,
     unlogged: BTreeMap<PlannerBatch, DecidedBatch>,
+    /// Replication point 3: records written by the planner batches that ran here, until
+    /// acknowledged to their homes; and, at a leader, its planner batches' writes waiting
+    /// for every batch before them to be committed (with the term they were planned in).
+    written: FxHashMap<PlannerBatch, Vec<Written>>,
+    to_propose: BTreeMap<PlannerBatch, (u64, LoggedBatch)>,
     /// Replication: copies for stale instances to take after each batch (see `rebuild`),
     /// and the batch after which one is being taken (nothing after it runs meanwhile).
     copies: BTreeMap<u64, Vec<CopyFor>>,
@@ -408,6 +420,8 @@ impl NodeState {
             decided: Vec::new(),
             gate,
             unlogged: BTreeMap::new(),
+            written: FxHashMap::default(),
+            to_propose: BTreeMap::new(),
             copies: BTreeMap::new(),
             copying: None,
             copy_pause: None,
@@ -459,6 +473,9 @@ struct QNode {
     /// every member plans them (the leader delivers the queues it planned once they are
     /// committed, keeping them in `awaiting_log` meanwhile).
     replicate_inputs: bool,
+    /// Replication point 3: the log holds a planner batch's writes, proposed once its fates
+    /// are known (see `writes`).
+    writes_to_log: bool,
     awaiting_log: Mutex<FxHashMap<PlannerBatch, Vec<Vec<Eq>>>>,
     /// Replication: what the group's log holds, by client key.
     dedup: Mutex<Dedup>,
@@ -573,6 +590,7 @@ impl QNode {
                 && (ctx.cfg.replication.mode == ReplicationMode::Synchronous
                     || ctx.cfg.replication.point == Some(1)),
             replicate_inputs: ctx.logged() && ctx.cfg.replication.point == Some(1),
+            writes_to_log: ctx.logged() && ctx.cfg.replication.point == Some(3),
             awaiting_log: Mutex::default(),
             net,
             planners,
@@ -965,6 +983,7 @@ impl QNode {
                 n_accesses: program.accesses.len() as u16,
                 req: Some(req),
                 call: None,
+                fate: None,
             });
         }
         if !admissions.is_empty() {
@@ -1004,11 +1023,27 @@ impl QNode {
                 involved: involved.clone(),
                 notes: Vec::new(),
                 outputs: Vec::new(),
+                written: self
+                    .member
+                    .get()
+                    .filter(|_| self.writes_to_log)
+                    .map(|m| (m.leading_term().unwrap_or(0), Vec::new())),
             };
             self.state.lock().home.insert((batch, rank), home);
         }
-        if let Some(member) = self.member.get() {
-            eqs = self.propose(member, batch, rank, contexts, eqs, involved);
+        match self.member.get() {
+            // Point 3: proposed once it ran (see `batch_ran`), or now if empty (the next
+            // planner batch's writes wait for it).
+            Some(member) if self.writes_to_log && contexts.is_empty() => {
+                let writes = LoggedPlan::Writes {
+                    eqs: vec![Vec::new(); nodes],
+                    involved: Vec::new(),
+                };
+                self.to_propose(member, batch, rank, Vec::new(), writes);
+            }
+            Some(_) if self.writes_to_log => {}
+            Some(member) => eqs = self.propose(member, batch, rank, contexts, eqs, involved),
+            None => {}
         }
         if self.synchronous {
             return false;
@@ -1053,8 +1088,80 @@ impl QNode {
         member.propose(logged.encode());
         match logged.plan {
             LoggedPlan::Queues { eqs, .. } => eqs,
-            LoggedPlan::Inputs => Vec::new(),
+            LoggedPlan::Inputs | LoggedPlan::Writes { .. } => Vec::new(),
         }
+    }
+
+    /// Replication point 3: queues a planner batch's writes for the log, and proposes what
+    /// may go now. `term`: the term it was planned in (a later term's leader plans anew).
+    fn to_propose(
+        &self,
+        member: &GroupMember,
+        batch: u64,
+        rank: u32,
+        txns: Vec<TxnContext>,
+        plan: LoggedPlan,
+    ) {
+        let Some(term) = member.leading_term() else {
+            return;
+        };
+        let logged = LoggedBatch {
+            batch,
+            rank,
+            txns,
+            plan,
+        };
+        let mut state = self.state.lock();
+        state.to_propose.insert((batch, rank), (term, logged));
+        self.propose_due(member, &mut state);
+    }
+
+    /// Replication point 3: proposes the queued writes of every planner batch that follows
+    /// only committed ones, in order. (An image is the state a batch left only if what ran
+    /// before it is what the logs hold.)
+    fn propose_due(&self, member: &GroupMember, state: &mut NodeState) {
+        while let Some(entry) = state.to_propose.first_entry() {
+            let (batch, rank) = *entry.key();
+            if !state.gate.follows_committed(batch, rank) {
+                break;
+            }
+            let (term, logged) = entry.remove();
+            member.propose_in_term(term, logged.encode());
+        }
+    }
+
+    /// Replication point 3: the writes of a planner batch whose fates are known, for the
+    /// log: the last committed image of every record it wrote, and how each of its
+    /// transactions ended.
+    fn logged_writes(
+        &self,
+        txns: &[HomeTxn],
+        fates: &[Option<Fate>],
+        outputs: &Outputs,
+        written: Vec<Written>,
+    ) -> (Vec<TxnContext>, LoggedPlan) {
+        let ids: Vec<TxnId> = txns.iter().map(|t| t.id).collect();
+        let committed = |seq: u32| fates.get(seq as usize).is_some_and(|f| f.is_none());
+        let nodes = self.ctx.nodes() as usize;
+        let (eqs, involved) =
+            writes::write_only_queues(written, committed, &ids, &self.ctx.pmap, self.subs, nodes);
+        let mut gather = Gather::new(outputs.clone());
+        let with_call = self.history().is_some() || self.ctx.cfg.is_durable();
+        let contexts = txns
+            .iter()
+            .zip(fates)
+            .enumerate()
+            .map(|(seq, (t, fate))| {
+                let mut c = t.context(with_call);
+                c.fate = Some(match fate {
+                    None => LoggedFate::Committed(gather.take(seq as u32, t.n_accesses)),
+                    Some(Fate::Abort(why)) => LoggedFate::Aborted(why.clone()),
+                    Some(Fate::Cascade) => LoggedFate::Cascade,
+                });
+                c
+            })
+            .collect();
+        (contexts, LoggedPlan::Writes { eqs, involved })
     }
 
     /// Replication point 1: plans the transactions another member logged, as that member
@@ -1236,6 +1343,9 @@ impl QNode {
         outputs: &mut Vec<Output>,
     ) -> Option<u64> {
         s.begin();
+        if writes::is_write_only(&frag) {
+            return self.put_images(pos, frag, trace, s);
+        }
         // The outputs this fragment's steps may read, indexed by access.
         let needs_values = !frag.needs().is_empty() || frag.has_deps();
         if needs_values {
@@ -1299,6 +1409,15 @@ impl QNode {
         if let Some(h) = self.history().filter(|_| trace) {
             h.add_part(frag.id, &s.trace);
         }
+        if self.writes_to_log {
+            // SAFETY: as for the accesses above: the queue still owns the records.
+            let written = unsafe { writes::capture(self.store(), pos.seq, &frag) };
+            if !written.is_empty() {
+                let mut state = self.state.lock();
+                let all = state.written.entry((pos.batch, pos.rank)).or_default();
+                all.extend(written);
+            }
+        }
         if self.speculate {
             let writes = frag.accesses.iter().filter(|op| op.kind.is_write());
             let keys = writes.map(|op| (op.table, op.key));
@@ -1310,6 +1429,50 @@ impl QNode {
             for abort in votes {
                 self.vote(pos, fate, abort);
             }
+        }
+        None
+    }
+
+    /// Replication point 3: runs a fragment of a write-only queue (another member's batch,
+    /// committed in the log), once no undecided transaction holds its records: it puts each
+    /// record's image in place. Returns `Some(event count seen)` if it must wait.
+    fn put_images(
+        &self,
+        pos: TxnPos,
+        frag: FragRef<'_>,
+        trace: bool,
+        s: &mut TxnScratch,
+    ) -> Option<u64> {
+        {
+            // An earlier transaction that may still roll back would put its before-image
+            // over this committed one.
+            let state = self.state.lock();
+            let mut keys = frag.accesses.iter().map(|op| (op.table, op.key));
+            let held = |k: RecordKey| {
+                state.spec.holds(k, pos) || state.dirty.get(&k).is_some_and(|&w| w != pos)
+            };
+            if keys.any(held) {
+                return Some(state.batches.events());
+            }
+        }
+        if self.read_committed {
+            self.keep_images((pos.batch, pos.rank), frag);
+        }
+        for op in frag.accesses {
+            let mut int_arg = Value::Null;
+            let arg = frag.access(op, &mut int_arg).arg;
+            // SAFETY: this queue owns its sub-partition's records until it finishes, and no
+            // undecided transaction holds these (checked above).
+            if let Err(why) = unsafe { writes::apply(self.store(), frag.id, op, arg) } {
+                self.become_stale(&format!("a write-only queue of the log: {why}"));
+                return None;
+            }
+            if trace {
+                s.trace.write(op.table, op.key);
+            }
+        }
+        if let Some(h) = self.history().filter(|_| trace) {
+            h.add_part(frag.id, &s.trace);
         }
         None
     }
@@ -1614,6 +1777,7 @@ impl QNode {
         rank: u32,
         outputs: Outputs,
         notes: Vec<FateNote>,
+        written: Vec<Written>,
     ) {
         let Some(hb) = state.home.get_mut(&(batch, rank)) else {
             tracing::error!(
@@ -1624,27 +1788,47 @@ impl QNode {
         };
         hb.outputs.extend(outputs);
         hb.notes.extend(notes);
+        if let Some((_, all)) = &mut hb.written {
+            all.extend(written);
+        }
         hb.acks_pending -= 1;
         if hb.acks_pending == 0 {
-            let hb = state.home.remove(&(batch, rank)).expect("present");
-            let fates = self.commit(state, batch, rank, hb.involved, hb.notes, &hb.txns);
-            let decided = DecidedBatch {
+            self.batch_ran(state, batch, rank);
+        }
+    }
+
+    /// Every node a planner batch involved has acknowledged it: decide its transactions'
+    /// fates, and answer them (with replication, once the logs allow).
+    fn batch_ran(&self, state: &mut NodeState, batch: u64, rank: u32) {
+        let hb = state.home.remove(&(batch, rank)).expect("present");
+        let fates = self.commit(state, batch, rank, hb.involved, hb.notes, &hb.txns);
+        if let (Some((term, written)), Some(member)) = (hb.written, self.member.get()) {
+            let (txns, plan) = self.logged_writes(&hb.txns, &fates, &hb.outputs, written);
+            let logged = LoggedBatch {
                 batch,
                 rank,
-                clock: hb.clock.map(|c| {
-                    let now = Instant::now();
-                    (c, now, now)
-                }),
-                txns: hb.txns,
-                fates,
-                outputs: hb.outputs,
+                txns,
+                plan,
             };
-            // With replication, answered once every log committed what it ran after.
-            if self.member.get().is_none() || state.gate.allows(batch) {
-                state.decided.push(decided);
-            } else {
-                state.unlogged.insert((batch, rank), decided);
-            }
+            state.to_propose.insert((batch, rank), (term, logged));
+            self.propose_due(member, state);
+        }
+        let decided = DecidedBatch {
+            batch,
+            rank,
+            clock: hb.clock.map(|c| {
+                let now = Instant::now();
+                (c, now, now)
+            }),
+            txns: hb.txns,
+            fates,
+            outputs: hb.outputs,
+        };
+        // With replication, answered once every log committed what it ran after.
+        if self.member.get().is_none() || state.gate.allows(batch) {
+            state.decided.push(decided);
+        } else {
+            state.unlogged.insert((batch, rank), decided);
         }
     }
 
@@ -1709,10 +1893,14 @@ impl QNode {
                 seq: seq as u32,
             }
             .order_key();
-            let ending = match fate {
-                Some(Fate::Abort(why)) => Ending::LogicAbort { order, why },
-                Some(Fate::Cascade) => Ending::CcAbort(CcAbortCause::Cascade),
-                None => Ending::Committed {
+            let ending = match (fate, t.fate) {
+                // Point 3: the member that ran it logged how it ended.
+                (_, Some(LoggedFate::Committed(outputs))) => Ending::Committed { order, outputs },
+                (_, Some(LoggedFate::Aborted(why))) => Ending::LogicAbort { order, why },
+                (_, Some(LoggedFate::Cascade)) => Ending::CcAbort(CcAbortCause::Cascade),
+                (Some(Fate::Abort(why)), None) => Ending::LogicAbort { order, why },
+                (Some(Fate::Cascade), None) => Ending::CcAbort(CcAbortCause::Cascade),
+                (None, None) => Ending::Committed {
                     order,
                     outputs: outputs.take(seq as u32, t.n_accesses),
                 },
@@ -1793,15 +1981,17 @@ impl QNode {
         } else {
             Vec::new()
         };
+        let written = state.written.remove(&(batch, rank)).unwrap_or_default();
         let home = self.node_of_rank(rank);
         if home == self.part {
-            self.on_ack(state, batch, rank, outputs, notes);
+            self.on_ack(state, batch, rank, outputs, notes, written);
         } else {
             let msg = QMsg::Ack {
                 batch,
                 rank,
                 outputs,
                 notes,
+                written,
             };
             self.net.send(self.id, self.peer(home), msg);
         }
@@ -2032,9 +2222,10 @@ impl QNode {
                     rank,
                     outputs,
                     notes,
+                    written,
                 } => {
                     let mut state = self.state.lock();
-                    self.on_ack(&mut state, batch, rank, outputs, notes);
+                    self.on_ack(&mut state, batch, rank, outputs, notes, written);
                     self.settle(state);
                 }
                 QMsg::Dep { pos, idx, value } => {
@@ -2246,6 +2437,8 @@ impl QNode {
                 let eqs = match logged.plan {
                     LoggedPlan::Queues { eqs, .. } => Some(eqs),
                     LoggedPlan::Inputs => self.awaiting_log.lock().remove(&(batch, rank)),
+                    // Refused by the configuration: a batch's writes exist once it ran.
+                    LoggedPlan::Writes { .. } => None,
                 };
                 let Some(eqs) = eqs else {
                     return self.become_stale(&format!(
@@ -2272,7 +2465,9 @@ impl QNode {
         // of its own for this slot, waiting for the log, lost.)
         self.awaiting_log.lock().remove(&(batch, rank));
         let (eqs, involved) = match logged.plan {
-            LoggedPlan::Queues { eqs, involved } => (eqs, involved),
+            LoggedPlan::Queues { eqs, involved } | LoggedPlan::Writes { eqs, involved } => {
+                (eqs, involved)
+            }
             LoggedPlan::Inputs => match self.plan_logged(planner, &logged.txns) {
                 Ok(planned) => planned,
                 Err(why) => return self.become_stale(&why),
@@ -2292,8 +2487,16 @@ impl QNode {
                 involved,
                 notes: Vec::new(),
                 outputs: Vec::new(),
+                written: None,
             };
-            self.state.lock().home.insert((batch, rank), home);
+            let runs = home.acks_pending > 0;
+            let mut state = self.state.lock();
+            state.home.insert((batch, rank), home);
+            if !runs {
+                // Point 3, a batch that wrote nothing: no node has a queue to acknowledge.
+                self.batch_ran(&mut state, batch, rank);
+                self.settle(state);
+            }
         }
         planner.next_batch.fetch_max(batch + 1, Ordering::AcqRel);
         self.deliver(batch, rank, eqs);
@@ -2311,10 +2514,13 @@ impl QNode {
     }
 
     /// A planner batch is committed in its group's log: batches it opens are answered.
-    fn on_logged(&self, batch: u64, _rank: u32) {
+    fn on_logged(&self, batch: u64, rank: u32) {
         let mut guard = self.state.lock();
         let state = &mut *guard;
-        state.gate.committed(batch);
+        state.gate.committed(batch, rank);
+        if let Some(member) = self.member.get().filter(|_| self.writes_to_log) {
+            self.propose_due(member, state);
+        }
         while let Some(entry) = state.unlogged.first_entry() {
             if !state.gate.allows(entry.key().0) {
                 break;
@@ -2537,6 +2743,7 @@ impl HomeTxn {
                 .as_ref()
                 .filter(|_| with_call)
                 .map(|r| r.call.clone()),
+            fate: None,
         }
     }
 
@@ -2549,6 +2756,7 @@ impl HomeTxn {
             n_accesses: c.n_accesses,
             may_abort: c.may_abort,
             call: c.call.clone(),
+            fate: c.fate.clone(),
         }
     }
 }

@@ -11,6 +11,8 @@
 //! is being replicated; its transactions are answered only once the batch has both run and
 //! been committed in the log (the paper's verification before commitment, figure 3).
 //! Synchronous replication delivers the leader's batch only when it is committed.
+//! Point 1 logs the transactions instead and every member plans them; point 3 logs what a
+//! batch wrote once it ran, and the other members put those writes in place (see `writes`).
 //!
 //! Fail-over. A transaction of batch `b` ran on the state every planner batch before it left;
 //! so it is answered only once every group's entries up to `b` are committed (the
@@ -55,6 +57,22 @@ pub(super) enum LoggedPlan {
     /// Point 1, before planning: only the transactions (with their calls); every member
     /// plans them itself, which gives the same queues everywhere (planning is deterministic).
     Inputs,
+    /// Point 3, after execution: write-only queues, by node of the instance, holding the
+    /// last committed write of each record the batch wrote (see `writes`), and the nodes
+    /// they involve. The transactions' contexts carry their outcomes: no member runs them.
+    Writes {
+        eqs: Vec<Vec<Eq>>,
+        involved: Vec<NodeId>,
+    },
+}
+
+/// How a transaction ended, as the log holds it at replication point 3.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub(super) enum LoggedFate {
+    Committed(Vec<qstore_core::txn::Value>),
+    Aborted(String),
+    /// Aborted because it read what an aborted transaction wrote (speculative mode).
+    Cascade,
 }
 
 /// A transaction context: what commitment needs of a transaction besides its queues.
@@ -70,6 +88,8 @@ pub(super) struct TxnContext {
     /// the run keeps histories (every instance records what it runs, so that any instance in service has
     /// the whole history after a fail-over).
     pub call: Option<std::sync::Arc<qstore_core::txn::ProcCall>>,
+    /// Point 3: how it ended (its members only record it).
+    pub fate: Option<LoggedFate>,
 }
 
 impl crate::replication::rebuild::HeldEntry for LoggedBatch {
@@ -93,12 +113,21 @@ impl LoggedBatch {
         let b: LoggedBatch =
             postcard::from_bytes(bytes).map_err(|e| format!("undecodable batch: {e}"))?;
         match &b.plan {
-            LoggedPlan::Queues { eqs, .. } if eqs.len() != nodes => Err(format!(
-                "queues for {} nodes (an instance has {nodes})",
-                eqs.len()
-            )),
-            LoggedPlan::Queues { involved, .. } if involved.iter().any(|n| n.index() >= nodes) => {
+            LoggedPlan::Queues { eqs, .. } | LoggedPlan::Writes { eqs, .. }
+                if eqs.len() != nodes =>
+            {
+                Err(format!(
+                    "queues for {} nodes (an instance has {nodes})",
+                    eqs.len()
+                ))
+            }
+            LoggedPlan::Queues { involved, .. } | LoggedPlan::Writes { involved, .. }
+                if involved.iter().any(|n| n.index() >= nodes) =>
+            {
                 Err("it involves a node outside the instance".into())
+            }
+            LoggedPlan::Writes { .. } if b.txns.iter().any(|t| t.fate.is_none()) => {
+                Err("a transaction of a batch of writes without its outcome".into())
             }
             LoggedPlan::Inputs if b.txns.iter().any(|t| t.call.is_none()) => {
                 Err("a transaction to plan without its call".into())
@@ -115,8 +144,8 @@ pub(super) struct LogGate {
     ranks: u32,
     /// Every planner batch of batches below this one is committed.
     through: u64,
-    /// Committed planner batches of later batches, counted.
-    ahead: BTreeMap<u64, u32>,
+    /// Committed planner batches (by rank) of later batches.
+    ahead: BTreeMap<u64, Vec<bool>>,
 }
 
 impl LogGate {
@@ -128,13 +157,20 @@ impl LogGate {
         }
     }
 
-    /// One more planner batch of `batch` committed.
-    pub fn committed(&mut self, batch: u64) {
-        if batch < self.through {
+    /// Planner batch (`batch`, `rank`) is committed (told once or more).
+    pub fn committed(&mut self, batch: u64, rank: u32) {
+        if batch < self.through || rank >= self.ranks {
             return;
         }
-        *self.ahead.entry(batch).or_default() += 1;
-        while self.ahead.get(&self.through) == Some(&self.ranks) {
+        let ranks = self.ranks as usize;
+        self.ahead
+            .entry(batch)
+            .or_insert_with(|| vec![false; ranks])[rank as usize] = true;
+        while self
+            .ahead
+            .get(&self.through)
+            .is_some_and(|r| r.iter().all(|&c| c))
+        {
             self.ahead.remove(&self.through);
             self.through += 1;
         }
@@ -149,6 +185,16 @@ impl LogGate {
     /// Whether every planner batch up to and including `batch`'s is committed.
     pub fn allows(&self, batch: u64) -> bool {
         batch < self.through
+    }
+
+    /// Whether every planner batch before (`batch`, `rank`) in the global order is
+    /// committed (replication point 3 proposes a batch's writes only then).
+    pub fn follows_committed(&self, batch: u64, rank: u32) -> bool {
+        if batch != self.through {
+            return batch < self.through;
+        }
+        let done = self.ahead.get(&batch);
+        (0..rank as usize).all(|r| done.is_some_and(|d| d[r]))
     }
 }
 
@@ -174,6 +220,7 @@ mod tests {
                     proc: qstore_core::txn::ProcId(4),
                     args: vec![qstore_core::txn::Value::Int(9)],
                 })),
+                fate: None,
             }],
         };
         let back = LoggedBatch::decode(&b.encode(), 2).unwrap();
@@ -188,17 +235,32 @@ mod tests {
         assert!(LoggedBatch::decode(&b.encode(), 3).is_ok());
         b.txns[0].call = None;
         assert!(LoggedBatch::decode(&b.encode(), 2).is_err());
+        // Point 3: writes to put in place, and how each transaction ended.
+        b.plan = LoggedPlan::Writes {
+            eqs: vec![Vec::new(), Vec::new()],
+            involved: Vec::new(),
+        };
+        assert!(LoggedBatch::decode(&b.encode(), 2).is_err(), "no outcome");
+        b.txns[0].fate = Some(LoggedFate::Aborted("overdraft".into()));
+        assert!(LoggedBatch::decode(&b.encode(), 2).is_ok());
+        assert!(LoggedBatch::decode(&b.encode(), 3).is_err());
     }
 
     #[test]
     fn the_gate_opens_a_batch_once_every_planner_batch_up_to_it_committed() {
         let mut g = LogGate::new(2);
-        g.committed(1);
-        g.committed(0);
+        g.committed(1, 0);
+        g.committed(0, 1);
         assert!(!g.allows(0));
-        g.committed(1);
-        assert!(!g.allows(0), "batch 0 has one of its two");
-        g.committed(0);
-        assert!(g.allows(0) && g.allows(1) && !g.allows(2));
+        g.committed(0, 1);
+        assert!(!g.allows(0), "batch 0 has one of its two, told twice");
+        assert!(!g.follows_committed(0, 1) && g.follows_committed(0, 0));
+        g.committed(0, 0);
+        assert!(g.allows(0) && !g.allows(1));
+        assert!(g.follows_committed(1, 0) && g.follows_committed(1, 1));
+        assert!(!g.follows_committed(2, 0), "batch 1 has one of its two");
+        g.committed(1, 1);
+        assert!(g.allows(1) && !g.allows(2));
+        assert!(g.follows_committed(2, 0) && !g.follows_committed(2, 1));
     }
 }

@@ -102,6 +102,11 @@ impl Speculation {
         }
     }
 
+    /// Whether a transaction other than `pos` whose fate is not known here wrote `key` last.
+    pub fn holds(&self, key: RecordKey, pos: TxnPos) -> bool {
+        self.dirty.get(&key).is_some_and(|&w| w != pos)
+    }
+
     /// Records what a fragment of `pos` did: its before-images, the records it wrote, and
     /// the failed integrity check if one did.
     pub fn ran(
