@@ -132,6 +132,13 @@ expect_exit 0 "instances out of service \[\]" "qstore rf 3, server cut off at 1 
   --cut-off-node 1 --cut-off-after-ms 1000 --cut-off-for-ms 1000 --history "$h" --verify -q
 expect_exit 0 "" "adya accepts the rebuilt run's client history ($(wc -l <"$h") events)" -- \
   adya check -m list-append -c serializable "$h"
+# Replication point 3 (the log holds each batch's writes): the same cut-off and return.
+h="$work/rebuild-point3.jsonl"
+expect_exit 0 "instances out of service \[\]" "qstore rf 3 point 3, server cut off at 1 s and back at 2 s --verify" -- \
+  "$QSTORE" run --workload append --nodes 3 --replication-factor 3 --replication-point 3 \
+  --duration 4 --cut-off-node 1 --cut-off-after-ms 1000 --cut-off-for-ms 1000 --history "$h" --verify -q
+expect_exit 0 "" "adya accepts the point 3 rebuilt run's client history ($(wc -l <"$h") events)" -- \
+  adya check -m list-append -c serializable "$h"
 h="$work/rebuild-calvin.jsonl"
 expect_exit 0 "instances out of service \[\]" "calvin rf 3, server cut off at 1 s and back at 2 s --verify" -- \
   "$QSTORE" run --protocol calvin --workload append --nodes 3 --replication-factor 3 --duration 4 \
@@ -250,6 +257,12 @@ expect_exit 0 "^serial oracle: match" "qstore rf 3 replication point 1 append ov
   "$QSTORE" cluster --workload append --replication-factor 3 --replication-point 1 \
   --history "$h" --verify "${rsmall[@]}"
 expect_exit 0 "" "adya accepts the point 1 append history over TCP ($(wc -l <"$h") events)" -- \
+  adya check -m list-append -c serializable "$h"
+h="$work/point3-kill.jsonl"
+expect_exit 0 "copies in service equal" "qstore rf 3 point 3 over TCP, leader killed at 1.5 s and restarted --verify" -- \
+  "$QSTORE" cluster --workload append --nodes 3 --replication-factor 3 --replication-point 3 \
+  --duration 5 --kill-leader-after-ms 1500 --restart-after-ms 1000 --history "$h" --verify -q
+expect_exit 0 "" "adya accepts the point 3 killed-leader run's client history ($(wc -l <"$h") events)" -- \
   adya check -m list-append -c serializable "$h"
 # kill -9 of a group leader mid-run (scripts/kill-loop.sh repeats it with random timing).
 for protocol in qstore calvin; do
