@@ -10,14 +10,17 @@
 # the kill, and a run passes only if it rejoined: its cluster instance rebuilt from another
 # instance's copies and back in service by the end, every copy equal.
 #
-# usage: [RESTART=1] scripts/kill-loop.sh [RUNS] [SEED] [PROTOCOL]   (qstore, the default,
-#        or calvin; needs a release build and adya on PATH)
+# ARGS adds flags to every run (e.g. ARGS="--replication-point 3").
+#
+# usage: [RESTART=1] [ARGS=...] scripts/kill-loop.sh [RUNS] [SEED] [PROTOCOL]   (qstore, the
+#        default, or calvin; needs a release build and adya on PATH)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 runs=${1:-20}
 RANDOM=${2:-$$}
 protocol=${3:-qstore}
 restart=${RESTART:-0}
+read -r -a args <<<"${ARGS:-}"
 . scripts/checks.sh
 for i in $(seq 1 "$runs"); do
   partition=$((RANDOM % 3))
@@ -30,7 +33,7 @@ for i in $(seq 1 "$runs"); do
   h="$work/history-$i.jsonl" j="$work/out-$i.json" log="$work/log-$i.txt"
   rc=0
   "$QSTORE" cluster --protocol "$protocol" --workload append --nodes 3 --replication-factor 3 --duration "$duration" \
-    --warmup 0 --kill-partition "$partition" --kill-leader-after-ms "$after" "${extra[@]}" \
+    --warmup 0 --kill-partition "$partition" --kill-leader-after-ms "$after" "${extra[@]}" "${args[@]}" \
     --history "$h" --output "$j" --verify -q >"$log" 2>&1 || rc=$?
   election=$(sed -n 's/.*leads partition [0-9]* \([0-9]*\) ms after its leader was killed.*/\1/p' "$log")
   stall=$(grep -o '"longest_stall_ms": *[0-9]*' "$j" 2>/dev/null | grep -o '[0-9]*$' || true)

@@ -296,6 +296,17 @@ fn replicating_the_writes_of_each_batch_gives_every_copy_the_same_state() {
     let (v, out) = failed_over(&cut_off(3));
     assert!(out.report.redirected > 0, "{:?}", out.report);
     assert!(matches!(v.invariants, Some(Ok(_))), "{v}");
+    // Two copies, a follower cut off: the leaders lose their quorum and lead again in a new
+    // term, in which they propose the writes their earlier term lost.
+    let mut cfg = config("ycsb", QStoreMode::Speculative, 64);
+    cfg.replication.factor = 2;
+    cfg.replication.point = Some(3);
+    cfg.client.txns = 0;
+    cfg.client.duration_s = 4.0;
+    cfg.net.cut_off_node = Some(3);
+    cfg.net.cut_off_after_ms = 800;
+    cfg.net.cut_off_for_ms = 600;
+    rebuilt(&cfg, 3);
 }
 
 /// On a slow network (100 ms one-way) a fail-over takes long: the new leader of the cut-off

@@ -361,9 +361,8 @@ struct HomeBatch {
     /// the batch is answered.
     outputs: Outputs,
     /// Replication point 3, at the leader: the records its fragments wrote, as they left
-    /// them; once its fates are known, its writes go to the group's log in the term it was
-    /// planned in.
-    written: Option<(u64, Vec<Written>)>,
+    /// them; once its fates are known, its writes go to the group's log.
+    written: Option<Vec<Written>>,
 }
 
 /// Everything a node's threads share, under one lock: claims and commits are short.
@@ -390,10 +389,12 @@ struct NodeState {
     gate: LogGate,
     unlogged: BTreeMap<PlannerBatch, DecidedBatch>,
     /// Replication point 3: records written by the planner batches that ran here, until
-    /// acknowledged to their homes; and, at a leader, its planner batches' writes waiting
-    /// for every batch before them to be committed (with the term they were planned in).
+    /// acknowledged to their homes; at a leader, its planner batches' writes (encoded)
+    /// waiting for every batch before them to be committed, and those proposed (in which
+    /// term) until the log commits them.
     written: FxHashMap<PlannerBatch, Vec<Written>>,
-    to_propose: BTreeMap<PlannerBatch, (u64, LoggedBatch)>,
+    to_propose: BTreeMap<PlannerBatch, Vec<u8>>,
+    proposed: BTreeMap<PlannerBatch, (u64, Vec<u8>)>,
     /// Replication: copies for stale instances to take after each batch (see `rebuild`),
     /// and the batch after which one is being taken (nothing after it runs meanwhile).
     copies: BTreeMap<u64, Vec<CopyFor>>,
@@ -422,6 +423,7 @@ impl NodeState {
             unlogged: BTreeMap::new(),
             written: FxHashMap::default(),
             to_propose: BTreeMap::new(),
+            proposed: BTreeMap::new(),
             copies: BTreeMap::new(),
             copying: None,
             copy_pause: None,
@@ -1023,11 +1025,7 @@ impl QNode {
                 involved: involved.clone(),
                 notes: Vec::new(),
                 outputs: Vec::new(),
-                written: self
-                    .member
-                    .get()
-                    .filter(|_| self.writes_to_log)
-                    .map(|m| (m.leading_term().unwrap_or(0), Vec::new())),
+                written: self.writes_to_log.then(Vec::new),
             };
             self.state.lock().home.insert((batch, rank), home);
         }
@@ -1039,7 +1037,8 @@ impl QNode {
                     eqs: vec![Vec::new(); nodes],
                     involved: Vec::new(),
                 };
-                self.to_propose(member, batch, rank, Vec::new(), writes);
+                let mut state = self.state.lock();
+                self.queue_writes(member, &mut state, batch, rank, Vec::new(), writes);
             }
             Some(_) if self.writes_to_log => {}
             Some(member) => eqs = self.propose(member, batch, rank, contexts, eqs, involved),
@@ -1093,40 +1092,55 @@ impl QNode {
     }
 
     /// Replication point 3: queues a planner batch's writes for the log, and proposes what
-    /// may go now. `term`: the term it was planned in (a later term's leader plans anew).
-    fn to_propose(
+    /// may go now.
+    fn queue_writes(
         &self,
         member: &GroupMember,
+        state: &mut NodeState,
         batch: u64,
         rank: u32,
         txns: Vec<TxnContext>,
         plan: LoggedPlan,
     ) {
-        let Some(term) = member.leading_term() else {
-            return;
-        };
         let logged = LoggedBatch {
             batch,
             rank,
             txns,
             plan,
         };
-        let mut state = self.state.lock();
-        state.to_propose.insert((batch, rank), (term, logged));
-        self.propose_due(member, &mut state);
+        state.to_propose.insert((batch, rank), logged.encode());
+        self.propose_due(member, state);
     }
 
-    /// Replication point 3: proposes the queued writes of every planner batch that follows
-    /// only committed ones, in order. (An image is the state a batch left only if what ran
-    /// before it is what the logs hold.)
+    /// Replication point 3: proposes, in order, the queued writes of every planner batch
+    /// that follows only committed ones. (An image is the state a batch left only if what ran
+    /// before it is what the logs hold.) Writes wait while the member does not lead; a
+    /// leader of a new term proposes again those of an earlier term still not committed:
+    /// having applied everything before its term, it knows they were lost with that term.
     fn propose_due(&self, member: &GroupMember, state: &mut NodeState) {
+        if self.stale.load(Ordering::Acquire) {
+            state.to_propose.clear();
+            state.proposed.clear();
+            return;
+        }
+        let Some(term) = member.leading_term() else {
+            return;
+        };
+        while let Some(entry) = state.proposed.first_entry() {
+            if entry.get().0 >= term {
+                break;
+            }
+            let (slot, (_, bytes)) = entry.remove_entry();
+            state.to_propose.insert(slot, bytes);
+        }
         while let Some(entry) = state.to_propose.first_entry() {
             let (batch, rank) = *entry.key();
             if !state.gate.follows_committed(batch, rank) {
                 break;
             }
-            let (term, logged) = entry.remove();
-            member.propose_in_term(term, logged.encode());
+            let bytes = entry.remove();
+            member.propose_in_term(term, bytes.clone());
+            state.proposed.insert((batch, rank), (term, bytes));
         }
     }
 
@@ -1788,7 +1802,7 @@ impl QNode {
         };
         hb.outputs.extend(outputs);
         hb.notes.extend(notes);
-        if let Some((_, all)) = &mut hb.written {
+        if let Some(all) = &mut hb.written {
             all.extend(written);
         }
         hb.acks_pending -= 1;
@@ -1802,16 +1816,9 @@ impl QNode {
     fn batch_ran(&self, state: &mut NodeState, batch: u64, rank: u32) {
         let hb = state.home.remove(&(batch, rank)).expect("present");
         let fates = self.commit(state, batch, rank, hb.involved, hb.notes, &hb.txns);
-        if let (Some((term, written)), Some(member)) = (hb.written, self.member.get()) {
+        if let (Some(written), Some(member)) = (hb.written, self.member.get()) {
             let (txns, plan) = self.logged_writes(&hb.txns, &fates, &hb.outputs, written);
-            let logged = LoggedBatch {
-                batch,
-                rank,
-                txns,
-                plan,
-            };
-            state.to_propose.insert((batch, rank), (term, logged));
-            self.propose_due(member, state);
+            self.queue_writes(member, state, batch, rank, txns, plan);
         }
         let decided = DecidedBatch {
             batch,
@@ -2375,6 +2382,14 @@ impl Applier for QNode {
         if self.stale.load(Ordering::Acquire) {
             self.rebuild_step();
         }
+        // Point 3: a leader elected again proposes the writes its earlier term lost, whether
+        // or not anything else happens here.
+        if let Some(member) = self.member.get().filter(|_| self.writes_to_log) {
+            let mut state = self.state.lock();
+            if !state.proposed.is_empty() || !state.to_propose.is_empty() {
+                self.propose_due(member, &mut state);
+            }
+        }
     }
 
     fn fell_behind(&self) {
@@ -2448,6 +2463,9 @@ impl QNode {
                 };
                 self.deliver(batch, rank, eqs);
                 planner.delivered.fetch_max(batch + 1, Ordering::AcqRel);
+            }
+            if self.writes_to_log {
+                self.state.lock().proposed.remove(&(batch, rank));
             }
             // The `Logged` this node sends itself also retires what `delivered` now allows
             // (`on_logged` settles), as `plan_if_due` does after planning.
