@@ -243,14 +243,22 @@ fn a_server_that_comes_back_has_its_instance_rebuilt_from_copies() {
 /// resubmit, and get the first outcome).
 #[test]
 fn a_leader_that_lost_its_quorum_and_leads_again_records_what_its_instance_ran() {
-    let mut cfg = config("bank", QStoreMode::Speculative, 64);
+    rebuilt(&quorum_lost("bank", 2, 1_200), 3);
+}
+
+/// `workload` on 3 partitions x 2 copies at replication point `point`, 4 s long, server 3
+/// (of the follower instance) cut off 0.8 s in for `for_ms`: its groups' leaders lose their
+/// quorum until it is back.
+fn quorum_lost(workload: &str, point: u32, for_ms: u64) -> RunConfig {
+    let mut cfg = config(workload, QStoreMode::Speculative, 64);
     cfg.replication.factor = 2;
+    cfg.replication.point = Some(point);
     cfg.client.txns = 0;
     cfg.client.duration_s = 4.0;
     cfg.net.cut_off_node = Some(3);
     cfg.net.cut_off_after_ms = 800;
-    cfg.net.cut_off_for_ms = 1_200;
-    rebuilt(&cfg, 3);
+    cfg.net.cut_off_for_ms = for_ms;
+    cfg
 }
 
 /// Replication point 1: the log holds each planner batch's transactions and every member
@@ -298,15 +306,7 @@ fn replicating_the_writes_of_each_batch_gives_every_copy_the_same_state() {
     assert!(matches!(v.invariants, Some(Ok(_))), "{v}");
     // Two copies, a follower cut off: the leaders lose their quorum and lead again in a new
     // term, in which they propose the writes their earlier term lost.
-    let mut cfg = config("ycsb", QStoreMode::Speculative, 64);
-    cfg.replication.factor = 2;
-    cfg.replication.point = Some(3);
-    cfg.client.txns = 0;
-    cfg.client.duration_s = 4.0;
-    cfg.net.cut_off_node = Some(3);
-    cfg.net.cut_off_after_ms = 800;
-    cfg.net.cut_off_for_ms = 600;
-    rebuilt(&cfg, 3);
+    rebuilt(&quorum_lost("ycsb", 3, 600), 3);
 }
 
 /// On a slow network (100 ms one-way) a fail-over takes long: the new leader of the cut-off
