@@ -1056,8 +1056,9 @@ pub struct ReplicationConfig {
     /// Where a Q-Store planner batch is replicated (QR-Store section 2.2): 2 (Q-Store's
     /// default) after planning, its execution queues; 1 before planning, its transactions,
     /// which every member then plans itself (a leader executes a batch only once it is
-    /// committed). Calvin replicates at point 1 only: its sequenced epochs, before they run.
-    /// Unset: the protocol's default (see [`ReplicationConfig::point_of`]).
+    /// committed); 3 after execution, what the batch wrote (each record's last committed
+    /// image), which the other members put in place without running the transactions.
+    /// Calvin replicates at point 1 only: its sequenced epochs, before they run. Unset: the protocol's default (see [`ReplicationConfig::point_of`]).
     pub point: Option<u32>,
     /// How the leader compresses each batch it proposes (members read any entry, whatever
     /// their own setting says).
