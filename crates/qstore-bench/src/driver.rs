@@ -452,9 +452,9 @@ impl<'a> Driver<'a> {
         if self.outbox.is_empty() {
             return;
         }
-        let mut out = std::mem::take(&mut self.outbox);
-        out.sort_by_key(|&(home, _)| home);
-        let mut out = out.into_iter().peekable();
+        // Drained, not taken: the outbox keeps its room for the next round.
+        self.outbox.sort_by_key(|&(home, _)| home);
+        let mut out = self.outbox.drain(..).peekable();
         while let Some((home, req)) = out.next() {
             let mut reqs = vec![req];
             while let Some((_, req)) = out.next_if(|&(h, _)| h == home) {
