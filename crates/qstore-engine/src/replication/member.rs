@@ -350,6 +350,13 @@ impl<L: LogStore> Driver<L> {
                     tracing::debug!("node {}: a proposal of an earlier term dropped", self.me);
                     return;
                 }
+                if self.raw.raft.state != StateRole::Leader {
+                    // raft would forward it to the leader, whose log would then hold it after
+                    // the leader's own entry for the same slot of the global order: what a
+                    // member planned while it led is lost with its leadership.
+                    tracing::debug!("node {}: a proposal dropped: not the leader", self.me);
+                    return;
+                }
                 // The entry's context: its proposer, and how its data is compressed.
                 let mut context = self.me.0.to_le_bytes().to_vec();
                 context.push(codec);
@@ -736,6 +743,31 @@ mod tests {
         }
         for m in &members {
             m.stop();
+        }
+    }
+
+    /// A member that no longer leads may still propose what it planned while it led: raft
+    /// must not forward that to the new leader, whose log would then hold two entries for
+    /// the same slot of the global order (the second one after the new leader's own).
+    #[test]
+    fn a_followers_proposal_never_reaches_the_log() {
+        let (placement, members, logs) = group();
+        let p0 = qstore_core::PartitionId(0);
+        wait_for("a leader", || placement.leader(p0).is_some());
+        let leader = placement.leader(p0).unwrap();
+        let follower = (leader.index() + 1) % members.len();
+        members[follower].propose(b"from a follower".to_vec());
+        members[leader.index()].propose(b"from the leader".to_vec());
+        wait_for("the leader's entry applied everywhere", || {
+            logs.iter().all(|l| l.entries.lock().len() == 1)
+        });
+        wait_for("the group to settle", || {
+            members.iter().all(|m| m.settled())
+        });
+        for l in &logs {
+            let entries = l.entries.lock();
+            assert_eq!(entries.len(), 1, "only the leader's proposal is logged");
+            assert_eq!(entries[0].1, b"from the leader");
         }
     }
 

@@ -718,11 +718,20 @@ impl QNode {
     /// Whether this node plans: it leads its group (always, without replication), has
     /// applied what earlier leaders committed, and its instance is not stale.
     fn leads(&self) -> bool {
+        self.lead().is_some()
+    }
+
+    /// The term in which this node plans, if it does (see [`QNode::leads`]); 0 without
+    /// replication. Its proposals are for that term only: a plan made as leader must not
+    /// reach the log in a later term, after another leader's plan for the same slot.
+    fn lead(&self) -> Option<u64> {
         match self.member.get() {
             // Not logged: every node plans for itself. Logged: its member is not started yet,
             // and may be replaying the log already; it leads once elected.
-            None => !self.ctx.logged(),
-            Some(m) => m.leading() && !self.stale.load(Ordering::Acquire),
+            None => (!self.ctx.logged()).then_some(0),
+            Some(m) => m
+                .leading_term()
+                .filter(|_| !self.stale.load(Ordering::Acquire)),
         }
     }
 
@@ -875,7 +884,7 @@ impl QNode {
     /// another thread is planning for `p` right now.
     fn plan_if_due(&self, p: usize, early: bool) -> bool {
         let planner = &*self.planners[p];
-        if !self.leads() {
+        let Some(term) = self.lead() else {
             if self.catching_up() {
                 // Elected, and still applying what earlier leaders logged (after a restart,
                 // the whole log): its requests wait for it.
@@ -887,7 +896,7 @@ impl QNode {
                 reply(&req, self.not_leader());
             }
             return false;
-        }
+        };
         let queued = planner.queue.len();
         // Read the clock only when the answer depends on it: a step asks every planner. An
         // empty batch need not time out when idle workers close batches (they close the ones
@@ -917,7 +926,7 @@ impl QNode {
         }
         *planner.opened.lock() = Instant::now();
         let delivered = during(Activity::Planning, || {
-            self.plan(batch, self.rank(p), planner, &mut plan)
+            self.plan((batch, self.rank(p)), term, planner, &mut plan)
         });
         // Published after the plan is installed here, so `retire` never counts this batch as
         // done before its slot exists.
@@ -934,9 +943,15 @@ impl QNode {
     }
 
     /// Takes up to a batch of transactions and sends every node its execution queues (with
-    /// replication, proposes them to the group's log too). Returns whether it delivered them
-    /// (not when synchronous replication waits for the log).
-    fn plan(&self, batch: u64, rank: u32, planner: &Planner, plan: &mut BatchPlan) -> bool {
+    /// replication, proposes them to the group's log too, in the `term` it leads). Returns
+    /// whether it delivered them (not when synchronous replication waits for the log).
+    fn plan(
+        &self,
+        (batch, rank): PlannerBatch,
+        term: u64,
+        planner: &Planner,
+        plan: &mut BatchPlan,
+    ) -> bool {
         let timed = batch.is_multiple_of(STAGE_SAMPLE);
         let mut planning = timed.then(Instant::now);
         let ctx = &*self.ctx;
@@ -1041,7 +1056,15 @@ impl QNode {
                 self.queue_writes(member, &mut state, batch, rank, Vec::new(), writes);
             }
             Some(_) if self.writes_to_log => {}
-            Some(member) => eqs = self.propose(member, batch, rank, contexts, eqs, involved),
+            Some(member) => {
+                let logged = LoggedBatch {
+                    batch,
+                    rank,
+                    txns: contexts,
+                    plan: LoggedPlan::Inputs,
+                };
+                eqs = self.propose(member, term, logged, eqs, involved)
+            }
             None => {}
         }
         if self.synchronous {
@@ -1051,40 +1074,27 @@ impl QNode {
         true
     }
 
-    /// Proposes a planner batch to the group's log: its queues (replication point 2), or
-    /// only its transactions (point 1, keeping the queues until the log commits them).
-    /// Returns the queues to deliver now, if any.
+    /// Proposes a planner batch (`logged`, its plan not filled in yet) to the group's log in
+    /// `term`: its queues (replication point 2), or only its transactions (point 1, keeping
+    /// the queues until the log commits them). Returns the queues to deliver now, if any.
     fn propose(
         &self,
         member: &GroupMember,
-        batch: u64,
-        rank: u32,
-        txns: Vec<TxnContext>,
+        term: u64,
+        mut logged: LoggedBatch,
         eqs: Vec<Vec<Eq>>,
         involved: Vec<NodeId>,
     ) -> Vec<Vec<Eq>> {
         if self.replicate_inputs {
-            self.awaiting_log.lock().insert((batch, rank), eqs);
-            let plan = LoggedPlan::Inputs;
-            member.propose(
-                LoggedBatch {
-                    batch,
-                    rank,
-                    txns,
-                    plan,
-                }
-                .encode(),
-            );
+            self.awaiting_log
+                .lock()
+                .insert((logged.batch, logged.rank), eqs);
+            logged.plan = LoggedPlan::Inputs;
+            member.propose_in_term(term, logged.encode());
             return Vec::new();
         }
-        let plan = LoggedPlan::Queues { eqs, involved };
-        let logged = LoggedBatch {
-            batch,
-            rank,
-            txns,
-            plan,
-        };
-        member.propose(logged.encode());
+        logged.plan = LoggedPlan::Queues { eqs, involved };
+        member.propose_in_term(term, logged.encode());
         match logged.plan {
             LoggedPlan::Queues { eqs, .. } => eqs,
             LoggedPlan::Inputs | LoggedPlan::Writes { .. } => Vec::new(),
