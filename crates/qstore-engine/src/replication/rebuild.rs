@@ -115,6 +115,8 @@ pub enum Phase {
 pub struct Copy {
     pub gen: u64,
     pub batch: u64,
+    /// The stretch of held entries it was handed out against (see `Rebuild::holding`).
+    pub holding: u64,
     pub records: Vec<Vec<u8>>,
     pub outcomes: Vec<(TxnKey, TxnOutcome)>,
 }
@@ -130,6 +132,9 @@ pub struct Rebuild<E> {
     first_held: BTreeMap<u32, u64>,
     /// Set when the held entries outgrew `MAX_HELD_BYTES`: this node cannot be rebuilt.
     overflowed: bool,
+    /// One more each time the node's log skipped entries while it was out of service: a
+    /// copy handed out for installing before that no longer fits what is held.
+    holding: u64,
     /// The latest attempt heard of.
     gen: u64,
     /// By attempt: the nodes of the instance (by partition) that installed its copy.
@@ -158,6 +163,7 @@ impl<E: HeldEntry> Rebuild<E> {
             held_bytes: 0,
             first_held: BTreeMap::new(),
             overflowed: false,
+            holding: 0,
             gen: 0,
             installed: BTreeMap::new(),
             incoming: None,
@@ -181,6 +187,25 @@ impl<E: HeldEntry> Rebuild<E> {
             };
             self.phase = Phase::Stale;
         }
+    }
+
+    /// The node's log skipped entries (it fell behind a compacted log and took a snapshot).
+    /// Out of service, what it held (and any copy it has or installs meanwhile) would leave
+    /// a gap before the entries to come: it holds anew from the next entry on, and its
+    /// reports ask for a copy after that. (A node in service goes stale instead.)
+    pub fn skipped(&mut self) {
+        if self.phase == Phase::Serving {
+            return;
+        }
+        *self = Rebuild {
+            phase: Phase::Stale,
+            holding: self.holding + 1,
+            gen: self.gen,
+            installed: std::mem::take(&mut self.installed),
+            reports: std::mem::take(&mut self.reports),
+            asked: self.asked,
+            ..Rebuild::new()
+        };
     }
 
     /// An entry the log committed: handed back to deliver if the node serves, else held.
@@ -224,9 +249,17 @@ impl<E: HeldEntry> Rebuild<E> {
         Some(from)
     }
 
-    /// Coordinator: node `part` can replay after `from`.
+    /// Coordinator: node `part` can replay after `from`. A node that reports a later batch
+    /// than before skipped entries: the copies of the current attempt come too early for
+    /// it, so the next attempt is due at once.
     pub fn on_ready(&mut self, part: u32, from: u64) {
-        self.reports.insert(part, from);
+        if self
+            .reports
+            .insert(part, from)
+            .is_some_and(|before| from > before)
+        {
+            self.asked = None;
+        }
     }
 
     /// Coordinator: a new attempt and the batch to copy after, when every one of the
@@ -275,6 +308,7 @@ impl<E: HeldEntry> Rebuild<E> {
             self.incoming = Some(Copy {
                 gen,
                 batch,
+                holding: self.holding,
                 records: Vec::new(),
                 outcomes: Vec::new(),
             });
@@ -315,14 +349,20 @@ impl<E: HeldEntry> Rebuild<E> {
 
     /// Puts back a copy that could not be installed yet (something was running).
     pub fn keep_complete(&mut self, copy: Copy) {
-        if copy.gen == self.gen && self.phase != Phase::Serving {
+        if copy.gen == self.gen && copy.holding == self.holding && self.phase != Phase::Serving {
             self.complete = Some(copy);
         }
     }
 
-    /// This node installed attempt `gen`'s copy after `batch`.
-    pub fn installed_copy(&mut self, gen: u64, batch: u64) {
+    /// This node installed attempt `gen`'s copy after `batch`, handed out against the
+    /// held entries of stretch `holding`. False if the log skipped entries since: the node
+    /// stays stale (and says nothing to its instance) until it installs a later copy.
+    pub fn installed_copy(&mut self, gen: u64, batch: u64, holding: u64) -> bool {
+        if holding != self.holding {
+            return false;
+        }
         self.phase = Phase::Installed { gen, batch };
+        true
     }
 
     /// Node `part` of the instance installed attempt `gen`, heard at `now`.
@@ -710,7 +750,7 @@ mod tests {
         send_copy(&mut r, gen, 9).unwrap();
         let copy = r.take_complete().expect("whole");
         assert_eq!((copy.batch, copy.records.len()), (9, 1));
-        r.installed_copy(gen, 9);
+        assert!(r.installed_copy(gen, 9, copy.holding));
         r.hold(NodeId(1), entry(10, 0), 10);
         assert!(!r.accepts_from(1), "node 1's messages are of the old run");
         r.on_rebuilt(gen, 0, now);
@@ -764,6 +804,44 @@ mod tests {
             .attempt_due(1, much_later + RETRY_AFTER)
             .expect("a new attempt");
         assert_eq!(next, gen + 1);
+    }
+
+    /// A stale node whose log skips entries (it fell behind a compacted log) holds a gap:
+    /// neither what it held nor a copy it installed before can be replayed over it. It holds
+    /// anew, reports a later batch, and the coordinator asks for another copy at once.
+    #[test]
+    fn a_node_whose_log_skips_entries_needs_a_copy_after_them() {
+        let mut r = stale_with(&[(5, 0)]);
+        let now = Instant::now();
+        assert_eq!(r.report_due(0..1, now), Some(5));
+        r.on_ready(0, 5);
+        let (gen, _) = r.attempt_due(1, now).expect("an attempt");
+        r.on_attempt(gen);
+        send_copy(&mut r, gen, 6).unwrap();
+        let copy = r.take_complete().expect("whole");
+        // Entries 7 to 19 are skipped while the copy is being installed.
+        r.skipped();
+        assert!(
+            !r.installed_copy(copy.gen, copy.batch, copy.holding),
+            "installed over a gap"
+        );
+        assert_eq!(r.phase(), Phase::Stale);
+        r.hold(NodeId(0), entry(20, 0), 10);
+        let later = now + REPORT_EVERY;
+        assert_eq!(r.report_due(0..1, later), Some(20));
+        r.on_ready(0, 20);
+        let (next, from) = r.attempt_due(1, later).expect("another attempt at once");
+        assert_eq!((next, from), (gen + 1, 20));
+        r.on_attempt(next);
+        assert!(send_copy(&mut r, next, 19).is_err(), "before the gap's end");
+        send_copy(&mut r, next, 20).unwrap();
+        let copy = r.take_complete().expect("whole");
+        assert!(r.installed_copy(copy.gen, copy.batch, copy.holding));
+        r.hold(NodeId(0), entry(21, 0), 10);
+        r.on_rebuilt(next, 0, later);
+        let replay = r.serve_if_whole(1).expect("back in service");
+        let batches: Vec<u64> = replay.iter().map(|(_, e)| e.0).collect();
+        assert_eq!(batches, vec![21]);
     }
 
     #[test]

@@ -364,6 +364,7 @@ impl Applier for CalvinNode {
     }
 
     fn fell_behind(&self) {
+        self.rebuild.state.lock().skipped();
         self.become_stale(
             "it fell behind its group's compacted log (it is rebuilt from a copy of the \
              partition)",

@@ -250,7 +250,7 @@ impl<'a> Scheduler<'a> {
         let Some(copy) = node.to_install.lock().take() else {
             return;
         };
-        let (gen, epoch) = (copy.gen, copy.batch);
+        let (gen, epoch, holding) = (copy.gen, copy.batch, copy.holding);
         let started = Instant::now();
         {
             // No executor works on a transaction meanwhile; what they pick up later was
@@ -284,7 +284,19 @@ impl<'a> Scheduler<'a> {
                 started.elapsed()
             );
         }
-        node.rebuild.state.lock().installed_copy(gen, epoch);
+        if !node
+            .rebuild
+            .state
+            .lock()
+            .installed_copy(gen, epoch, holding)
+        {
+            node.rebuild.install_done();
+            return tracing::warn!(
+                "node {}: its log skipped entries while it installed a copy after epoch \
+                 {epoch}: it waits for a later one",
+                node.id
+            );
+        }
         for p in 0..node.ctx.nodes() {
             let to = node.ctx.placement.peer_of(node.id, PartitionId(p));
             node.net.send(

@@ -2403,6 +2403,7 @@ impl Applier for QNode {
     }
 
     fn fell_behind(&self) {
+        self.rebuild.state.lock().skipped();
         self.become_stale(
             "it fell behind its group's compacted log (it is rebuilt from a copy of the \
              partition)",
@@ -2628,7 +2629,7 @@ impl QNode {
     /// Installs a whole copy: the partition's rows, the outcomes, and a node state whose
     /// next batch follows the copy's. Waits (keeps the copy) while a queue still runs here.
     fn install_copy(&self, copy: rebuild::Copy) {
-        let (gen, batch) = (copy.gen, copy.batch);
+        let (gen, batch, holding) = (copy.gen, copy.batch, copy.holding);
         let mut state = self.state.lock();
         if state.batches.any_running() {
             drop(state);
@@ -2659,7 +2660,14 @@ impl QNode {
         self.awaiting_log.lock().clear();
         *self.dedup.lock() = Dedup::of_outcomes(copy.outcomes);
         drop(state);
-        self.rebuild.state.lock().installed_copy(gen, batch);
+        let fits = (self.rebuild.state.lock()).installed_copy(gen, batch, holding);
+        if !fits {
+            return tracing::warn!(
+                "node {}: its log skipped entries while it installed a copy after batch \
+                 {batch}: it waits for a later one",
+                self.id
+            );
+        }
         tracing::warn!(
             "node {}: installed a copy of partition {} after batch {batch} ({rows} rows) in {:?}",
             self.id,
