@@ -286,7 +286,7 @@ struct RunArgs {
     #[arg(long, help_heading = "Q-Store")]
     dedicated_planners: bool,
     /// Replication (QR-Store): copies of every partition, each on its own node: --nodes x this
-    /// nodes in all, one cluster instance per copy (1 = no replication; qstore only).
+    /// nodes in all, one cluster instance per copy (1 = no replication; qstore and calvin only).
     #[arg(long, help_heading = "Replication")]
     replication_factor: Option<u32>,
     /// Replication: speculative (default; a leader executes a batch while the group's log

@@ -127,10 +127,15 @@ fn a_fault_needs_replication_and_a_partition_the_cluster_has() {
 /// group as a follower, and its cluster instance (stale since the kill) is rebuilt from
 /// another instance's copies. The client's run passes its verification with every copy of
 /// every partition in service, the restarted server's included.
-fn restart_and_rebuild(protocol: &str) {
+fn restart_and_rebuild(protocol: &str, duration: &str) {
     let _one = one_cluster_at_a_time();
     let mut cluster = Cluster::start_replicated_running("restart", 2, 3, protocol);
-    let mut client = cluster.committing_client(&["--duration", "6", "--verify"]);
+    // Long enough for the rebuild to end before the run does on a loaded 2-core machine (a
+    // debug build there has taken 6 s from the kill to the instance back in service at the
+    // client's default load; a lighter load leaves the copies room on the links).
+    let load = ["--inflight", "50"];
+    let mut client =
+        cluster.committing_client(&[&load[..], &["--duration", duration, "--verify"]].concat());
     cluster.servers[0].child.kill().unwrap();
     cluster.servers[0].child.wait().unwrap();
     std::thread::sleep(Duration::from_millis(500));
@@ -164,10 +169,10 @@ fn restart_and_rebuild(protocol: &str) {
 
 #[test]
 fn a_restarted_server_rejoins_and_its_instance_is_rebuilt() {
-    restart_and_rebuild("qstore");
+    restart_and_rebuild("qstore", "10");
 }
 
 #[test]
 fn a_restarted_calvin_server_rejoins_and_its_instance_is_rebuilt() {
-    restart_and_rebuild("calvin");
+    restart_and_rebuild("calvin", "10");
 }
