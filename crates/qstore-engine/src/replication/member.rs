@@ -456,7 +456,11 @@ impl<L: LogStore> Driver<L> {
     /// A leader whose protocol asks it to step aside transfers the leadership to another
     /// member its log shows active, trying the next one if a transfer does not finish.
     fn step_aside_if_asked(&mut self) {
-        if self.raw.raft.state != StateRole::Leader || !self.applier.should_step_aside() {
+        // Raft may have won an election in this turn, before the ready that tells the
+        // protocol so (`observe_leader`): the protocol is asked only once it knows it leads,
+        // so that it judges its instance from then on, not by the last leader's clock.
+        let leads = self.raw.raft.state == StateRole::Leader && self.leader == Some(self.me);
+        if !leads || !self.applier.should_step_aside() {
             self.stepping_aside = None;
             return;
         }
@@ -663,10 +667,18 @@ mod tests {
     fn group_on<L: LogStore>(
         log: impl Fn(Vec<u64>, u32) -> L,
     ) -> (Arc<Placement>, Vec<Arc<GroupMember>>, Vec<Arc<Log>>) {
+        group_with(log, |_| Arc::default())
+    }
+
+    /// [`group_on`], member `n` applying with `applier(n)`.
+    fn group_with<L: LogStore, A: Applier + 'static>(
+        log: impl Fn(Vec<u64>, u32) -> L,
+        applier: impl Fn(NodeId) -> Arc<A>,
+    ) -> (Arc<Placement>, Vec<Arc<GroupMember>>, Vec<Arc<A>>) {
         let placement = Arc::new(Placement::new(1, 3));
         let members: Arc<Vec<OnceLock<Arc<GroupMember>>>> =
             Arc::new((0..3).map(|_| OnceLock::new()).collect());
-        let logs: Vec<Arc<Log>> = (0..3).map(|_| Arc::default()).collect();
+        let logs: Vec<Arc<A>> = (0..3).map(|n| applier(NodeId(n))).collect();
         let cfg = ReplicationConfig {
             factor: 3,
             tick_ms: 2,
@@ -875,5 +887,67 @@ mod tests {
             m.stop();
         }
         std::fs::remove_dir_all(&base).unwrap();
+    }
+
+    /// A member that always asks to step aside once told it leads, and notes whether it was
+    /// ever asked before it was told.
+    struct Restless {
+        me: NodeId,
+        told: AtomicBool,
+        elected: AtomicU64,
+        asked_untold: AtomicU64,
+    }
+
+    impl Applier for Restless {
+        fn committed(&self, _: NodeId, _: bool, _: &[u8]) {}
+        fn leader_changed(&self, leader: Option<NodeId>) {
+            let leads = leader == Some(self.me);
+            self.told.store(leads, Ordering::SeqCst);
+            if leads {
+                self.elected.fetch_add(1, Ordering::SeqCst);
+            }
+        }
+        fn should_step_aside(&self) -> bool {
+            if !self.told.load(Ordering::SeqCst) {
+                self.asked_untold.fetch_add(1, Ordering::SeqCst);
+            }
+            true
+        }
+    }
+
+    /// A protocol judges whether to step aside from what it learnt on becoming leader (its
+    /// stall clock restarts then): asked earlier, in the tick that falls in the same turn as
+    /// the winning vote, it judged by the last leader's clock and gave its instance up at once.
+    #[test]
+    fn a_member_is_asked_to_step_aside_only_once_it_knows_it_leads() {
+        let (_, members, appliers) = group_with(
+            |voters, _| MemLog::new(voters),
+            |me| {
+                Arc::new(Restless {
+                    me,
+                    told: AtomicBool::new(false),
+                    elected: AtomicU64::new(0),
+                    asked_untold: AtomicU64::new(0),
+                })
+            },
+        );
+        let elections = || -> u64 {
+            appliers
+                .iter()
+                .map(|a| a.elected.load(Ordering::SeqCst))
+                .sum()
+        };
+        wait_for("the leadership to move 100 times", || elections() >= 100);
+        for m in &members {
+            m.stop();
+        }
+        for a in &appliers {
+            assert_eq!(
+                a.asked_untold.load(Ordering::SeqCst),
+                0,
+                "node {} was asked before it knew it led",
+                a.me
+            );
+        }
     }
 }
