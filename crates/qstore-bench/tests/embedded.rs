@@ -38,6 +38,7 @@ fn hashes(cfg: &RunConfig) -> Vec<String> {
 fn counted_run_commits_exactly_the_count() {
     let mut c = small(3);
     c.client.txns = 3_000;
+    c.client.duration_s = 0.0;
     c.client.inflight = 4;
     c.workload.ycsb.multi_partition_fraction = 0.5;
     c.workload.ycsb.theta = 0.9;
@@ -183,6 +184,7 @@ fn ollp_transactions_restart_until_they_commit() {
         t.multi_partition_fraction = 0.0;
         c.client.warmup_s = 0.0;
         c.client.txns = 400;
+        c.client.duration_s = 0.0;
         c.client.inflight = 16;
         let r = run(&c, RunOptions::default()).unwrap().report;
         assert_eq!(

@@ -132,6 +132,7 @@ fn full_lists_conservative(seed: u64) -> RunConfig {
     c.client.clients = 2;
     c.client.inflight = 1;
     c.client.txns = 2_000;
+    c.client.duration_s = 0.0;
     // A stalled cluster ends the run (with unanswered transactions) after this long. (Not
     // shorter: a debug build sharing 2 cores with a compile once went 3 s without a commit,
     // and then answered everything.)

@@ -22,6 +22,9 @@ pub fn small(protocol: &str, workload: &str) -> RunConfig {
     c.client.clients = 6;
     c.client.inflight = 20;
     c.client.txns = 1_500;
+    // Bounded by the count alone (a stall still ends it): on a loaded machine the default
+    // 5 s window could end a run before its last commit.
+    c.client.duration_s = 0.0;
     c
 }
 
