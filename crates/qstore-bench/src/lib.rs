@@ -325,25 +325,24 @@ pub fn run_remote(cfg: &RunConfig, opts: RunOptions<'_>) -> Result<RemoteOutcome
 
 /// What every server hands back after a run. With replication, the client's last answers
 /// came from the leaders' instances: another instance may still be running the last batches
-/// its log committed, so the copies are collected again (for up to `SETTLE_TIMEOUT`) until
-/// the in-service copies of each partition agree. Copies that never agree are reported as
-/// they are, and fail verification.
+/// its log committed (a rebuilt one can be seconds behind), so the partition hashes alone
+/// are polled (for up to `SETTLE_TIMEOUT`) until the in-service copies of each partition
+/// agree, and only then is everything, histories included, collected. (Collecting the
+/// histories takes seconds after a long run: polling them would leave a lagging copy no
+/// time to catch up.) Copies that never agree are reported as they are, and fail
+/// verification.
 fn collect_settled(
     remote: &remote::RemoteCluster,
     partitions: usize,
 ) -> Result<Vec<Option<qstore_engine::server::proto::Collected>>, QError> {
     const SETTLE_TIMEOUT: Duration = Duration::from_secs(10);
     let deadline = Instant::now() + SETTLE_TIMEOUT;
-    loop {
-        let collected = remote.collect()?;
-        if !remote.replicated() || copies_agree(&collected, partitions) {
-            return Ok(collected);
+    if remote.replicated() {
+        while !copies_agree(&remote.collect(false)?, partitions) && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(100));
         }
-        if Instant::now() >= deadline {
-            return Ok(collected);
-        }
-        std::thread::sleep(Duration::from_millis(100));
     }
+    remote.collect(true)
 }
 
 /// Whether every in-service copy of each partition has the same hash (`collected` by server,

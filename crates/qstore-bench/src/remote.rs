@@ -204,28 +204,29 @@ impl RemoteCluster {
         Ok(all)
     }
 
-    /// Each server's partition hash and history part, after a run; with replication, `None`
-    /// for a server that no longer answers (one whose connection was lost is asked again on
-    /// a new one: it may have restarted and rejoined).
-    pub fn collect(&self) -> Result<Vec<Option<Collected>>, QError> {
+    /// Each server's partition hash and, if `history`, history part, after a run; with
+    /// replication, `None` for a server that no longer answers (one whose connection was
+    /// lost is asked again on a new one: it may have restarted and rejoined).
+    pub fn collect(&self, history: bool) -> Result<Vec<Option<Collected>>, QError> {
+        let ask = ClientRequest::Collect { history };
         self.conns
             .iter()
-            .map(|c| match c.ask(ClientRequest::Collect, COLLECT_TIMEOUT) {
+            .map(|c| match c.ask(ask.clone(), COLLECT_TIMEOUT) {
                 Ok(ClientResponse::Collected(s)) => Ok(Some(s)),
                 Ok(other) => Err(c.unexpected(other)),
-                Err(_) if self.routes.replicated() => Ok(self.collect_again(c.node)),
+                Err(_) if self.routes.replicated() => Ok(self.collect_again(c.node, ask.clone())),
                 Err(e) => Err(e),
             })
             .collect()
     }
 
     /// Collects server `node` on a new connection, if it answers.
-    fn collect_again(&self, node: NodeId) -> Option<Collected> {
+    fn collect_again(&self, node: NodeId, ask: ClientRequest) -> Option<Collected> {
         let addr = *self.addrs.get(node.index())?;
         let timeout = Duration::from_secs(5);
         let (stream, _) = handshake(node, addr, self.cluster_id, &self.secret, timeout).ok()?;
         let conn = Conn::start(node, stream, self.routes.clone()).ok()?;
-        let answer = conn.ask(ClientRequest::Collect, COLLECT_TIMEOUT);
+        let answer = conn.ask(ask, COLLECT_TIMEOUT);
         conn.state
             .lock()
             .down

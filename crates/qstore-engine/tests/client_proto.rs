@@ -43,7 +43,7 @@ fn request() -> impl Strategy<Value = ClientRequest> {
                 }
             ),
         Just(ClientRequest::Stats),
-        Just(ClientRequest::Collect),
+        any::<bool>().prop_map(|history| ClientRequest::Collect { history }),
     ]
 }
 

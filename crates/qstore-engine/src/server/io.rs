@@ -411,8 +411,8 @@ impl IoThread {
                 self.respond(slot, stats);
                 true
             }
-            ClientRequest::Collect => {
-                let collected = ClientResponse::Collected(self.collect());
+            ClientRequest::Collect { history } => {
+                let collected = ClientResponse::Collected(self.collect(history));
                 self.respond(slot, collected);
                 true
             }
@@ -722,9 +722,9 @@ impl IoThread {
         }
     }
 
-    /// The partition hash and the history recorded since the server started. Collecting does
-    /// not consume the history: every client may verify the run so far.
-    fn collect(&self) -> Collected {
+    /// The partition hash and, if `history`, the history recorded since the server started.
+    /// Collecting does not consume the history: every client may verify the run so far.
+    fn collect(&self, history: bool) -> Collected {
         let ctx = self.shared.cluster.ctx();
         let store = ctx.server_store(self.shared.me);
         let placement = &ctx.placement;
@@ -739,6 +739,7 @@ impl IoThread {
             history: ctx
                 .history
                 .as_ref()
+                .filter(|_| history)
                 .map(|h| postcard::to_stdvec(&h.export()).expect("histories serialize to memory")),
         }
     }

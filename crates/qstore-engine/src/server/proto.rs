@@ -22,8 +22,10 @@
 //!   partition: resubmit there with the same `key`).
 //!   Answers come in completion order, not submission order; `id` is the client's.
 //! - `Stats`: the node's message counters, answered by `Stats`.
-//! - `Collect`: after a run, the node's partition hash and (when the server records one) its
-//!   part of the history, answered by `Collected`.
+//! - `Collect { history }`: after a run, the node's partition hash and (when the server
+//!   records one and `history` asks for it) its part of the history, answered by
+//!   `Collected`. Without the history it is cheap: a client polls it until the copies of a
+//!   replicated cluster agree.
 //!
 //! A malformed frame closes the connection; a request that is well-formed but wrong gets an
 //! `Error` or a `Rejected` answer and the connection stays.
@@ -40,7 +42,7 @@ use std::time::Duration;
 const MAX_HANDSHAKE_FRAME: usize = 4096;
 
 /// Version of the client protocol; a client with another version is refused.
-pub const CLIENT_FORMAT_VERSION: u32 = 11;
+pub const CLIENT_FORMAT_VERSION: u32 = 12;
 
 /// Role labels of the client handshake's proofs.
 pub const SERVER_ROLE: &str = "qstore client-port server";
@@ -84,7 +86,10 @@ pub enum ClientRequest {
         key: TxnKey,
     },
     Stats,
-    Collect,
+    Collect {
+        /// Whether to include the node's part of the history (large after a long run).
+        history: bool,
+    },
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -142,7 +147,7 @@ pub struct Collected {
     pub node: NodeId,
     pub partition_hash: u64,
     /// The node's part of the engine history (a postcard-encoded
-    /// `qstore_engine::history::HistoryPart`), when the server records one.
+    /// `qstore_engine::history::HistoryPart`), when the server records one and it was asked.
     pub history: Option<Vec<u8>>,
     /// What the workload's final-state check finds in the node's partition (a
     /// postcard-encoded `qstore_workload::Tally`), for workloads that have one.
