@@ -109,6 +109,8 @@ pub struct GroupMember {
     /// The term in which the member leads its group and may propose (see
     /// `Driver::may_propose`); 0 when it may not.
     leading: Arc<AtomicU64>,
+    /// The index of the last entry it applied, and of the last it knows committed.
+    position: Arc<[AtomicU64; 2]>,
     thread: Mutex<Option<JoinHandle<()>>>,
 }
 
@@ -173,9 +175,11 @@ impl GroupMember {
         let settled = Arc::new(AtomicBool::new(false));
         let retained = Arc::new(AtomicU64::new(0));
         let leading = Arc::new(AtomicU64::new(0));
+        let position = Arc::new([AtomicU64::new(0), AtomicU64::new(0)]);
         let driver = Driver {
             retained: retained.clone(),
             leading: leading.clone(),
+            position: position.clone(),
             term_start: u64::MAX,
             stepping_aside: None,
             me,
@@ -200,6 +204,7 @@ impl GroupMember {
             settled,
             retained,
             leading,
+            position,
             thread: Mutex::new(Some(thread)),
         })
     }
@@ -252,6 +257,15 @@ impl GroupMember {
         Some(self.leading.load(Ordering::Acquire)).filter(|&t| t != 0)
     }
 
+    /// The index of the last entry the member applied, and of the last it knows committed.
+    pub fn position(&self) -> (u64, u64) {
+        let [applied, committed] = &*self.position;
+        (
+            applied.load(Ordering::Acquire),
+            committed.load(Ordering::Acquire),
+        )
+    }
+
     /// Entries the member's log holds (applied ones are forgotten, see `Driver::compact`).
     pub fn retained(&self) -> u64 {
         self.retained.load(Ordering::Relaxed)
@@ -278,6 +292,7 @@ struct Driver<L: LogStore> {
     settled: Arc<AtomicBool>,
     retained: Arc<AtomicU64>,
     leading: Arc<AtomicU64>,
+    position: Arc<[AtomicU64; 2]>,
     /// Index of the first entry of this member's term as leader (raft appends an empty one
     /// on election); `u64::MAX` while it does not lead.
     term_start: u64,
@@ -333,6 +348,9 @@ impl<L: LogStore> Driver<L> {
                 0
             };
             self.leading.store(term, Ordering::Release);
+            let log = &self.raw.raft.raft_log;
+            self.position[0].store(log.applied, Ordering::Release);
+            self.position[1].store(log.committed, Ordering::Release);
             let store = self.raw.store();
             if let (Ok(first), Ok(last)) = (store.first_index(), store.last_index()) {
                 let retained = (last + 1).saturating_sub(first);

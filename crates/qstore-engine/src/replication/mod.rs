@@ -51,6 +51,11 @@ pub trait GroupLog: Send + Sync + 'static {
     fn receive(&self, from: NodeId, msg: ReplMsg);
     /// Whether nothing is left to replicate or apply that this member can see.
     fn settled(&self) -> bool;
+    /// Where the member is in a log whose entries every member numbers alike: the last
+    /// entry it applied and the last it knows committed (`None` for a log that does not).
+    fn position(&self) -> Option<(u64, u64)> {
+        None
+    }
     /// Stops the member's threads.
     fn stop(&self);
 }
@@ -70,6 +75,10 @@ impl GroupLog for GroupMember {
 
     fn settled(&self) -> bool {
         GroupMember::settled(self)
+    }
+
+    fn position(&self) -> Option<(u64, u64)> {
+        Some(GroupMember::position(self))
     }
 
     fn stop(&self) {
@@ -92,6 +101,10 @@ impl GroupLog for Box<dyn GroupLog> {
 
     fn settled(&self) -> bool {
         (**self).settled()
+    }
+
+    fn position(&self) -> Option<(u64, u64)> {
+        (**self).position()
     }
 
     fn stop(&self) {

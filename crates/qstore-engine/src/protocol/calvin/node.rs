@@ -8,7 +8,7 @@ use super::worker::Work;
 use crate::cluster::EngineCtx;
 use crate::history::{HistoryRecorder, TxnTrace};
 use crate::protocol::checkpoint::{Checkpointer, Recovers};
-use crate::protocol::shell::NodeShell;
+use crate::protocol::shell::{LogPosition, NodeShell};
 use crate::protocol::{admit, reply, settle, AdmissionQueue, Admitted, Ending, TxnRequest};
 use crate::replication::rebuild::{self, CopyFor, Rebuilder, Seat};
 use crate::replication::Dedup;
@@ -488,6 +488,18 @@ impl Recovers for CalvinNode {
 impl NodeShell for CalvinNode {
     fn close_admission(&self) {
         self.admission.write().take();
+    }
+
+    fn log_position(&self) -> Option<LogPosition> {
+        if self.group.is_stale() {
+            return None;
+        }
+        let (applied, committed) = self.group.member.get()?.position()?;
+        Some(LogPosition {
+            group: self.part,
+            applied,
+            committed,
+        })
     }
 
     fn stop(&self) {

@@ -12,7 +12,7 @@ use crate::exec::{run_access, Lookahead, TxnScratch, UndoLog};
 use crate::history::{HistoryRecorder, TxnTrace};
 use crate::net::NodeNet;
 use crate::protocol::checkpoint::{self, Checkpointer, Recovers};
-use crate::protocol::shell::{shut_down, NodeShell};
+use crate::protocol::shell::{shut_down, LogPosition, NodeShell};
 use crate::protocol::{
     admit, home_node, reply, settle, AdmissionQueue, Admitted, Ending, Engine, TxnRequest,
 };
@@ -2800,6 +2800,18 @@ impl HomeTxn {
 impl NodeShell for QNode {
     fn close_admission(&self) {
         self.admission.queues.write().take();
+    }
+
+    fn log_position(&self) -> Option<LogPosition> {
+        if self.stale.load(Ordering::Acquire) {
+            return None;
+        }
+        let (applied, committed) = self.member.get()?.position();
+        Some(LogPosition {
+            group: self.part.0,
+            applied,
+            committed,
+        })
     }
 
     fn stop(&self) {
