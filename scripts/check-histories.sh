@@ -28,7 +28,12 @@ expect_exit() {
   local out rc=0
   out=$("$@" 2>&1) || rc=$?
   if [ "$rc" = "$code" ] && grep -qE -- "$pattern" <<<"$out"; then ok "$what"
-  else bad "$what (exit $rc, wanted $code and /$pattern/)"; echo "$out" | tail -n 15; fi
+  else
+    bad "$what (exit $rc, wanted $code and /$pattern/)"
+    # What went wrong is often long before the end: errors and the checks' verdicts first.
+    grep -E -- "ERROR|stale|fail-over|serial oracle|serializable|copies" <<<"$out" | head -n 40
+    echo "$out" | tail -n 15
+  fi
 }
 
 echo "== adya on planted list-append anomalies"
