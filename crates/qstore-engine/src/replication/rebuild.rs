@@ -596,7 +596,16 @@ impl<E: HeldEntry> Rebuilder<E> {
                 from: after,
             } => {
                 if instance < seat.ctx.placement.replicas() && seat.part() == 0 && serves {
+                    tracing::info!(
+                        "node {id}: instance {instance} wants copies after batch {after} or \
+                         later (attempt {gen})"
+                    );
                     *self.wanted.lock() = Some((CopyFor { instance, gen }, after));
+                } else {
+                    // The coordinator asks again later (a new attempt).
+                    tracing::warn!(
+                        "node {id}: instance {instance} asks node {id} for copies, but it                          cannot serve them (not the leader of group 0, or out of service)"
+                    );
                 }
             }
             RebuildMsg::Copy {
