@@ -9,6 +9,7 @@
 //! also waits for every member in service to apply what its group committed, so that all
 //! copies stop in the same state.
 
+use crate::replication::GroupLog;
 use parking_lot::Mutex;
 use std::collections::HashMap;
 use std::thread::JoinHandle;
@@ -22,6 +23,19 @@ pub(crate) struct LogPosition {
     /// The index of the last entry it applied, and of the last it knows committed.
     pub applied: u64,
     pub committed: u64,
+}
+
+impl LogPosition {
+    /// Where `member`, of group `group`, is in its log (`None` without a member, or with a
+    /// log that does not number its entries alike everywhere).
+    pub fn of(group: u32, member: Option<&impl GroupLog>) -> Option<Self> {
+        let (applied, committed) = member?.position()?;
+        Some(LogPosition {
+            group,
+            applied,
+            committed,
+        })
+    }
 }
 
 /// A protocol's node, as the shell stops it.

@@ -494,12 +494,7 @@ impl NodeShell for CalvinNode {
         if self.group.is_stale() {
             return None;
         }
-        let (applied, committed) = self.group.member.get()?.position()?;
-        Some(LogPosition {
-            group: self.part,
-            applied,
-            committed,
-        })
+        LogPosition::of(self.part, self.group.member.get())
     }
 
     fn stop(&self) {

@@ -2806,12 +2806,7 @@ impl NodeShell for QNode {
         if self.stale.load(Ordering::Acquire) {
             return None;
         }
-        let (applied, committed) = self.member.get()?.position();
-        Some(LogPosition {
-            group: self.part.0,
-            applied,
-            committed,
-        })
+        LogPosition::of(self.part.0, self.member.get())
     }
 
     fn stop(&self) {
