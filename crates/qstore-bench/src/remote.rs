@@ -109,6 +109,23 @@ impl Routes {
         }
     }
 
+    /// The server to send partition `p`'s transactions to: the believed leader, or, if
+    /// `down` says its connection is lost, the next member of the group (in the order
+    /// `learn` walks) whose connection is not, which is then believed to lead. `None` if
+    /// every member is down. The walk reads the believed leader once: a concurrent stale
+    /// answer naming a lost member cannot send it back there.
+    pub fn live_member(&self, p: u32, down: impl Fn(NodeId) -> bool) -> Option<NodeId> {
+        let first = self.leader(p);
+        let live = (0..self.replicas)
+            .map(|k| NodeId((first.0 + k * self.partitions) % self.servers()))
+            .find(|&n| !down(n))?;
+        if live != first {
+            let slot = &self.leaders[p as usize];
+            let _ = slot.compare_exchange(first.0, live.0, Ordering::AcqRel, Ordering::Acquire);
+        }
+        Some(live)
+    }
+
     fn servers(&self) -> u32 {
         self.partitions * self.replicas
     }
@@ -276,17 +293,18 @@ impl Target for RemoteCluster {
             let why = format!("no partition {home} in the cluster file");
             return reject(&req.reply, req.id, why);
         }
-        // Past members whose connection is lost, to the first live one.
-        for _ in 0..self.routes.replicas {
-            let server = self.routes.leader(home.0);
-            let conn = &self.conns[server.index()];
-            if conn.state.lock().down.is_none() || !self.routes.replicated() {
-                return conn.submit(req);
-            }
-            self.routes.learn(server, None);
+        if !self.routes.replicated() {
+            return self.conns[home.index()].submit(req);
         }
-        let why = format!("every server holding partition {home} is unreachable");
-        reject(&req.reply, req.id, why);
+        // Past members whose connection is lost, to the first live one.
+        let down = |n: NodeId| self.conns[n.index()].state.lock().down.is_some();
+        match self.routes.live_member(home.0, down) {
+            Some(server) => self.conns[server.index()].submit(req),
+            None => {
+                let why = format!("every server holding partition {home} is unreachable");
+                reject(&req.reply, req.id, why);
+            }
+        }
     }
 
     fn traffic(&self) -> Vec<(u64, u64)> {
@@ -610,5 +628,28 @@ mod tests {
         assert_eq!(r.leader(1), NodeId(1));
         assert_eq!(r.leader(0), NodeId(0));
         assert!(r.replicated() && !Routes::new(3, 1).replicated());
+    }
+
+    /// A lost leader's group is reached through its next live member, even while answers
+    /// from members that have not yet heard of the election keep naming the lost one.
+    #[test]
+    fn a_lost_leader_is_passed_over_whatever_stale_answers_say() {
+        // Partition 0's group is servers 0, 3 and 6; server 0 was killed.
+        let r = Routes::new(3, 3);
+        let down = |n: NodeId| n == NodeId(0);
+        for _ in 0..3 {
+            // A member that still believes in server 0 names it...
+            r.learn(NodeId(3), Some(NodeId(0)));
+            assert_eq!(r.leader(0), NodeId(0));
+            // ...and the next transaction goes to a live member all the same.
+            assert_eq!(r.live_member(0, down), Some(NodeId(3)));
+            assert_eq!(r.leader(0), NodeId(3));
+        }
+        // Past two lost members, wrapping around; none when all are lost.
+        r.learn(NodeId(0), Some(NodeId(6)));
+        let two_down = |n: NodeId| n != NodeId(3);
+        assert_eq!(r.live_member(0, two_down), Some(NodeId(3)));
+        assert_eq!(r.live_member(0, |_| true), None);
+        assert_eq!(r.live_member(1, down), Some(NodeId(1)));
     }
 }

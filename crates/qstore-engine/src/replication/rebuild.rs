@@ -65,6 +65,16 @@ pub const RETRY_AFTER: Duration = Duration::from_secs(20);
 pub const COPY_BYTES_PER_MESSAGE: usize = 4 << 20;
 pub const OUTCOMES_PER_MESSAGE: usize = 16 << 10;
 
+/// What a stale node has to say to its coordinator, or to the copy's source.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Report {
+    /// It can replay its group's entries after this batch.
+    From(u64),
+    /// Some planner of its group has planned nothing since the node went stale (an idle
+    /// cluster plans no batches): it cannot say yet.
+    Starved,
+}
+
 /// The messages of a rebuild (see the module's steps).
 #[derive(Debug, Serialize, Deserialize)]
 pub enum RebuildMsg {
@@ -83,6 +93,10 @@ pub enum RebuildMsg {
     },
     /// The sender installed attempt `gen`'s copy.
     Rebuilt { gen: u64 },
+    /// To the leader of group 0: the sender's instance waits for batches to be planned (it
+    /// cannot be rebuilt until every planner of its groups planned one since it went
+    /// stale); an idle cluster plans one.
+    Starved,
 }
 
 #[derive(Debug, Serialize, Deserialize)]
@@ -232,21 +246,21 @@ impl<E: HeldEntry> Rebuild<E> {
     }
 
     /// What this node can replay after, once it holds an entry of every rank of its group,
-    /// if it is due to report it (stale, not installed, every `REPORT_EVERY`).
-    pub fn report_due(&mut self, ranks: std::ops::Range<u32>, now: Instant) -> Option<u64> {
+    /// if it is due to report it (stale, not installed, every `REPORT_EVERY`); or, if some
+    /// rank has sent it nothing yet, that it is starved.
+    pub fn report_due(&mut self, ranks: std::ops::Range<u32>, now: Instant) -> Option<Report> {
         if self.phase != Phase::Stale || self.overflowed {
             return None;
         }
         if self.reported.is_some_and(|at| now - at < REPORT_EVERY) {
             return None;
         }
-        let from = ranks
-            .map(|r| self.first_held.get(&r).copied())
-            .collect::<Option<Vec<u64>>>()?
-            .into_iter()
-            .max()?;
         self.reported = Some(now);
-        Some(from)
+        let first = ranks.map(|r| self.first_held.get(&r).copied());
+        match first.collect::<Option<Vec<u64>>>() {
+            Some(held) => held.into_iter().max().map(Report::From),
+            None => Some(Report::Starved),
+        }
     }
 
     /// Coordinator: node `part` can replay after `from`. A node that reports a later batch
@@ -493,6 +507,8 @@ pub struct Rebuilder<E> {
     /// At the source (the leader of group 0): copies a stale instance wants (attempt, and
     /// the batch to copy after at the earliest), marked on the next batch due.
     wanted: Mutex<Option<(CopyFor, u64)>>,
+    /// `wanted` holds a copy: read on every planning step, so without the lock.
+    pending: AtomicBool,
     /// A copy is being installed.
     installing: AtomicBool,
 }
@@ -502,6 +518,7 @@ impl<E: HeldEntry> Default for Rebuilder<E> {
         Rebuilder {
             state: Mutex::new(Rebuild::new()),
             wanted: Mutex::new(None),
+            pending: AtomicBool::new(false),
             installing: AtomicBool::new(false),
         }
     }
@@ -514,14 +531,33 @@ impl<E: HeldEntry> Rebuilder<E> {
         match *wanted {
             Some((copy, from)) if batch >= from => {
                 *wanted = None;
+                self.pending.store(false, Ordering::Release);
                 tracing::info!(
                     "node {id}: instance {} gets copies after batch {batch}",
                     copy.instance
                 );
                 Some(copy)
             }
-            _ => None,
+            Some((copy, from)) => {
+                tracing::debug!(
+                    "node {id}: batch {batch} comes before the copies instance {} wants after \
+                     batch {from}",
+                    copy.instance
+                );
+                None
+            }
+            None => {
+                self.pending.store(false, Ordering::Release);
+                None
+            }
         }
+    }
+
+    /// Whether a stale instance waits for this source to plan a batch (to mark its copy on,
+    /// or to hear from every planner): an idle source plans one all the same, or the
+    /// instance would wait for the next client.
+    pub fn copy_wanted(&self) -> bool {
+        self.pending.load(Ordering::Acquire)
     }
 
     /// A stale node's periodic step: tells its instance it is stale (a node that was cut off
@@ -547,9 +583,18 @@ impl<E: HeldEntry> Rebuilder<E> {
             }
             (report, attempt, copy)
         };
-        if let Some(from) = report {
-            (seat.tell_stale)();
-            (seat.send)(seat.peer(0), RebuildMsg::Ready { from });
+        match report {
+            Some(Report::From(from)) => {
+                (seat.tell_stale)();
+                (seat.send)(seat.peer(0), RebuildMsg::Ready { from });
+            }
+            Some(Report::Starved) => {
+                (seat.tell_stale)();
+                if let Some(source) = seat.copy_source() {
+                    (seat.send)(source, RebuildMsg::Starved);
+                }
+            }
+            None => {}
         }
         if let Some((source, (gen, from))) = attempt {
             let instance = seat.ctx.placement.instance_of(seat.id);
@@ -601,13 +646,18 @@ impl<E: HeldEntry> Rebuilder<E> {
                          later (attempt {gen})"
                     );
                     *self.wanted.lock() = Some((CopyFor { instance, gen }, after));
+                    self.pending.store(true, Ordering::Release);
                 } else {
                     // The coordinator asks again later (a new attempt).
                     tracing::warn!(
-                        "node {id}: instance {instance} asks node {id} for copies, but it                          cannot serve them (not the leader of group 0, or out of service)"
+                        "node {id}: instance {instance} asks node {id} for copies, but it \
+                         cannot serve them (not the leader of group 0, or out of service)"
                     );
                 }
             }
+            // Marked like a wanted copy: the next batch is planned at once.
+            RebuildMsg::Starved if serves => self.pending.store(true, Ordering::Release),
+            RebuildMsg::Starved => {}
             RebuildMsg::Copy {
                 gen,
                 batch,
@@ -741,11 +791,13 @@ mod tests {
     fn a_stale_node_reports_once_it_holds_every_rank_and_replays_only_after_the_copy() {
         let mut r = stale_with(&[(5, 0), (5, 1), (6, 0)]);
         let now = Instant::now();
-        assert_eq!(r.report_due(0..3, now), None, "rank 2 has nothing held yet");
+        let starved = r.report_due(0..3, now);
+        assert_eq!(starved, Some(Report::Starved), "rank 2 has nothing held yet");
         r.hold(NodeId(1), entry(7, 2), 10);
         r.hold(NodeId(1), entry(6, 1), 10);
-        assert_eq!(r.report_due(0..3, now), Some(7));
         assert_eq!(r.report_due(0..3, now), None, "not again so soon");
+        let now = now + REPORT_EVERY;
+        assert_eq!(r.report_due(0..3, now), Some(Report::From(7)));
         // Coordinator of two nodes.
         r.on_ready(0, 7);
         assert_eq!(r.attempt_due(2, now), None, "node 1 has not reported");
@@ -822,7 +874,7 @@ mod tests {
     fn a_node_whose_log_skips_entries_needs_a_copy_after_them() {
         let mut r = stale_with(&[(5, 0)]);
         let now = Instant::now();
-        assert_eq!(r.report_due(0..1, now), Some(5));
+        assert_eq!(r.report_due(0..1, now), Some(Report::From(5)));
         r.on_ready(0, 5);
         let (gen, _) = r.attempt_due(1, now).expect("an attempt");
         r.on_attempt(gen);
@@ -837,7 +889,7 @@ mod tests {
         assert_eq!(r.phase(), Phase::Stale);
         r.hold(NodeId(0), entry(20, 0), 10);
         let later = now + REPORT_EVERY;
-        assert_eq!(r.report_due(0..1, later), Some(20));
+        assert_eq!(r.report_due(0..1, later), Some(Report::From(20)));
         r.on_ready(0, 20);
         let (next, from) = r.attempt_due(1, later).expect("another attempt at once");
         assert_eq!((next, from), (gen + 1, 20));

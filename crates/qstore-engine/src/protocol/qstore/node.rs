@@ -905,7 +905,9 @@ impl QNode {
             (queued > 0 || !self.close_when_idle)
                 && planner.opened.lock().elapsed() >= self.batch_timeout
         };
-        let full = queued >= self.batch_size;
+        // The first planner marks a copy a stale instance waits for on its next batch, even
+        // an empty one.
+        let full = queued >= self.batch_size || (self.rank(p) == 0 && self.rebuild.copy_wanted());
         if !early && !full && !late() {
             return false;
         }
@@ -2730,6 +2732,8 @@ impl QNode {
         let serves = self.ctx.placement.leader(self.part_id()) == Some(self.id)
             && !self.stale.load(Ordering::Acquire);
         self.with_seat(|seat| self.rebuild.on_msg(seat, from, msg, serves));
+        // An idle source plans the batch that marks a wanted copy (`plan_if_due`).
+        self.notify();
     }
 
     /// Answers `NotLeader` to every client waiting here: this node no longer leads its group
