@@ -8,6 +8,10 @@
 //! behind when every transaction has been answered (from the leaders' instances). The shell
 //! also waits for every member in service to apply what its group committed, so that all
 //! copies stop in the same state.
+//!
+//! The waits end when nothing moves for a while, not at a fixed time: a follower that runs
+//! a long tail of its log's entries on a slow machine is still waited for, and a node that
+//! is stuck does not hold the shutdown for long.
 
 use crate::replication::GroupLog;
 use parking_lot::Mutex;
@@ -50,14 +54,20 @@ pub(crate) trait NodeShell {
     fn log_position(&self) -> Option<LogPosition> {
         None
     }
+    /// How many transactions the node still works on (0 if it does not count them): the
+    /// shutdown waits while this falls.
+    fn in_flight(&self) -> usize {
+        0
+    }
     /// Tells the node's threads to stop, and wakes those that sleep.
     fn stop(&self);
     /// Answers `Rejected` every transaction still unanswered (after the threads stopped).
     fn reject_leftovers(&self);
 }
 
-/// Stops `nodes` (those this process hosts) and joins `threads`, giving the transactions in
-/// flight, and the copies behind their group's log, up to `quiesce` to finish.
+/// Stops `nodes` (those this process hosts) and joins `threads`. The transactions in flight,
+/// and the copies behind their group's log, get to finish as long as they keep moving: the
+/// wait ends once nothing moved for `quiesce` (or after `MAX_QUIESCE_STEPS` of it).
 pub(crate) fn shut_down<N: NodeShell>(
     nodes: &[&N],
     threads: &Mutex<Vec<JoinHandle<()>>>,
@@ -66,19 +76,19 @@ pub(crate) fn shut_down<N: NodeShell>(
     for n in nodes {
         n.close_admission();
     }
-    let deadline = Instant::now() + quiesce;
+    let end = Instant::now() + quiesce * MAX_QUIESCE_STEPS;
     let quiescent = || nodes.iter().all(|n| n.quiescent());
-    wait_until(deadline, quiescent);
+    let in_flight = || nodes.iter().map(|n| n.in_flight() as u64).sum::<u64>();
+    wait_while_moving(quiesce, end, quiescent, in_flight);
     // What any member knew committed once nothing was in flight (leaders may go on
     // committing empty batches: a fixed target, not the moving last entry).
     let targets = commit_targets(nodes);
-    let caught_up = || {
-        nodes
-            .iter()
-            .filter_map(|n| n.log_position())
-            .all(|p| p.applied >= targets.get(&p.group).copied().unwrap_or(0))
-    };
-    if !wait_until(deadline, || caught_up() && quiescent()) {
+    let target = |p: &LogPosition| targets.get(&p.group).copied().unwrap_or(0);
+    let positions = || nodes.iter().filter_map(|n| n.log_position());
+    let caught_up = || positions().all(|p| p.applied >= target(&p));
+    let applied = || positions().map(|p| p.applied.min(target(&p))).sum::<u64>();
+    let done = || caught_up() && quiescent();
+    if !wait_while_moving(quiesce, end, done, || applied() + in_flight()) {
         tracing::warn!("stopping with transactions still in flight");
     }
     for n in nodes {
@@ -92,6 +102,10 @@ pub(crate) fn shut_down<N: NodeShell>(
     }
 }
 
+/// The longest shutdown wait, in `quiesce` times: a cluster that keeps moving but never
+/// settles (a node that keeps taking work) is stopped all the same.
+const MAX_QUIESCE_STEPS: u32 = 15;
+
 /// By group, the last entry any of `nodes`' members knows committed.
 fn commit_targets<N: NodeShell>(nodes: &[&N]) -> HashMap<u32, u64> {
     let mut targets = HashMap::new();
@@ -102,10 +116,23 @@ fn commit_targets<N: NodeShell>(nodes: &[&N]) -> HashMap<u32, u64> {
     targets
 }
 
-/// Polls `done` until it holds (true) or `deadline` passes (false).
-fn wait_until(deadline: Instant, done: impl Fn() -> bool) -> bool {
+/// Polls `done` until it holds (true), or until `progress` stayed the same for `stall`, or
+/// `end` passes (false).
+fn wait_while_moving(
+    stall: Duration,
+    end: Instant,
+    done: impl Fn() -> bool,
+    progress: impl Fn() -> u64,
+) -> bool {
+    let mut last = progress();
+    let mut moved = Instant::now();
     while !done() {
-        if Instant::now() >= deadline {
+        let now = Instant::now();
+        let p = progress();
+        if p != last {
+            (last, moved) = (p, now);
+        }
+        if now >= end || now - moved >= stall {
             return false;
         }
         std::thread::sleep(Duration::from_millis(1));
@@ -119,13 +146,35 @@ mod tests {
     use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
     use std::sync::Arc;
 
-    /// A node of group 0 whose member applies one entry per poll until it reached `until`.
+    /// A node of group 0 whose member applies one entry per poll, at most one every `pace`,
+    /// until it reached `until`.
     struct Member {
         applied: AtomicU64,
         committed: u64,
         until: u64,
+        pace: Duration,
+        last: parking_lot::Mutex<Instant>,
         stopped: Arc<AtomicBool>,
         applied_when_stopped: Arc<AtomicU64>,
+    }
+
+    impl Member {
+        fn new(applied: u64, committed: u64, until: u64, pace: Duration) -> Self {
+            Member {
+                applied: AtomicU64::new(applied),
+                committed,
+                until,
+                pace,
+                last: parking_lot::Mutex::new(Instant::now()),
+                stopped: Arc::default(),
+                applied_when_stopped: Arc::default(),
+            }
+        }
+
+        fn applied_when_stopped(&self) -> u64 {
+            assert!(self.stopped.load(Ordering::SeqCst));
+            self.applied_when_stopped.load(Ordering::SeqCst)
+        }
     }
 
     impl NodeShell for Member {
@@ -135,8 +184,10 @@ mod tests {
         }
         fn log_position(&self) -> Option<LogPosition> {
             let a = self.applied.load(Ordering::SeqCst);
-            if a < self.until {
+            let mut last = self.last.lock();
+            if a < self.until && last.elapsed() >= self.pace {
                 self.applied.store(a + 1, Ordering::SeqCst);
+                *last = Instant::now();
             }
             Some(LogPosition {
                 group: 0,
@@ -156,29 +207,40 @@ mod tests {
     /// leader committed: its copy would stop behind the others.
     #[test]
     fn a_member_behind_its_group_is_waited_for() {
-        let stopped = Arc::new(AtomicBool::new(false));
-        let when = Arc::new(AtomicU64::new(0));
-        let leader = Member {
-            applied: AtomicU64::new(40),
-            committed: 40,
-            until: 40,
-            stopped: stopped.clone(),
-            applied_when_stopped: Arc::new(AtomicU64::new(0)),
-        };
-        let follower = Member {
-            applied: AtomicU64::new(30),
-            committed: 30,
-            until: 45,
-            stopped: stopped.clone(),
-            applied_when_stopped: when.clone(),
-        };
+        let leader = Member::new(40, 40, 40, Duration::ZERO);
+        let follower = Member::new(30, 30, 45, Duration::ZERO);
         let threads = Mutex::new(Vec::new());
         shut_down(&[&leader, &follower], &threads, Duration::from_secs(10));
-        assert!(stopped.load(Ordering::SeqCst));
+        let when = follower.applied_when_stopped();
+        assert!(when >= 40, "stopped at entry {when} of 40");
+    }
+
+    /// A follower that takes far longer than `quiesce` to apply its tail (a slow machine) is
+    /// waited for as long as it keeps applying.
+    #[test]
+    fn a_slow_member_is_waited_for_while_it_moves() {
+        let leader = Member::new(40, 40, 40, Duration::ZERO);
+        let follower = Member::new(0, 0, 45, Duration::from_millis(5));
+        let threads = Mutex::new(Vec::new());
+        shut_down(&[&leader, &follower], &threads, Duration::from_millis(60));
+        let when = follower.applied_when_stopped();
+        assert!(when >= 40, "stopped at entry {when} of 40");
+    }
+
+    /// A follower that never applies the entries its group committed holds the shutdown for
+    /// `quiesce`, not longer.
+    #[test]
+    fn a_stuck_member_is_given_up_on() {
+        let leader = Member::new(40, 40, 40, Duration::ZERO);
+        let follower = Member::new(30, 30, 30, Duration::ZERO);
+        let threads = Mutex::new(Vec::new());
+        let start = Instant::now();
+        shut_down(&[&leader, &follower], &threads, Duration::from_millis(100));
+        assert_eq!(follower.applied_when_stopped(), 30);
         assert!(
-            when.load(Ordering::SeqCst) >= 40,
-            "stopped at entry {} of 40",
-            when.load(Ordering::SeqCst)
+            start.elapsed() < Duration::from_millis(1000),
+            "{:?}",
+            start.elapsed()
         );
     }
 }

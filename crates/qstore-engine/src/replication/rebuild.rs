@@ -792,7 +792,11 @@ mod tests {
         let mut r = stale_with(&[(5, 0), (5, 1), (6, 0)]);
         let now = Instant::now();
         let starved = r.report_due(0..3, now);
-        assert_eq!(starved, Some(Report::Starved), "rank 2 has nothing held yet");
+        assert_eq!(
+            starved,
+            Some(Report::Starved),
+            "rank 2 has nothing held yet"
+        );
         r.hold(NodeId(1), entry(7, 2), 10);
         r.hold(NodeId(1), entry(6, 1), 10);
         assert_eq!(r.report_due(0..3, now), None, "not again so soon");

@@ -508,6 +508,12 @@ impl NodeShell for CalvinNode {
         self.queue.is_empty() && (stale || self.home.lock().is_empty()) && self.group.idle()
     }
 
+    /// Requests queued, and transactions this node is home to (a member of a group that
+    /// did not sequence them runs them for no client): a follower's tail of its log.
+    fn in_flight(&self) -> usize {
+        self.queue.len() + self.home.lock().len()
+    }
+
     /// Answers requests still queued or unanswered at shutdown.
     fn reject_leftovers(&self) {
         let rejected = || TxnOutcome::Rejected("cluster is shutting down".into());

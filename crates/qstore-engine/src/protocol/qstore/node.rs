@@ -2833,6 +2833,12 @@ impl NodeShell for QNode {
             && self.member.get().is_none_or(GroupMember::settled)
     }
 
+    /// Transactions this node is home to, answered or waiting for their batch's log entry.
+    fn in_flight(&self) -> usize {
+        let state = self.state.lock();
+        state.home.len() + state.unlogged.len()
+    }
+
     /// Answers requests still queued at shutdown.
     fn reject_leftovers(&self) {
         {
