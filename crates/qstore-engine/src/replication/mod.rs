@@ -127,13 +127,15 @@ pub struct ReplMsg(pub Vec<u8>);
 pub const MAX_RAFT_MESSAGE: usize = qstore_net::frame::DEFAULT_MAX_FRAME / 2;
 
 /// Hands a raft message the transport delivered to server `me`'s group member; a server
-/// without one (its partitions are not replicated) logs it and drops it.
+/// without one (its partitions are not replicated, or it is still joining its group: a peer
+/// that started first may already be calling an election) logs it and drops it; raft sends
+/// again what matters.
 pub(crate) fn deliver(member: Option<&impl GroupLog>, me: NodeId, from: NodeId, msg: ReplMsg) {
     match member {
         Some(m) => m.receive(from, msg),
         None => tracing::warn!(
-            "node {me}: a replication message from node {from}, but partitions are not \
-             replicated"
+            "node {me}: a replication message from node {from} dropped: this server has no \
+             group member (yet)"
         ),
     }
 }
