@@ -511,6 +511,8 @@ pub struct Rebuilder<E> {
     pending: AtomicBool,
     /// A copy is being installed.
     installing: AtomicBool,
+    /// Back in service, the node replays what it held.
+    replaying: AtomicBool,
 }
 
 impl<E: HeldEntry> Default for Rebuilder<E> {
@@ -520,6 +522,7 @@ impl<E: HeldEntry> Default for Rebuilder<E> {
             wanted: Mutex::new(None),
             pending: AtomicBool::new(false),
             installing: AtomicBool::new(false),
+            replaying: AtomicBool::new(false),
         }
     }
 }
@@ -614,6 +617,29 @@ impl<E: HeldEntry> Rebuilder<E> {
             (seat.send)(source, wanted);
         }
         copy
+    }
+
+    /// The node is back in service and replays what it held, until [`Rebuilder::end_replay`].
+    /// Called before the node's stale flag is cleared: a shutdown never finds it idle in
+    /// between.
+    pub fn begin_replay(&self) {
+        self.replaying.store(true, Ordering::Release);
+    }
+
+    pub fn end_replay(&self) {
+        self.replaying.store(false, Ordering::Release);
+    }
+
+    /// How a shutdown sees node `id` (`stale` or not) as far as rebuilding goes: `Some(true)`
+    /// if it is out of the run (its instance is out of service: what it holds never
+    /// finishes); `Some(false)` if it replays what it held, or is about to (another node of
+    /// its instance is back in service); `None` if it serves, and its own work says.
+    pub fn quiescence(&self, stale: bool, ctx: &EngineCtx, id: NodeId) -> Option<bool> {
+        if self.replaying.load(Ordering::Acquire) {
+            return Some(false);
+        }
+        let placement = &ctx.placement;
+        stale.then(|| placement.is_stale(placement.instance_of(id)))
     }
 
     /// The copy [`Rebuilder::step`] handed out is installed, kept for later, or dropped.

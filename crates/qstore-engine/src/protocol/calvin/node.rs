@@ -502,10 +502,15 @@ impl NodeShell for CalvinNode {
     }
 
     /// Whether everything this node sequenced has been answered and nothing waits to be (a
-    /// stale node's transactions never finish; their clients were answered).
+    /// stale node's transactions never finish; their clients were answered), and, once its
+    /// instance is back in service, it replayed what it held.
     fn quiescent(&self) -> bool {
         let stale = self.group.is_stale();
-        self.queue.is_empty() && (stale || self.home.lock().is_empty()) && self.group.idle()
+        let asked = self.queue.is_empty() && self.group.idle();
+        match self.rebuild.quiescence(stale, &self.ctx, self.id) {
+            Some(out) => out && asked,
+            None => asked && self.home.lock().is_empty(),
+        }
     }
 
     /// Requests queued, and transactions this node is home to (a member of a group that

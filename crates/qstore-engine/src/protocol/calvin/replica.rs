@@ -394,6 +394,7 @@ impl CalvinNode {
             let Some(held) = r.serve_if_whole(self.ctx.nodes()) else {
                 return;
             };
+            self.rebuild.begin_replay();
             self.group.stale.store(false, Ordering::Release);
             held
         };
@@ -408,6 +409,7 @@ impl CalvinNode {
         for (_, entry) in held {
             self.apply_epoch(false, entry);
         }
+        self.rebuild.end_replay();
     }
 
     /// Dispatches epoch `entry` of the group's log inside this server's instance.

@@ -2691,6 +2691,7 @@ impl QNode {
             let Some(held) = r.serve_if_whole(self.ctx.nodes()) else {
                 return;
             };
+            self.rebuild.begin_replay();
             self.stale.store(false, Ordering::Release);
             held
         };
@@ -2710,6 +2711,7 @@ impl QNode {
         for (proposer, entry) in held {
             self.apply_logged(proposer, false, entry);
         }
+        self.rebuild.end_replay();
         self.notify();
     }
 
@@ -2821,9 +2823,9 @@ impl NodeShell for QNode {
     /// Whether nothing this node knows of is in flight: no batch of its planners unanswered,
     /// no transaction undecided here.
     fn quiescent(&self) -> bool {
-        if self.stale.load(Ordering::Acquire) {
-            // Out of the run: what it holds will never finish.
-            return true;
+        let stale = self.stale.load(Ordering::Acquire);
+        if let Some(answer) = self.rebuild.quiescence(stale, &self.ctx, self.id) {
+            return answer;
         }
         let state = self.state.lock();
         state.home.is_empty()
