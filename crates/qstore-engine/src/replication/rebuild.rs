@@ -10,10 +10,14 @@
 //! 1. **Ready.** A member holds, for every rank of its group, at least one entry; the
 //!    first held entry of each rank bounds what it can replay: every later entry of that rank
 //!    is held (a rank's entries reach the log in batch order). It reports the largest such
-//!    first batch (`Ready { from }`) to its instance's node 0, the coordinator.
+//!    first batch (`Ready { from }`) to its instance's node 0, the coordinator. A member
+//!    still missing some rank says so to the leader of group 0 instead (`Starved`): an idle
+//!    cluster plans no batches, so that leader then plans one, empty if need be, which every
+//!    other planner closes too.
 //! 2. **Asking.** Once every node of the instance reported, the coordinator numbers an
 //!    attempt (`gen`), tells its instance (`Attempt`), and asks the leader of group 0 (node
-//!    0 of an instance in service) for copies after some batch `c >= from` (`Wanted`).
+//!    0 of an instance in service) for copies after some batch `c >= from` (`Wanted`);
+//!    that leader plans its next batch at once, idle or not, to mark the copy on.
 //! 3. **Copying.** That leader's instance marks batch `c` as a checkpoint is marked (Q-Store:
 //!    on the plan of node 0's first planner; Calvin: on node 0's epoch batches), which
 //!    reaches every node of the instance before anything after `c` could run there. Each node of the serving instance runs nothing after `c`
