@@ -588,6 +588,7 @@ pub struct WorkloadConfig {
     pub bank: BankConfig,
     pub append: AppendConfig,
     pub tpcc: TpccConfig,
+    pub kv: KvConfig,
 }
 
 impl Default for WorkloadConfig {
@@ -599,6 +600,7 @@ impl Default for WorkloadConfig {
             bank: BankConfig::default(),
             append: AppendConfig::default(),
             tpcc: TpccConfig::default(),
+            kv: KvConfig::default(),
         }
     }
 }
@@ -829,6 +831,70 @@ impl Default for AppendConfig {
             multi_partition_fraction: 0.5,
             partitions_per_mp_txn: 2,
         }
+    }
+}
+
+/// The key-value store behind the Redis port: byte-string keys hashed into fixed-size
+/// buckets, each bucket a record holding the entries (key beside value) that hash to it.
+/// Its own clients run Redis-style transactions: `reads_per_txn` GETs and `rmws_per_txn`
+/// INCRs on keys drawn uniformly from `keys`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct KvConfig {
+    /// Buckets (records) per partition.
+    pub buckets_per_partition: u64,
+    /// Bytes of a bucket: a bucket holds every entry that hashes to it (key, value and 6
+    /// bytes), so the largest value is a little less than this.
+    pub bucket_bytes: u32,
+    /// Distinct keys (`key:0` ..) the workload's own clients use.
+    pub keys: u64,
+    /// GETs per transaction of the workload's own clients.
+    pub reads_per_txn: u32,
+    /// INCRs (read-modify-writes) per transaction of the workload's own clients.
+    pub rmws_per_txn: u32,
+}
+
+impl Default for KvConfig {
+    fn default() -> Self {
+        KvConfig {
+            buckets_per_partition: 16_384,
+            bucket_bytes: 1024,
+            keys: 10_000,
+            reads_per_txn: 8,
+            rmws_per_txn: 8,
+        }
+    }
+}
+
+impl KvConfig {
+    /// Largest bucket: the engine's row limit (rows of about half a megabyte).
+    pub const MAX_BUCKET_BYTES: u32 = 512 << 10;
+
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        check(
+            (64..=Self::MAX_BUCKET_BYTES).contains(&self.bucket_bytes),
+            "workload.kv.bucket_bytes",
+            self.bucket_bytes,
+            "must be between 64 and 524288",
+        )?;
+        check(
+            (1..=1u64 << 32).contains(&self.buckets_per_partition),
+            "workload.kv.buckets_per_partition",
+            self.buckets_per_partition,
+            "must be between 1 and 2^32",
+        )?;
+        check(
+            self.keys >= 1,
+            "workload.kv.keys",
+            self.keys,
+            "must be at least 1",
+        )?;
+        check(
+            (1..=256).contains(&(self.reads_per_txn + self.rmws_per_txn)),
+            "workload.kv.reads_per_txn",
+            self.reads_per_txn,
+            "reads_per_txn + rmws_per_txn must be between 1 and 256",
+        )
     }
 }
 

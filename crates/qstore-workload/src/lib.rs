@@ -5,6 +5,7 @@
 
 pub mod append;
 pub mod bank;
+pub mod kv;
 pub mod micro;
 #[cfg(test)]
 mod testing;
@@ -20,7 +21,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 /// Names accepted by `--workload`.
-pub const WORKLOADS: &[&str] = &["ycsb", "micro", "bank", "append", "tpcc"];
+pub const WORKLOADS: &[&str] = &["ycsb", "micro", "bank", "append", "tpcc", "kv"];
 
 /// One procedure call to submit, with the number of record operations it performs (for
 /// operations/s).
@@ -194,6 +195,7 @@ pub fn build(cfg: &RunConfig) -> Result<Arc<dyn Workload>, ConfigError> {
         "bank" => Ok(Arc::new(bank::Bank::new(cfg)?)),
         "append" => Ok(Arc::new(append::Append::new(cfg)?)),
         "tpcc" => Ok(Arc::new(tpcc::Tpcc::new(cfg)?)),
+        "kv" => Ok(Arc::new(kv::Kv::new(cfg)?)),
         other => Err(ConfigError::new(
             "workload.name",
             other,

@@ -550,6 +550,13 @@ struct RunArgs {
     /// append: size of the sliding window of hot keys per partition.
     #[arg(long, help_heading = "Workload")]
     active_keys: Option<u32>,
+    /// kv: buckets (records) per partition that byte-string keys hash to.
+    #[arg(long, help_heading = "Workload")]
+    kv_buckets: Option<u64>,
+    /// kv: bytes of a bucket; a bucket holds every key and value that hash to it, so the
+    /// largest value is a little less than this.
+    #[arg(long, help_heading = "Workload")]
+    kv_bucket_bytes: Option<u32>,
 
     /// tpcc: warehouses per node (1 = the high-contention setting the papers use; each takes
     /// about half a GB at the default --max-orders-per-district).
@@ -967,6 +974,15 @@ impl RunArgs {
                 set(&mut a.active_keys, self.active_keys);
                 not_for("--theta", self.theta.is_some())?;
             }
+            "kv" => {
+                let k = &mut w.kv;
+                set(&mut k.keys, self.records);
+                set(&mut k.buckets_per_partition, self.kv_buckets);
+                set(&mut k.bucket_bytes, self.kv_bucket_bytes);
+                not_for("--theta", self.theta.is_some())?;
+                not_for("--ops", self.ops.is_some())?;
+                not_for("--mp-fraction", self.mp_fraction.is_some())?;
+            }
             "tpcc" => {
                 let t = &mut w.tpcc;
                 set(&mut t.warehouses_per_partition, self.warehouses);
@@ -1057,6 +1073,10 @@ impl RunArgs {
         not_for(
             "append flags (--max-list-len, ...)",
             append_only && name != "append",
+        )?;
+        not_for(
+            "kv flags (--kv-buckets, --kv-bucket-bytes)",
+            (self.kv_buckets.is_some() || self.kv_bucket_bytes.is_some()) && name != "kv",
         )?;
         // On one node nothing can be multi-partition: a default fraction yields to that.
         if c.cluster.nodes == 1 && self.mp_fraction.is_none() {

@@ -127,6 +127,10 @@ fn rows_setting(cfg: &RunConfig) -> (&'static str, u64) {
             "workload.tpcc.warehouses_per_partition",
             w.tpcc.warehouses_per_partition as u64,
         ),
+        "kv" => (
+            "workload.kv.buckets_per_partition",
+            w.kv.buckets_per_partition,
+        ),
         "micro" => (
             "workload.micro.records_per_partition",
             w.micro.records_per_partition,
