@@ -514,8 +514,7 @@ impl IoThread {
         let Some(conn) = self.conns[slot].as_mut() else {
             return;
         };
-        let n = self.shared.next_id.fetch_add(1, Ordering::Relaxed);
-        let id = TxnId(((self.shared.me.0 as u64 + 1) << super::NODE_ID_SHIFT) | n);
+        let id = self.shared.ids.next();
         conn.inflight += 1;
         let number = conn.number;
         self.inflight.insert(

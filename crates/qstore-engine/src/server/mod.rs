@@ -38,6 +38,29 @@ const NODE_ID_SHIFT: u32 = 37;
 // The top 7 bits of the per-node counter number the start (see `EngineCtx::generation`).
 const _: () = assert!(crate::cluster::MAX_GENERATIONS == 1 << 7);
 
+/// Hands out the engine transaction ids of the transactions a node's clients submit (every
+/// client port of the node shares one): unique in the cluster, across restarts too.
+pub struct TxnIds {
+    me: NodeId,
+    next: AtomicU64,
+}
+
+impl TxnIds {
+    pub fn new(cluster: &Cluster, me: NodeId) -> Self {
+        // Past the ids of earlier starts, which a recovered log holds.
+        let first = cluster.ctx().generation() << (NODE_ID_SHIFT - 7);
+        TxnIds {
+            me,
+            next: AtomicU64::new(first),
+        }
+    }
+
+    pub fn next(&self) -> qstore_core::TxnId {
+        let n = self.next.fetch_add(1, Ordering::Relaxed);
+        qstore_core::TxnId(((self.me.0 as u64 + 1) << NODE_ID_SHIFT) | n)
+    }
+}
+
 /// Which peers of this node are unreachable, as the transport reports them, and whether one
 /// came back as a new process that lost its data (after which this node takes nothing new).
 ///
@@ -148,7 +171,7 @@ impl PeerHealth {
     }
 
     /// Why the node cannot take new transactions now, if it cannot.
-    fn refusal(&self) -> Option<String> {
+    pub fn refusal(&self) -> Option<String> {
         if let Some(why) = self.lost() {
             return Some(why);
         }
@@ -232,7 +255,7 @@ pub(crate) struct Shared {
     secret: ClusterSecret,
     limits: EndpointLimits,
     /// Engine transaction ids handed out here: node-unique, whatever ids clients use.
-    next_id: AtomicU64,
+    ids: Arc<TxnIds>,
     /// Client connections open now, across I/O threads.
     open: AtomicUsize,
     stop: AtomicBool,
@@ -263,15 +286,14 @@ impl ClientEndpoint {
     ) -> std::io::Result<Self> {
         let addr = listener.local_addr()?;
         listener.set_nonblocking(true)?;
-        // Past the ids of earlier starts, which a recovered log holds.
-        let first_id = cluster.ctx().generation() << (NODE_ID_SHIFT - 7);
+        let ids = Arc::new(TxnIds::new(&cluster, me));
         let shared = Arc::new(Shared {
             cluster,
             tally,
             me,
             health,
             secret,
-            next_id: AtomicU64::new(first_id),
+            ids,
             open: AtomicUsize::new(0),
             stop: AtomicBool::new(false),
             limits,
@@ -302,6 +324,11 @@ impl ClientEndpoint {
 
     pub fn local_addr(&self) -> SocketAddr {
         self.addr
+    }
+
+    /// The ids this endpoint hands out, for another client port of the same node.
+    pub fn txn_ids(&self) -> Arc<TxnIds> {
+        self.shared.ids.clone()
     }
 
     /// Client connections open now.

@@ -1,0 +1,227 @@
+//! A Redis-protocol client port: `redis-cli`, `redis-benchmark` and Redis client libraries
+//! run serializable transactions on a qstore node, whichever protocol the cluster runs.
+//!
+//! Every command that touches keys is one transaction of the `kv` workload (see
+//! [`qstore_workload::kv`]): `MGET`/`MSET` are atomic across partitions, and `MULTI … EXEC`
+//! runs its queued commands as one transaction. `WATCH` remembers the versions of the
+//! watched keys' buckets; `EXEC` checks them inside its transaction (an access that aborts
+//! it when one changed) and answers nil then, as Redis does.
+//!
+//! A connection is served by a thread of its own (bounded by `max_clients`): a command
+//! waits for its transaction, so the thread would wait anyway, and replies go out in the
+//! order of the requests. Clients must `AUTH` with the password derived from the cluster
+//! secret ([`password_for`]) before anything but `AUTH`, `HELLO … AUTH` and `QUIT`.
+
+pub mod command;
+pub mod resp;
+mod session;
+
+use parking_lot::Mutex;
+use qstore_core::NodeId;
+use qstore_engine::server::{PeerHealth, TxnIds};
+use qstore_engine::Cluster;
+use qstore_net::auth::ClusterSecret;
+use qstore_workload::kv::Kv;
+use std::io;
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+/// The role under which the Redis password is derived from the cluster secret.
+const PASSWORD_ROLE: &str = "qstore redis password";
+
+/// The Redis password of the cluster whose secret is `secret`: derived from it (64 hex
+/// digits), so that the secret itself never crosses the network.
+pub fn password_for(secret: &ClusterSecret) -> String {
+    secret
+        .prove(PASSWORD_ROLE, b"AUTH")
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
+}
+
+/// How clients prove who they are.
+pub enum Auth {
+    /// `AUTH` with the password derived from this secret (see [`password_for`]).
+    Secret(ClusterSecret),
+    /// No password: every client is let in (only where the operator said so).
+    Open,
+}
+
+impl Auth {
+    fn required(&self) -> bool {
+        matches!(self, Auth::Secret(_))
+    }
+
+    /// Whether `password` is the cluster's, compared in constant time.
+    fn accepts(&self, password: &[u8]) -> bool {
+        match self {
+            Auth::Open => true,
+            Auth::Secret(secret) => {
+                let Some(proof) = unhex32(password) else {
+                    return false;
+                };
+                secret.verify(PASSWORD_ROLE, b"AUTH", &proof)
+            }
+        }
+    }
+}
+
+fn unhex32(s: &[u8]) -> Option<[u8; 32]> {
+    if s.len() != 64 {
+        return None;
+    }
+    let mut out = [0u8; 32];
+    for (i, pair) in s.chunks(2).enumerate() {
+        let text = std::str::from_utf8(pair).ok()?;
+        out[i] = u8::from_str_radix(text, 16).ok()?;
+    }
+    Some(out)
+}
+
+/// The port's limits.
+#[derive(Clone, Debug)]
+pub struct Limits {
+    pub max_clients: usize,
+    /// A connection with nothing to do for this long is closed.
+    pub idle_timeout: Duration,
+    /// How long a command waits for its transaction's answer.
+    pub answer_timeout: Duration,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            max_clients: 1024,
+            idle_timeout: Duration::from_secs(300),
+            answer_timeout: Duration::from_secs(30),
+        }
+    }
+}
+
+/// What every connection of the port shares.
+pub struct Backend {
+    pub cluster: Arc<Cluster>,
+    pub kv: Kv,
+    pub me: NodeId,
+    pub ids: Arc<TxnIds>,
+    /// Why new transactions are refused now, if they are (a peer is down).
+    pub health: Option<Arc<PeerHealth>>,
+    pub auth: Auth,
+    pub limits: Limits,
+}
+
+/// Counters for `INFO`.
+#[derive(Default)]
+struct Counters {
+    connections: AtomicU64,
+    commands: AtomicU64,
+    transactions: AtomicU64,
+    retries: AtomicU64,
+}
+
+struct Shared {
+    backend: Backend,
+    counters: Counters,
+    open: AtomicUsize,
+    stop: AtomicBool,
+    conns: Mutex<Vec<JoinHandle<()>>>,
+}
+
+/// A running Redis port.
+pub struct RedisServer {
+    shared: Arc<Shared>,
+    addr: SocketAddr,
+    accept: Mutex<Option<JoinHandle<()>>>,
+}
+
+impl RedisServer {
+    /// Serves Redis clients on `listener` until [`RedisServer::stop`].
+    pub fn start(listener: TcpListener, backend: Backend) -> io::Result<Self> {
+        let addr = listener.local_addr()?;
+        let shared = Arc::new(Shared {
+            backend,
+            counters: Counters::default(),
+            open: AtomicUsize::new(0),
+            stop: AtomicBool::new(false),
+            conns: Mutex::new(Vec::new()),
+        });
+        let s = shared.clone();
+        let accept = std::thread::Builder::new()
+            .name(format!("n{}-redis", s.backend.me.0))
+            .spawn(move || accept_loop(&s, listener))?;
+        Ok(RedisServer {
+            shared,
+            addr,
+            accept: Mutex::new(Some(accept)),
+        })
+    }
+
+    pub fn local_addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// Stops accepting, closes every connection (after the command it runs) and waits.
+    pub fn stop(&self) {
+        self.shared.stop.store(true, Ordering::Release);
+        // Wakes the accepting thread.
+        let _ = TcpStream::connect_timeout(&self.addr, Duration::from_secs(1));
+        if let Some(h) = self.accept.lock().take() {
+            let _ = h.join();
+        }
+        for h in std::mem::take(&mut *self.shared.conns.lock()) {
+            let _ = h.join();
+        }
+    }
+}
+
+impl Drop for RedisServer {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+fn accept_loop(shared: &Arc<Shared>, listener: TcpListener) {
+    let me = shared.backend.me;
+    for stream in listener.incoming() {
+        if shared.stop.load(Ordering::Acquire) {
+            return;
+        }
+        let stream = match stream {
+            Ok(s) => s,
+            Err(e) => {
+                // E.g. out of file descriptors: the connection waits in the backlog.
+                tracing::warn!("node {me}: accepting a Redis client failed: {e}");
+                std::thread::sleep(Duration::from_millis(50));
+                continue;
+            }
+        };
+        let max = shared.backend.limits.max_clients;
+        if shared.open.fetch_add(1, Ordering::AcqRel) >= max {
+            shared.open.fetch_sub(1, Ordering::AcqRel);
+            session::refuse(stream, "ERR max number of clients reached");
+            continue;
+        }
+        let number = shared.counters.connections.fetch_add(1, Ordering::Relaxed) + 1;
+        let s = shared.clone();
+        let spawned = std::thread::Builder::new()
+            .name(format!("n{}-redis-{number}", me.0))
+            .spawn(move || {
+                session::serve(&s, stream, number);
+                s.open.fetch_sub(1, Ordering::AcqRel);
+            });
+        match spawned {
+            Ok(h) => {
+                let mut conns = shared.conns.lock();
+                conns.retain(|h| !h.is_finished());
+                conns.push(h);
+            }
+            Err(e) => {
+                shared.open.fetch_sub(1, Ordering::AcqRel);
+                tracing::warn!("node {me}: cannot serve a Redis client: {e}");
+            }
+        }
+    }
+}

@@ -1,0 +1,519 @@
+//! One client connection: reads requests, runs them in order, writes the replies.
+
+use crate::command::{self, Command, DataCommand, COMMANDS};
+use crate::resp::{next_request, Resp};
+use crate::Shared;
+use crossbeam_channel::{unbounded, Receiver, RecvTimeoutError};
+use qstore_core::txn::{ProcCall, TxnKey, TxnOutcome, TxnResponse};
+use qstore_core::{NodeId, TxnId};
+use qstore_engine::{wall_clock_us, TxnRequest};
+use qstore_workload::kv::{KvTxnBuilder, Op, Reply};
+use std::io::{self, Read, Write};
+use std::net::{Shutdown, TcpStream};
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// Unparsed request bytes a connection may hold: a value larger than any bucket, plus room.
+const MAX_PENDING_INPUT: usize = 64 << 20;
+/// How often a reading thread looks at the stop flag and the idle deadline.
+const TICK: Duration = Duration::from_millis(500);
+/// Most attempts at a transaction that concurrency control keeps aborting.
+const MAX_ATTEMPTS: u32 = 200;
+
+/// Answers `why` and closes the connection (best effort: a fresh socket takes it).
+pub(crate) fn refuse(mut stream: TcpStream, why: &str) {
+    let mut out = Vec::new();
+    Resp::err(why).encode(2, &mut out);
+    let _ = stream.write_all(&out);
+    let _ = stream.shutdown(Shutdown::Both);
+}
+
+/// What the connection's client has set up.
+struct Session<'a> {
+    shared: &'a Shared,
+    number: u64,
+    authed: bool,
+    proto: u8,
+    name: Vec<u8>,
+    /// Inside MULTI: the queued commands, and whether one was refused (EXEC then aborts).
+    multi: Option<(Vec<Command>, bool)>,
+    /// WATCHed keys and their buckets' versions when watched.
+    watched: Vec<(Vec<u8>, u64)>,
+    answers: Receiver<TxnResponse>,
+    reply_to: crossbeam_channel::Sender<TxnResponse>,
+    quit: bool,
+}
+
+/// Serves one connection until the client leaves, idles too long, or the port stops.
+pub(crate) fn serve(shared: &Arc<Shared>, mut stream: TcpStream, number: u64) {
+    let peer = stream.peer_addr().map(|a| a.to_string()).unwrap_or_default();
+    let _ = stream.set_nodelay(true);
+    if let Err(e) = stream.set_read_timeout(Some(TICK)) {
+        tracing::warn!("redis client {peer}: {e}");
+        return;
+    }
+    let (reply_to, answers) = unbounded();
+    let mut s = Session {
+        shared,
+        number,
+        authed: !shared.backend.auth.required(),
+        proto: 2,
+        name: Vec::new(),
+        multi: None,
+        watched: Vec::new(),
+        answers,
+        reply_to,
+        quit: false,
+    };
+    let mut input = Vec::new();
+    let mut out = Vec::new();
+    let mut chunk = vec![0u8; 64 << 10];
+    let mut last_active = Instant::now();
+    let idle = shared.backend.limits.idle_timeout;
+    while !shared.stop.load(Ordering::Acquire) && !s.quit {
+        match stream.read(&mut chunk) {
+            Ok(0) => break,
+            Ok(n) => input.extend_from_slice(&chunk[..n]),
+            Err(e) if matches!(e.kind(), io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut) => {
+                if last_active.elapsed() > idle {
+                    tracing::info!("redis client {peer}: closed after {idle:?} idle");
+                    break;
+                }
+                continue;
+            }
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            Err(e) => {
+                tracing::debug!("redis client {peer}: {e}");
+                break;
+            }
+        }
+        last_active = Instant::now();
+        let used = match s.run_requests(&input, &mut out) {
+            Ok(used) => used,
+            Err(why) => {
+                Resp::err(why).encode(s.proto, &mut out);
+                let _ = stream.write_all(&out);
+                tracing::info!("redis client {peer}: closed: {}", String::from_utf8_lossy(&out));
+                break;
+            }
+        };
+        input.drain(..used);
+        if input.len() > MAX_PENDING_INPUT {
+            refuse(stream, "ERR Protocol error: request too large");
+            return;
+        }
+        if !out.is_empty() {
+            if stream.write_all(&out).is_err() {
+                break;
+            }
+            out.clear();
+        }
+    }
+    let _ = stream.shutdown(Shutdown::Both);
+}
+
+impl Session<'_> {
+    /// Runs every complete request in `input`, appending the replies to `out`; returns the
+    /// bytes used, or a protocol error after which the connection closes.
+    fn run_requests(&mut self, input: &[u8], out: &mut Vec<u8>) -> Result<usize, String> {
+        let mut used = 0;
+        while !self.quit {
+            let Some((args, n)) = next_request(&input[used..]).map_err(|e| format!("ERR {}", e.0))?
+            else {
+                break;
+            };
+            used += n;
+            if args.is_empty() {
+                continue;
+            }
+            self.shared.counters.commands.fetch_add(1, Ordering::Relaxed);
+            let reply = self.run(&args);
+            reply.encode(self.proto, out);
+        }
+        Ok(used)
+    }
+
+    fn run(&mut self, args: &[Vec<u8>]) -> Resp {
+        let cmd = match command::parse(args) {
+            Ok(c) => c,
+            Err(e) => {
+                if let Some((_, refused)) = &mut self.multi {
+                    *refused = true;
+                }
+                return e;
+            }
+        };
+        if !self.authed && !matches!(cmd, Command::Auth(_) | Command::Hello(_) | Command::Quit) {
+            return Resp::err("NOAUTH Authentication required.");
+        }
+        if let Some((queued, _)) = &mut self.multi {
+            match cmd {
+                Command::Data(_) | Command::Ping(_) | Command::Echo(_) => {
+                    queued.push(cmd);
+                    return Resp::Simple("QUEUED");
+                }
+                Command::Multi => return Resp::err("ERR MULTI calls can not be nested"),
+                Command::Watch(_) => return Resp::err("ERR WATCH inside MULTI is not allowed"),
+                Command::Exec | Command::Discard | Command::Quit => {}
+                _ => {
+                    self.multi.as_mut().expect("inside MULTI").1 = true;
+                    return Resp::err(
+                        "ERR only key commands, PING and ECHO can be queued in MULTI here",
+                    );
+                }
+            }
+        }
+        self.run_now(cmd)
+    }
+
+    fn run_now(&mut self, cmd: Command) -> Resp {
+        match cmd {
+            Command::Data(d) => self.data(&d),
+            Command::Ping(None) => Resp::Simple("PONG"),
+            Command::Ping(Some(m)) | Command::Echo(m) => Resp::Bulk(m),
+            Command::Select(db) => match command_int(&db) {
+                Some(0) => Resp::ok(),
+                Some(_) => Resp::err("ERR DB index is out of range"),
+                None => Resp::err("ERR value is not an integer or out of range"),
+            },
+            Command::Auth(args) => self.auth(&args),
+            Command::Hello(args) => self.hello(&args),
+            Command::Multi => {
+                self.multi = Some((Vec::new(), false));
+                Resp::ok()
+            }
+            Command::Exec => self.exec(),
+            Command::Discard => match self.multi.take() {
+                Some(_) => {
+                    self.watched.clear();
+                    Resp::ok()
+                }
+                None => Resp::err("ERR DISCARD without MULTI"),
+            },
+            Command::Watch(keys) => self.watch(keys),
+            Command::Unwatch => {
+                self.watched.clear();
+                Resp::ok()
+            }
+            Command::ClientSetName(name) => {
+                self.name = name;
+                Resp::ok()
+            }
+            Command::ClientGetName if self.name.is_empty() => Resp::Nil,
+            Command::ClientGetName => Resp::Bulk(self.name.clone()),
+            Command::ClientId => Resp::Int(self.number as i64),
+            Command::CommandInfo(sub) => command_info(sub.as_deref()),
+            Command::Info => self.info(),
+            Command::DbSize => Resp::err(
+                "ERR DBSIZE is not supported here: counting keys would read every bucket of \
+                 every partition in one transaction",
+            ),
+            Command::Quit => {
+                self.quit = true;
+                Resp::ok()
+            }
+        }
+    }
+
+    fn auth(&mut self, args: &[Vec<u8>]) -> Resp {
+        let (user, password) = match args {
+            [p] => (&b"default"[..], p),
+            [u, p] => (&u[..], p),
+            _ => return Resp::err("ERR syntax error"),
+        };
+        let auth = &self.shared.backend.auth;
+        if !auth.required() {
+            return Resp::err(
+                "ERR AUTH <password> called without any password configured for the default \
+                 user. Are you sure your configuration is correct?",
+            );
+        }
+        if user != b"default" || !auth.accepts(password) {
+            return Resp::err("WRONGPASS invalid username-password pair or user is disabled.");
+        }
+        self.authed = true;
+        Resp::ok()
+    }
+
+    /// `HELLO [protover [AUTH user pass] [SETNAME name]]`.
+    fn hello(&mut self, args: &[Vec<u8>]) -> Resp {
+        let mut proto = self.proto;
+        let mut rest = args;
+        if let Some((v, tail)) = args.split_first() {
+            match command_int(v) {
+                Some(v @ 2..=3) => proto = v as u8,
+                Some(_) => return Resp::err("NOPROTO unsupported protocol version"),
+                None => {
+                    return Resp::err("ERR Protocol version is not an integer or out of range")
+                }
+            }
+            rest = tail;
+        }
+        while let Some((opt, tail)) = rest.split_first() {
+            match (opt.to_ascii_uppercase().as_slice(), tail) {
+                (b"AUTH", [user, pass, more @ ..]) => {
+                    if let e @ Resp::Error(_) = self.auth(&[user.clone(), pass.clone()]) {
+                        return e;
+                    }
+                    rest = more;
+                }
+                (b"SETNAME", [name, more @ ..]) => {
+                    self.name = name.clone();
+                    rest = more;
+                }
+                _ => {
+                    return Resp::err(format!(
+                        "ERR Syntax error in HELLO option '{}'",
+                        String::from_utf8_lossy(opt)
+                    ))
+                }
+            }
+        }
+        if !self.authed {
+            return Resp::err(
+                "NOAUTH HELLO must be called with the client already authenticated, otherwise \
+                 the HELLO <proto> AUTH <user> <pass> option can be used to authenticate the \
+                 client and select the RESP protocol version at the same time",
+            );
+        }
+        self.proto = proto;
+        Resp::Map(vec![
+            (Resp::bulk("server"), Resp::bulk("redis")),
+            (Resp::bulk("version"), Resp::bulk("7.0.0")),
+            (Resp::bulk("proto"), Resp::Int(proto as i64)),
+            (Resp::bulk("id"), Resp::Int(self.number as i64)),
+            (Resp::bulk("mode"), Resp::bulk("standalone")),
+            (Resp::bulk("role"), Resp::bulk("master")),
+            (Resp::bulk("modules"), Resp::Array(Vec::new())),
+        ])
+    }
+
+    fn info(&self) -> Resp {
+        let b = &self.shared.backend;
+        let ctx = b.cluster.ctx();
+        let c = &self.shared.counters;
+        let text = format!(
+            "# Server\r\nredis_version:7.0.0\r\nqstore_protocol:{}\r\nqstore_node:{}\r\n\
+             qstore_nodes:{}\r\nqstore_replicas:{}\r\n\r\n# Clients\r\nconnected_clients:{}\r\n\
+             \r\n# Stats\r\ntotal_connections_received:{}\r\ntotal_commands_processed:{}\r\n\
+             qstore_transactions:{}\r\nqstore_retries:{}\r\n",
+            ctx.cfg.protocol.name,
+            b.me.0,
+            ctx.nodes(),
+            ctx.placement.replicas(),
+            self.shared.open.load(Ordering::Relaxed),
+            c.connections.load(Ordering::Relaxed),
+            c.commands.load(Ordering::Relaxed),
+            c.transactions.load(Ordering::Relaxed),
+            c.retries.load(Ordering::Relaxed),
+        );
+        Resp::Bulk(text.into_bytes())
+    }
+
+    /// One data command outside MULTI: one transaction.
+    fn data(&mut self, d: &DataCommand) -> Resp {
+        if let Some(e) = self.too_large(&d.ops) {
+            return e;
+        }
+        let mut txn = self.shared.backend.kv.txn();
+        d.ops.iter().for_each(|op| txn.push(op));
+        match self.transact(txn) {
+            Ok(Some(replies)) => d.reply(replies),
+            Ok(None) => Resp::err("ERR the transaction was aborted"),
+            Err(e) => e,
+        }
+    }
+
+    fn watch(&mut self, keys: Vec<Vec<u8>>) -> Resp {
+        let mut txn = self.shared.backend.kv.txn();
+        keys.iter().for_each(|k| txn.push(&Op::Version(k.clone())));
+        match self.transact(txn) {
+            Ok(Some(replies)) => {
+                for (k, r) in keys.into_iter().zip(replies) {
+                    let Reply::Int(v) = r else {
+                        return Resp::err("ERR WATCH could not read a version");
+                    };
+                    self.watched.push((k, v as u64));
+                }
+                Resp::ok()
+            }
+            Ok(None) => Resp::err("ERR WATCH was aborted"),
+            Err(e) => e,
+        }
+    }
+
+    /// EXEC: the queued commands as one transaction, after checks of the watched keys.
+    fn exec(&mut self) -> Resp {
+        let Some((queued, refused)) = self.multi.take() else {
+            return Resp::err("ERR EXEC without MULTI");
+        };
+        let watched = std::mem::take(&mut self.watched);
+        if refused {
+            return Resp::err("EXECABORT Transaction discarded because of previous errors.");
+        }
+        let data: Vec<&DataCommand> = queued
+            .iter()
+            .filter_map(|c| match c {
+                Command::Data(d) => Some(d),
+                _ => None,
+            })
+            .collect();
+        let all_ops: Vec<Op> = data.iter().flat_map(|d| d.ops.iter().cloned()).collect();
+        if let Some(e) = self.too_large(&all_ops) {
+            return e;
+        }
+        let mut replies = if all_ops.is_empty() && watched.is_empty() {
+            Vec::new().into_iter()
+        } else {
+            let mut txn = self.shared.backend.kv.txn();
+            for (k, v) in &watched {
+                txn.push(&Op::Check(k.clone(), *v));
+            }
+            all_ops.iter().for_each(|op| txn.push(op));
+            match self.transact(txn) {
+                Ok(Some(r)) => r.into_iter().skip(watched.len()).collect::<Vec<_>>().into_iter(),
+                Ok(None) => return Resp::NilArray, // a watched key changed
+                Err(e) => return e,
+            }
+        };
+        let answers = queued
+            .into_iter()
+            .map(|c| match c {
+                Command::Data(d) => {
+                    let mine: Vec<Reply> = replies.by_ref().take(d.ops.len()).collect();
+                    d.reply(mine)
+                }
+                other => self.run_now(other),
+            })
+            .collect();
+        Resp::Array(answers)
+    }
+
+    /// An error reply if an operation's key and value cannot fit in a bucket at all.
+    fn too_large(&self, ops: &[Op]) -> Option<Resp> {
+        let room = self.shared.backend.kv.config().bucket_bytes as usize - 18;
+        ops.iter().find_map(|op| {
+            let value = match op {
+                Op::Set { value, .. } | Op::Append(_, value) => value.len(),
+                _ => 0,
+            };
+            (op.key().len() + value > room).then(|| {
+                Resp::err(format!(
+                    "ERR key and value are {} bytes; at most {room} fit in a bucket \
+                     (workload.kv.bucket_bytes)",
+                    op.key().len() + value
+                ))
+            })
+        })
+    }
+
+    /// Runs a transaction to its end: the operations' replies, `None` if it aborted (a
+    /// watched key changed), or an error reply. Retries what concurrency control aborts.
+    fn transact(&mut self, txn: KvTxnBuilder<'_>) -> Result<Option<Vec<Reply>>, Resp> {
+        let b = &self.shared.backend;
+        if let Some(why) = b.health.as_ref().and_then(|h| h.refusal()) {
+            return Err(Resp::err(format!("ERR {why}")));
+        }
+        let (call, placed) = txn.finish();
+        let call = Arc::new(call);
+        let birth_us = wall_clock_us();
+        self.shared.counters.transactions.fetch_add(1, Ordering::Relaxed);
+        for attempt in 0..MAX_ATTEMPTS {
+            match self.attempt(&call, birth_us)? {
+                TxnOutcome::Committed(outputs) => {
+                    return KvTxnBuilder::replies(&placed, &outputs)
+                        .map(Some)
+                        .map_err(|e| Resp::err(format!("ERR {e}")));
+                }
+                TxnOutcome::LogicAbort(_) => return Ok(None),
+                TxnOutcome::CcAbort(_) => {
+                    self.shared.counters.retries.fetch_add(1, Ordering::Relaxed);
+                    std::thread::sleep(Duration::from_micros(10 << attempt.min(7)));
+                }
+                TxnOutcome::Rejected(why) | TxnOutcome::Unknown(why) => {
+                    return Err(Resp::err(format!("ERR {why}")))
+                }
+                TxnOutcome::NotLeader { leader } => {
+                    let at = leader.map_or("another server".into(), |l| format!("node {}", l.0));
+                    return Err(Resp::err(format!(
+                        "ERR this server does not lead its partition's replica group; \
+                         connect to {at}'s Redis port"
+                    )));
+                }
+            }
+        }
+        Err(Resp::err(format!(
+            "ERR the transaction was aborted by concurrency control {MAX_ATTEMPTS} times; try \
+             again"
+        )))
+    }
+
+    fn attempt(&self, call: &Arc<ProcCall>, birth_us: u64) -> Result<TxnOutcome, Resp> {
+        let b = &self.shared.backend;
+        let id = b.ids.next();
+        let req = TxnRequest {
+            id,
+            call: call.clone(),
+            reply: self.reply_to.clone().into(),
+            birth_us,
+            // This thread has nothing else to do until the answer comes.
+            inline: true,
+            key: TxnKey::default(),
+        };
+        let home = b.cluster.ctx().placement.partition_of(b.me);
+        b.cluster.submit(NodeId(home.0), req);
+        self.wait(id)
+    }
+
+    fn wait(&self, id: TxnId) -> Result<TxnOutcome, Resp> {
+        let limit = self.shared.backend.limits.answer_timeout;
+        let deadline = Instant::now() + limit;
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match self.answers.recv_timeout(left) {
+                Ok(r) if r.id == id => return Ok(r.outcome),
+                Ok(_) => {} // an answer to an attempt given up on
+                Err(RecvTimeoutError::Timeout) => {
+                    return Err(Resp::err(format!(
+                        "ERR no answer from the cluster within {limit:?}; the transaction may \
+                         still commit"
+                    )))
+                }
+                Err(RecvTimeoutError::Disconnected) => unreachable!("the session holds a sender"),
+            }
+        }
+    }
+}
+
+fn command_int(b: &[u8]) -> Option<i64> {
+    qstore_workload::kv::parse_int(b)
+}
+
+/// `COMMAND` (the list), `COMMAND COUNT`, and an empty answer to `COMMAND DOCS` (which
+/// `redis-cli` asks for its hints).
+fn command_info(sub: Option<&[u8]>) -> Resp {
+    match sub {
+        None => Resp::Array(
+            COMMANDS
+                .iter()
+                .map(|&(name, arity, first, last, step)| {
+                    Resp::Array(vec![
+                        Resp::bulk(name),
+                        Resp::Int(arity),
+                        Resp::Array(Vec::new()),
+                        Resp::Int(first),
+                        Resp::Int(last),
+                        Resp::Int(step),
+                    ])
+                })
+                .collect(),
+        ),
+        Some(b"count") => Resp::Int(COMMANDS.len() as i64),
+        Some(b"docs") => Resp::Map(Vec::new()),
+        Some(other) => Resp::err(format!(
+            "ERR unknown subcommand '{}'. Try COMMAND HELP.",
+            String::from_utf8_lossy(other)
+        )),
+    }
+}

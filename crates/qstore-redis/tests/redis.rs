@@ -1,0 +1,434 @@
+//! The Redis port against real Redis: the same commands sent to a `redis-server` started
+//! here and to qstore's port must get the same reply bytes (the oracle test), the real
+//! `redis-cli` must work unchanged, and concurrent MULTI/EXEC transfers must keep their sum.
+//!
+//! Needs `redis-server` and `redis-cli` (Debian's `redis-server` and `redis-tools`, which
+//! `scripts/setup.sh` installs).
+
+use qstore_core::{PartitionId, RunConfig};
+use qstore_engine::server::TxnIds;
+use qstore_engine::Cluster;
+use qstore_net::auth::ClusterSecret;
+use qstore_redis::{password_for, Auth, Backend, Limits, RedisServer};
+use qstore_workload::kv::Kv;
+use qstore_workload::Workload;
+use redis_protocol::resp2::decode::decode;
+use std::io::{Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+const SECRET: &[u8] = b"a cluster secret for the redis tests, long enough";
+
+struct Qstore {
+    server: RedisServer,
+    cluster: Arc<Cluster>,
+    password: String,
+}
+
+impl Drop for Qstore {
+    fn drop(&mut self) {
+        self.server.stop();
+        self.cluster.shutdown();
+    }
+}
+
+fn qstore(protocol: &str, nodes: u32) -> Qstore {
+    let mut cfg = RunConfig::default();
+    cfg.protocol.name = protocol.into();
+    cfg.workload.name = "kv".into();
+    cfg.cluster.nodes = nodes;
+    cfg.workload.kv.buckets_per_partition = 512;
+    let kv = Kv::new(&cfg).unwrap();
+    let cluster = Cluster::start(
+        cfg,
+        kv.catalog(),
+        kv.partition_map().clone(),
+        &|p: PartitionId, loader| kv.load(p, loader),
+        false,
+    )
+    .unwrap();
+    let cluster = Arc::new(cluster);
+    let secret = ClusterSecret::from_material(SECRET).unwrap();
+    let password = password_for(&secret);
+    let me = qstore_core::NodeId(0);
+    let backend = Backend {
+        ids: Arc::new(TxnIds::new(&cluster, me)),
+        cluster: cluster.clone(),
+        kv,
+        me,
+        health: None,
+        auth: Auth::Secret(secret),
+        limits: Limits::default(),
+    };
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let server = RedisServer::start(listener, backend).unwrap();
+    Qstore {
+        server,
+        cluster,
+        password,
+    }
+}
+
+/// A real redis-server on a free loopback port, with `password`, stopped on drop.
+struct RealRedis {
+    child: Child,
+    port: u16,
+}
+
+impl Drop for RealRedis {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn real_redis(password: &str) -> RealRedis {
+    let port = TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let child = Command::new("redis-server")
+        .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
+        .args(["--requirepass", password, "--save", "", "--appendonly", "no"])
+        .stdout(Stdio::null())
+        .spawn()
+        .expect("redis-server (Debian's redis-server package; scripts/setup.sh installs it)");
+    let began = Instant::now();
+    while TcpStream::connect(("127.0.0.1", port)).is_err() {
+        assert!(began.elapsed() < Duration::from_secs(10), "redis-server did not start");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    RealRedis { child, port }
+}
+
+/// A raw RESP connection: sends a request, returns the reply's exact bytes.
+struct Raw(TcpStream, Vec<u8>);
+
+impl Raw {
+    fn connect(port: u16) -> Raw {
+        let s = TcpStream::connect(("127.0.0.1", port)).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+        Raw(s, Vec::new())
+    }
+
+    fn send_bytes(&mut self, bytes: &[u8]) -> Vec<u8> {
+        self.0.write_all(bytes).unwrap();
+        self.reply()
+    }
+
+    fn cmd(&mut self, args: &[&str]) -> Vec<u8> {
+        let mut req = format!("*{}\r\n", args.len()).into_bytes();
+        for a in args {
+            req.extend_from_slice(format!("${}\r\n{a}\r\n", a.len()).as_bytes());
+        }
+        self.send_bytes(&req)
+    }
+
+    fn reply(&mut self) -> Vec<u8> {
+        let mut chunk = [0u8; 4096];
+        loop {
+            if let Ok(Some((_, n))) = decode(&self.1) {
+                return self.1.drain(..n).collect();
+            }
+            match self.0.read(&mut chunk) {
+                Ok(0) | Err(_) => return std::mem::take(&mut self.1),
+                Ok(n) => self.1.extend_from_slice(&chunk[..n]),
+            }
+        }
+    }
+}
+
+/// The script both servers run: (connection, command) pairs; connection 1 interleaves with
+/// connection 0 where WATCH needs another client.
+fn script(password: &str) -> Vec<(usize, Vec<String>)> {
+    let lines = [
+        "0 GET a",
+        "0 AUTH wrong",
+        "0 AUTH default wrong",
+        &format!("0 AUTH {password}"),
+        &format!("1 AUTH default {password}"),
+        "0 PING",
+        "0 PING hi",
+        "0 PING a b",
+        "0 ECHO x",
+        "0 GET a",
+        "0 SET a 1",
+        "0 GET a",
+        "0 SET a 2 NX",
+        "0 SET a 3 XX",
+        "0 GET a",
+        "0 SET b 1 XX",
+        "0 SET b 1 NX",
+        "0 SET a b NX XX",
+        "0 SET a b FOO",
+        "0 INCR a",
+        "0 INCRBY a 10",
+        "0 DECR a",
+        "0 DECRBY a 5",
+        "0 INCRBY a x",
+        "0 INCRBY a 9223372036854775807",
+        "0 SET s abc",
+        "0 INCR s",
+        "0 SET z 007",
+        "0 INCR z",
+        "0 APPEND a xyz",
+        "0 STRLEN a",
+        "0 STRLEN nokey",
+        "0 APPEND new hi",
+        "0 GET new",
+        "0 DEL a b nokey",
+        "0 EXISTS a b s s new",
+        "0 MSET k1 v1 k2 v2",
+        "0 MGET k1 nokey k2",
+        "0 MSET k1",
+        "0 GET",
+        "0 FOO bar baz",
+        "0 MULTI",
+        "0 SET t 1",
+        "0 INCR t",
+        "0 GET t",
+        "0 EXEC",
+        "0 MULTI",
+        "0 SET t 5",
+        "0 FOO",
+        "0 EXEC",
+        "0 GET t",
+        "0 EXEC",
+        "0 DISCARD",
+        "0 MULTI",
+        "0 MULTI",
+        "0 WATCH t",
+        "0 DISCARD",
+        "0 WATCH w",
+        "0 SET w mine",
+        "0 MULTI",
+        "0 SET w 2",
+        "0 EXEC",
+        "0 GET w",
+        "0 WATCH w",
+        "1 SET w theirs",
+        "0 MULTI",
+        "0 SET w 3",
+        "0 EXEC",
+        "0 GET w",
+        "0 WATCH w",
+        "0 MULTI",
+        "0 GET w",
+        "0 PING",
+        "0 EXEC",
+        "0 WATCH w",
+        "0 UNWATCH",
+        "1 SET w again",
+        "0 MULTI",
+        "0 GET w",
+        "0 EXEC",
+        "0 MULTI",
+        "0 INCR s",
+        "0 SET u 1",
+        "0 EXEC",
+        "0 GET u",
+        "0 MULTI",
+        "0 EXEC",
+        "0 SELECT 0",
+        "0 SELECT x",
+        "0 CLIENT SETNAME app",
+        "0 CLIENT GETNAME",
+        "0 CLIENT SETNAME a b",
+        "0 QUIT",
+    ];
+    lines
+        .iter()
+        .map(|l| {
+            let (c, cmd) = l.split_once(' ').unwrap();
+            (c.parse().unwrap(), cmd.split(' ').map(String::from).collect())
+        })
+        .collect()
+}
+
+fn run_script(port: u16, password: &str) -> Vec<String> {
+    let mut conns = [Raw::connect(port), Raw::connect(port)];
+    script(password)
+        .into_iter()
+        .map(|(c, args)| {
+            let args: Vec<&str> = args.iter().map(String::as_str).collect();
+            let reply = conns[c].cmd(&args);
+            format!("{} -> {}", args.join(" "), String::from_utf8_lossy(&reply).escape_debug())
+        })
+        .collect()
+}
+
+fn oracle(protocol: &str) {
+    let q = qstore(protocol, 2);
+    let real = real_redis(&q.password);
+    let expected = run_script(real.port, &q.password);
+    let got = run_script(q.server.local_addr().port(), &q.password);
+    let mut diffs = Vec::new();
+    for (e, g) in expected.iter().zip(&got) {
+        if e != g {
+            diffs.push(format!("redis:  {e}\nqstore: {g}"));
+        }
+    }
+    assert!(diffs.is_empty(), "{} differences:\n{}", diffs.len(), diffs.join("\n"));
+    assert_eq!(expected.len(), got.len());
+}
+
+#[test]
+fn replies_match_redis_byte_for_byte_on_qstore() {
+    oracle("qstore");
+}
+
+#[test]
+fn replies_match_redis_byte_for_byte_on_no_wait() {
+    oracle("no_wait");
+}
+
+#[test]
+fn hostile_requests_get_redis_errors_and_the_port_keeps_serving() {
+    let q = qstore("qstore", 1);
+    let real = real_redis(&q.password);
+    for port in [real.port, q.server.local_addr().port()] {
+        let mut c = Raw::connect(port);
+        let reply = c.send_bytes(b"*99999999999\r\n");
+        assert_eq!(
+            String::from_utf8_lossy(&reply),
+            "-ERR Protocol error: invalid multibulk length\r\n",
+            "port {port}"
+        );
+    }
+    // Garbage, an unauthenticated client, and a half request that never ends: the port
+    // answers the next client as before.
+    let port = q.server.local_addr().port();
+    let mut g = Raw::connect(port);
+    g.send_bytes(b"*1\r\n:5\r\n");
+    let mut half = TcpStream::connect(("127.0.0.1", port)).unwrap();
+    half.write_all(b"*2\r\n$3\r\nGET\r\n$100000\r\nabc").unwrap();
+    let mut c = Raw::connect(port);
+    assert_eq!(c.cmd(&["GET", "a"]), b"-NOAUTH Authentication required.\r\n");
+    assert_eq!(c.cmd(&["AUTH", &q.password]), b"+OK\r\n");
+    assert_eq!(c.cmd(&["SET", "a", "1"]), b"+OK\r\n");
+    let big = "x".repeat(2000);
+    let reply = String::from_utf8(c.cmd(&["SET", "big", &big])).unwrap();
+    assert!(reply.starts_with("-ERR key and value are 2003 bytes"), "{reply}");
+    assert_eq!(c.cmd(&["GET", "a"]), b"$1\r\n1\r\n");
+}
+
+#[test]
+fn hello_3_switches_to_resp3() {
+    let q = qstore("qstore", 1);
+    let mut c = Raw::connect(q.server.local_addr().port());
+    let reply = c.cmd(&["HELLO", "3"]);
+    assert!(reply.starts_with(b"-NOAUTH HELLO must be called"), "{reply:?}");
+    let reply = c.cmd(&["HELLO", "3", "AUTH", "default", &q.password]);
+    assert!(reply.starts_with(b"%7\r\n$6\r\nserver\r\n$5\r\nredis\r\n"), "{reply:?}");
+    assert_eq!(c.cmd(&["GET", "nokey"]), b"_\r\n");
+}
+
+#[test]
+fn redis_cli_works_unchanged() {
+    let q = qstore("qstore", 2);
+    let port = q.server.local_addr().port().to_string();
+    let cli = |args: &[&str]| {
+        let out = Command::new("redis-cli")
+            .args(["-p", &port, "-a", &q.password, "--no-auth-warning"])
+            .args(args)
+            .output()
+            .expect("redis-cli (Debian's redis-tools; scripts/setup.sh installs it)");
+        assert!(out.status.success(), "{args:?}: {out:?}");
+        String::from_utf8(out.stdout).unwrap()
+    };
+    assert_eq!(cli(&["SET", "greeting", "hello world"]), "OK\n");
+    assert_eq!(cli(&["GET", "greeting"]), "hello world\n");
+    assert_eq!(cli(&["INCRBY", "n", "41"]), "41\n");
+    assert_eq!(cli(&["MGET", "greeting", "n", "none"]), "hello world\n41\n\n");
+    assert_eq!(cli(&["PING"]), "PONG\n");
+}
+
+/// Transfers between accounts in MULTI/EXEC (read balances under WATCH, write both) while
+/// auditors MGET every account: the total never changes, on every protocol tried.
+fn transfers_keep_the_sum(protocol: &str) {
+    const ACCOUNTS: usize = 8;
+    const START: i64 = 100;
+    let q = qstore(protocol, 2);
+    let port = q.server.local_addr().port();
+    let keys: Vec<String> = (0..ACCOUNTS).map(|i| format!("acct:{i}")).collect();
+    let mut setup = Raw::connect(port);
+    setup.cmd(&["AUTH", &q.password]);
+    let mut mset = vec!["MSET".to_string()];
+    for k in &keys {
+        mset.extend([k.clone(), START.to_string()]);
+    }
+    let mset: Vec<&str> = mset.iter().map(String::as_str).collect();
+    assert_eq!(setup.cmd(&mset), b"+OK\r\n");
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let transfers: Vec<_> = (0..4)
+        .map(|t| {
+            let (keys, password) = (keys.clone(), q.password.clone());
+            std::thread::spawn(move || {
+                let mut c = Raw::connect(port);
+                c.cmd(&["AUTH", &password]);
+                let mut done = 0;
+                for i in 0..150usize {
+                    let (a, b) = (&keys[(t + i) % ACCOUNTS], &keys[(t * 3 + i * 5 + 1) % ACCOUNTS]);
+                    if a == b {
+                        continue;
+                    }
+                    c.cmd(&["WATCH", a, b]);
+                    let balance = |c: &mut Raw, k: &str| -> i64 {
+                        let r = c.cmd(&["GET", k]);
+                        let text = String::from_utf8(r).unwrap();
+                        text.lines().nth(1).unwrap().parse().unwrap()
+                    };
+                    let (x, y) = (balance(&mut c, a), balance(&mut c, b));
+                    c.cmd(&["MULTI"]);
+                    c.cmd(&["SET", a, &(x - 1).to_string()]);
+                    c.cmd(&["SET", b, &(y + 1).to_string()]);
+                    let r = c.cmd(&["EXEC"]);
+                    if r.starts_with(b"*2\r\n") {
+                        done += 1;
+                    } else {
+                        assert_eq!(r, b"*-1\r\n", "EXEC answered neither its replies nor nil");
+                    }
+                }
+                done
+            })
+        })
+        .collect();
+    let audits: Vec<_> = (0..2)
+        .map(|_| {
+            let (keys, password, stop) = (keys.clone(), q.password.clone(), stop.clone());
+            std::thread::spawn(move || {
+                let mut c = Raw::connect(port);
+                c.cmd(&["AUTH", &password]);
+                let mut args = vec!["MGET"];
+                args.extend(keys.iter().map(String::as_str));
+                let mut audits = 0;
+                while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                    let r = String::from_utf8(c.cmd(&args)).unwrap();
+                    let sum: i64 = r.lines().skip(2).step_by(2).map(|v| v.parse::<i64>().unwrap()).sum();
+                    assert_eq!(sum, START * ACCOUNTS as i64, "an MGET saw a transfer half done");
+                    audits += 1;
+                }
+                audits
+            })
+        })
+        .collect();
+    let committed: usize = transfers.into_iter().map(|t| t.join().unwrap()).sum();
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let audited: usize = audits.into_iter().map(|t| t.join().unwrap()).sum();
+    assert!(committed > 0 && audited > 0, "{committed} transfers, {audited} audits");
+    println!("{protocol}: {committed} transfers committed, {audited} audits, sum kept");
+}
+
+#[test]
+fn transfers_keep_the_sum_on_qstore() {
+    transfers_keep_the_sum("qstore");
+}
+
+#[test]
+fn transfers_keep_the_sum_on_calvin() {
+    transfers_keep_the_sum("calvin");
+}
+
+#[test]
+fn transfers_keep_the_sum_on_occ() {
+    transfers_keep_the_sum("occ");
+}
