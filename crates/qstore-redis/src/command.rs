@@ -126,7 +126,9 @@ pub fn parse(args: &[Vec<u8>]) -> Result<Command, Resp> {
     let rest = &args[1..];
     for k in keys_of(&name, rest) {
         if k.len() > MAX_KEY {
-            return Err(Resp::err(format!("ERR keys are at most {MAX_KEY} bytes here")));
+            return Err(Resp::err(format!(
+                "ERR keys are at most {MAX_KEY} bytes here"
+            )));
         }
     }
     Ok(match name.as_str() {
@@ -149,7 +151,9 @@ pub fn parse(args: &[Vec<u8>]) -> Result<Command, Resp> {
         "strlen" => one(Op::Strlen(rest[0].clone())),
         "mset" => mset(rest)?,
         "ping" if rest.len() > 1 => {
-            return Err(Resp::err("ERR wrong number of arguments for 'ping' command"))
+            return Err(Resp::err(
+                "ERR wrong number of arguments for 'ping' command",
+            ))
         }
         "ping" => Command::Ping(rest.first().cloned()),
         "echo" => Command::Echo(rest[0].clone()),
@@ -244,7 +248,9 @@ fn set(rest: &[Vec<u8>]) -> Result<Command, Resp> {
 
 fn mset(rest: &[Vec<u8>]) -> Result<Command, Resp> {
     if !rest.len().is_multiple_of(2) {
-        return Err(Resp::err("ERR wrong number of arguments for 'mset' command"));
+        return Err(Resp::err(
+            "ERR wrong number of arguments for 'mset' command",
+        ));
     }
     let ops = rest
         .chunks(2)
@@ -306,14 +312,23 @@ mod tests {
             Err(Resp::Error(e)) => e,
             other => panic!("{s}: {other:?}"),
         };
-        assert_eq!(err("GET"), "ERR wrong number of arguments for 'get' command");
+        assert_eq!(
+            err("GET"),
+            "ERR wrong number of arguments for 'get' command"
+        );
         assert_eq!(
             err("FOO a b"),
             "ERR unknown command 'FOO', with args beginning with: 'a' 'b' "
         );
         assert_eq!(err("SET a b NX XX"), "ERR syntax error");
-        assert_eq!(err("INCRBY a x"), "ERR value is not an integer or out of range");
-        assert_eq!(err("MSET a b c"), "ERR wrong number of arguments for 'mset' command");
+        assert_eq!(
+            err("INCRBY a x"),
+            "ERR value is not an integer or out of range"
+        );
+        assert_eq!(
+            err("MSET a b c"),
+            "ERR wrong number of arguments for 'mset' command"
+        );
     }
 
     #[test]
@@ -326,6 +341,9 @@ mod tests {
         let Ok(Command::Data(d)) = parse(&args("del a b a")) else {
             panic!()
         };
-        assert_eq!(d.reply(vec![Reply::Int(1), Reply::Int(1), Reply::Int(0)]), Resp::Int(2));
+        assert_eq!(
+            d.reply(vec![Reply::Int(1), Reply::Int(1), Reply::Int(0)]),
+            Resp::Int(2)
+        );
     }
 }

@@ -44,7 +44,10 @@ impl Resp {
             Resp::Simple(s) => line(out, b'+', s.as_bytes()),
             Resp::Error(e) => {
                 // An error is one line: a line break inside would end it early.
-                let e: String = e.chars().map(|c| if c == '\r' || c == '\n' { ' ' } else { c }).collect();
+                let e: String = e
+                    .chars()
+                    .map(|c| if c == '\r' || c == '\n' { ' ' } else { c })
+                    .collect();
                 line(out, b'-', e.as_bytes())
             }
             Resp::Int(i) => line(out, b':', i.to_string().as_bytes()),
@@ -86,9 +89,12 @@ fn line(out: &mut Vec<u8>, tag: u8, body: &[u8]) {
 #[derive(Debug, PartialEq, Eq)]
 pub struct ProtocolError(pub String);
 
+/// A request's arguments, and the bytes it took.
+pub type Request = (Vec<Vec<u8>>, usize);
+
 /// The next complete request in `buf`: its arguments and the bytes it took; `None` if `buf`
 /// holds only part of one. An empty request (a blank inline line, `*0`) has no arguments.
-pub fn next_request(buf: &[u8]) -> Result<Option<(Vec<Vec<u8>>, usize)>, ProtocolError> {
+pub fn next_request(buf: &[u8]) -> Result<Option<Request>, ProtocolError> {
     match buf.first() {
         None => Ok(None),
         Some(b'*') => multibulk(buf),
@@ -96,7 +102,7 @@ pub fn next_request(buf: &[u8]) -> Result<Option<(Vec<Vec<u8>>, usize)>, Protoco
     }
 }
 
-fn multibulk(buf: &[u8]) -> Result<Option<(Vec<Vec<u8>>, usize)>, ProtocolError> {
+fn multibulk(buf: &[u8]) -> Result<Option<Request>, ProtocolError> {
     // The count is checked before the decoder sees it: a hostile one must not size anything.
     let Some(end) = buf.iter().position(|&b| b == b'\n') else {
         return Ok(None);
@@ -122,7 +128,9 @@ fn multibulk(buf: &[u8]) -> Result<Option<(Vec<Vec<u8>>, usize)>, ProtocolError>
         .into_iter()
         .map(|f| match f {
             OwnedFrame::BulkString(b) => Ok(b),
-            _ => Err(ProtocolError("Protocol error: expected '$', got something else".into())),
+            _ => Err(ProtocolError(
+                "Protocol error: expected '$', got something else".into(),
+            )),
         })
         .collect::<Result<_, _>>()?;
     Ok(Some((args, used)))
@@ -133,10 +141,12 @@ fn invalid(what: &str) -> ProtocolError {
 }
 
 /// An inline command: one line, arguments separated by spaces.
-fn inline(buf: &[u8]) -> Result<Option<(Vec<Vec<u8>>, usize)>, ProtocolError> {
+fn inline(buf: &[u8]) -> Result<Option<Request>, ProtocolError> {
     let Some(end) = buf.iter().position(|&b| b == b'\n') else {
         if buf.len() > MAX_INLINE {
-            return Err(ProtocolError("Protocol error: too big inline request".into()));
+            return Err(ProtocolError(
+                "Protocol error: too big inline request".into(),
+            ));
         }
         return Ok(None);
     };
@@ -160,9 +170,15 @@ mod tests {
             assert_eq!(next_request(&req[..cut]), Ok(None), "cut at {cut}");
         }
         let (args, used) = next_request(req).unwrap().unwrap();
-        assert_eq!((args, used), (vec![b"GET".to_vec(), b"a".to_vec()], req.len()));
+        assert_eq!(
+            (args, used),
+            (vec![b"GET".to_vec(), b"a".to_vec()], req.len())
+        );
         let (args, used) = next_request(b"PING  hello\r\nGET").unwrap().unwrap();
-        assert_eq!((args, used), (vec![b"PING".to_vec(), b"hello".to_vec()], 13));
+        assert_eq!(
+            (args, used),
+            (vec![b"PING".to_vec(), b"hello".to_vec()], 13)
+        );
     }
 
     #[test]

@@ -18,6 +18,8 @@ use std::time::{Duration, Instant};
 const MAX_PENDING_INPUT: usize = 64 << 20;
 /// How often a reading thread looks at the stop flag and the idle deadline.
 const TICK: Duration = Duration::from_millis(500);
+/// Most pipelined key commands run as one transaction.
+const MAX_PIPELINE_TXN: usize = 64;
 /// Most attempts at a transaction that concurrency control keeps aborting.
 const MAX_ATTEMPTS: u32 = 200;
 
@@ -47,7 +49,10 @@ struct Session<'a> {
 
 /// Serves one connection until the client leaves, idles too long, or the port stops.
 pub(crate) fn serve(shared: &Arc<Shared>, mut stream: TcpStream, number: u64) {
-    let peer = stream.peer_addr().map(|a| a.to_string()).unwrap_or_default();
+    let peer = stream
+        .peer_addr()
+        .map(|a| a.to_string())
+        .unwrap_or_default();
     let _ = stream.set_nodelay(true);
     if let Err(e) = stream.set_read_timeout(Some(TICK)) {
         tracing::warn!("redis client {peer}: {e}");
@@ -75,7 +80,12 @@ pub(crate) fn serve(shared: &Arc<Shared>, mut stream: TcpStream, number: u64) {
         match stream.read(&mut chunk) {
             Ok(0) => break,
             Ok(n) => input.extend_from_slice(&chunk[..n]),
-            Err(e) if matches!(e.kind(), io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut) => {
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
+                ) =>
+            {
                 if last_active.elapsed() > idle {
                     tracing::info!("redis client {peer}: closed after {idle:?} idle");
                     break;
@@ -94,7 +104,10 @@ pub(crate) fn serve(shared: &Arc<Shared>, mut stream: TcpStream, number: u64) {
             Err(why) => {
                 Resp::err(why).encode(s.proto, &mut out);
                 let _ = stream.write_all(&out);
-                tracing::info!("redis client {peer}: closed: {}", String::from_utf8_lossy(&out));
+                tracing::info!(
+                    "redis client {peer}: closed: {}",
+                    String::from_utf8_lossy(&out)
+                );
                 break;
             }
         };
@@ -116,10 +129,16 @@ pub(crate) fn serve(shared: &Arc<Shared>, mut stream: TcpStream, number: u64) {
 impl Session<'_> {
     /// Runs every complete request in `input`, appending the replies to `out`; returns the
     /// bytes used, or a protocol error after which the connection closes.
+    ///
+    /// Key commands that arrive together (a pipeline) run as one transaction: the same as
+    /// running them one after another with nothing in between, which Redis allows, and one
+    /// trip through the engine instead of one each.
     fn run_requests(&mut self, input: &[u8], out: &mut Vec<u8>) -> Result<usize, String> {
         let mut used = 0;
+        let mut pipeline = Vec::new();
         while !self.quit {
-            let Some((args, n)) = next_request(&input[used..]).map_err(|e| format!("ERR {}", e.0))?
+            let Some((args, n)) =
+                next_request(&input[used..]).map_err(|e| format!("ERR {}", e.0))?
             else {
                 break;
             };
@@ -127,15 +146,68 @@ impl Session<'_> {
             if args.is_empty() {
                 continue;
             }
-            self.shared.counters.commands.fetch_add(1, Ordering::Relaxed);
-            let reply = self.run(&args);
-            reply.encode(self.proto, out);
+            self.shared
+                .counters
+                .commands
+                .fetch_add(1, Ordering::Relaxed);
+            match command::parse(&args) {
+                Ok(Command::Data(d)) if self.authed && self.multi.is_none() => {
+                    pipeline.push(d);
+                    if pipeline.len() >= MAX_PIPELINE_TXN {
+                        self.run_pipeline(&mut pipeline, out);
+                    }
+                }
+                parsed => {
+                    self.run_pipeline(&mut pipeline, out);
+                    let reply = self.run(parsed);
+                    reply.encode(self.proto, out);
+                }
+            }
         }
+        self.run_pipeline(&mut pipeline, out);
         Ok(used)
     }
 
-    fn run(&mut self, args: &[Vec<u8>]) -> Resp {
-        let cmd = match command::parse(args) {
+    /// Runs pipelined key commands as one transaction, and appends their replies.
+    fn run_pipeline(&mut self, pipeline: &mut Vec<DataCommand>, out: &mut Vec<u8>) {
+        let replies: Vec<Resp> = match pipeline.as_slice() {
+            [] => return,
+            [one] => vec![self.data(one)],
+            many => {
+                // A command too large for its bucket answers so on its own; the rest run.
+                let refused: Vec<Option<Resp>> =
+                    many.iter().map(|d| self.too_large(&d.ops)).collect();
+                let mut txn = self.shared.backend.kv.txn();
+                for (d, _) in many.iter().zip(&refused).filter(|(_, r)| r.is_none()) {
+                    d.ops.iter().for_each(|op| txn.push(op));
+                }
+                let ran = if txn.is_empty() {
+                    Ok(Some(Vec::new()))
+                } else {
+                    self.transact(txn)
+                };
+                match ran {
+                    Ok(Some(replies)) => {
+                        let mut replies = replies.into_iter();
+                        many.iter()
+                            .zip(refused)
+                            .map(|(d, refused)| match refused {
+                                Some(e) => e,
+                                None => d.reply(replies.by_ref().take(d.ops.len()).collect()),
+                            })
+                            .collect()
+                    }
+                    Ok(None) => vec![Resp::err("ERR the transaction was aborted"); many.len()],
+                    Err(e) => vec![e; many.len()],
+                }
+            }
+        };
+        replies.iter().for_each(|r| r.encode(self.proto, out));
+        pipeline.clear();
+    }
+
+    fn run(&mut self, parsed: Result<Command, Resp>) -> Resp {
+        let cmd = match parsed {
             Ok(c) => c,
             Err(e) => {
                 if let Some((_, refused)) = &mut self.multi {
@@ -244,9 +316,7 @@ impl Session<'_> {
             match command_int(v) {
                 Some(v @ 2..=3) => proto = v as u8,
                 Some(_) => return Resp::err("NOPROTO unsupported protocol version"),
-                None => {
-                    return Resp::err("ERR Protocol version is not an integer or out of range")
-                }
+                None => return Resp::err("ERR Protocol version is not an integer or out of range"),
             }
             rest = tail;
         }
@@ -372,7 +442,11 @@ impl Session<'_> {
             }
             all_ops.iter().for_each(|op| txn.push(op));
             match self.transact(txn) {
-                Ok(Some(r)) => r.into_iter().skip(watched.len()).collect::<Vec<_>>().into_iter(),
+                Ok(Some(r)) => r
+                    .into_iter()
+                    .skip(watched.len())
+                    .collect::<Vec<_>>()
+                    .into_iter(),
                 Ok(None) => return Resp::NilArray, // a watched key changed
                 Err(e) => return e,
             }
@@ -418,7 +492,10 @@ impl Session<'_> {
         let (call, placed) = txn.finish();
         let call = Arc::new(call);
         let birth_us = wall_clock_us();
-        self.shared.counters.transactions.fetch_add(1, Ordering::Relaxed);
+        self.shared
+            .counters
+            .transactions
+            .fetch_add(1, Ordering::Relaxed);
         for attempt in 0..MAX_ATTEMPTS {
             match self.attempt(&call, birth_us)? {
                 TxnOutcome::Committed(outputs) => {

@@ -85,16 +85,30 @@ impl Drop for RealRedis {
 }
 
 fn real_redis(password: &str) -> RealRedis {
-    let port = TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let port = TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
     let child = Command::new("redis-server")
         .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
-        .args(["--requirepass", password, "--save", "", "--appendonly", "no"])
+        .args([
+            "--requirepass",
+            password,
+            "--save",
+            "",
+            "--appendonly",
+            "no",
+        ])
         .stdout(Stdio::null())
         .spawn()
         .expect("redis-server (Debian's redis-server package; scripts/setup.sh installs it)");
     let began = Instant::now();
     while TcpStream::connect(("127.0.0.1", port)).is_err() {
-        assert!(began.elapsed() < Duration::from_secs(10), "redis-server did not start");
+        assert!(
+            began.elapsed() < Duration::from_secs(10),
+            "redis-server did not start"
+        );
         std::thread::sleep(Duration::from_millis(20));
     }
     RealRedis { child, port }
@@ -239,7 +253,10 @@ fn script(password: &str) -> Vec<(usize, Vec<String>)> {
         .iter()
         .map(|l| {
             let (c, cmd) = l.split_once(' ').unwrap();
-            (c.parse().unwrap(), cmd.split(' ').map(String::from).collect())
+            (
+                c.parse().unwrap(),
+                cmd.split(' ').map(String::from).collect(),
+            )
         })
         .collect()
 }
@@ -251,7 +268,11 @@ fn run_script(port: u16, password: &str) -> Vec<String> {
         .map(|(c, args)| {
             let args: Vec<&str> = args.iter().map(String::as_str).collect();
             let reply = conns[c].cmd(&args);
-            format!("{} -> {}", args.join(" "), String::from_utf8_lossy(&reply).escape_debug())
+            format!(
+                "{} -> {}",
+                args.join(" "),
+                String::from_utf8_lossy(&reply).escape_debug()
+            )
         })
         .collect()
 }
@@ -267,7 +288,12 @@ fn oracle(protocol: &str) {
             diffs.push(format!("redis:  {e}\nqstore: {g}"));
         }
     }
-    assert!(diffs.is_empty(), "{} differences:\n{}", diffs.len(), diffs.join("\n"));
+    assert!(
+        diffs.is_empty(),
+        "{} differences:\n{}",
+        diffs.len(),
+        diffs.join("\n")
+    );
     assert_eq!(expected.len(), got.len());
 }
 
@@ -300,14 +326,21 @@ fn hostile_requests_get_redis_errors_and_the_port_keeps_serving() {
     let mut g = Raw::connect(port);
     g.send_bytes(b"*1\r\n:5\r\n");
     let mut half = TcpStream::connect(("127.0.0.1", port)).unwrap();
-    half.write_all(b"*2\r\n$3\r\nGET\r\n$100000\r\nabc").unwrap();
+    half.write_all(b"*2\r\n$3\r\nGET\r\n$100000\r\nabc")
+        .unwrap();
     let mut c = Raw::connect(port);
-    assert_eq!(c.cmd(&["GET", "a"]), b"-NOAUTH Authentication required.\r\n");
+    assert_eq!(
+        c.cmd(&["GET", "a"]),
+        b"-NOAUTH Authentication required.\r\n"
+    );
     assert_eq!(c.cmd(&["AUTH", &q.password]), b"+OK\r\n");
     assert_eq!(c.cmd(&["SET", "a", "1"]), b"+OK\r\n");
     let big = "x".repeat(2000);
     let reply = String::from_utf8(c.cmd(&["SET", "big", &big])).unwrap();
-    assert!(reply.starts_with("-ERR key and value are 2003 bytes"), "{reply}");
+    assert!(
+        reply.starts_with("-ERR key and value are 2003 bytes"),
+        "{reply}"
+    );
     assert_eq!(c.cmd(&["GET", "a"]), b"$1\r\n1\r\n");
 }
 
@@ -316,9 +349,15 @@ fn hello_3_switches_to_resp3() {
     let q = qstore("qstore", 1);
     let mut c = Raw::connect(q.server.local_addr().port());
     let reply = c.cmd(&["HELLO", "3"]);
-    assert!(reply.starts_with(b"-NOAUTH HELLO must be called"), "{reply:?}");
+    assert!(
+        reply.starts_with(b"-NOAUTH HELLO must be called"),
+        "{reply:?}"
+    );
     let reply = c.cmd(&["HELLO", "3", "AUTH", "default", &q.password]);
-    assert!(reply.starts_with(b"%7\r\n$6\r\nserver\r\n$5\r\nredis\r\n"), "{reply:?}");
+    assert!(
+        reply.starts_with(b"%7\r\n$6\r\nserver\r\n$5\r\nredis\r\n"),
+        "{reply:?}"
+    );
     assert_eq!(c.cmd(&["GET", "nokey"]), b"_\r\n");
 }
 
@@ -338,7 +377,10 @@ fn redis_cli_works_unchanged() {
     assert_eq!(cli(&["SET", "greeting", "hello world"]), "OK\n");
     assert_eq!(cli(&["GET", "greeting"]), "hello world\n");
     assert_eq!(cli(&["INCRBY", "n", "41"]), "41\n");
-    assert_eq!(cli(&["MGET", "greeting", "n", "none"]), "hello world\n41\n\n");
+    assert_eq!(
+        cli(&["MGET", "greeting", "n", "none"]),
+        "hello world\n41\n\n"
+    );
     assert_eq!(cli(&["PING"]), "PONG\n");
 }
 
@@ -367,7 +409,10 @@ fn transfers_keep_the_sum(protocol: &str) {
                 c.cmd(&["AUTH", &password]);
                 let mut done = 0;
                 for i in 0..150usize {
-                    let (a, b) = (&keys[(t + i) % ACCOUNTS], &keys[(t * 3 + i * 5 + 1) % ACCOUNTS]);
+                    let (a, b) = (
+                        &keys[(t + i) % ACCOUNTS],
+                        &keys[(t * 3 + i * 5 + 1) % ACCOUNTS],
+                    );
                     if a == b {
                         continue;
                     }
@@ -403,8 +448,17 @@ fn transfers_keep_the_sum(protocol: &str) {
                 let mut audits = 0;
                 while !stop.load(std::sync::atomic::Ordering::Relaxed) {
                     let r = String::from_utf8(c.cmd(&args)).unwrap();
-                    let sum: i64 = r.lines().skip(2).step_by(2).map(|v| v.parse::<i64>().unwrap()).sum();
-                    assert_eq!(sum, START * ACCOUNTS as i64, "an MGET saw a transfer half done");
+                    let sum: i64 = r
+                        .lines()
+                        .skip(2)
+                        .step_by(2)
+                        .map(|v| v.parse::<i64>().unwrap())
+                        .sum();
+                    assert_eq!(
+                        sum,
+                        START * ACCOUNTS as i64,
+                        "an MGET saw a transfer half done"
+                    );
                     audits += 1;
                 }
                 audits
@@ -414,7 +468,10 @@ fn transfers_keep_the_sum(protocol: &str) {
     let committed: usize = transfers.into_iter().map(|t| t.join().unwrap()).sum();
     stop.store(true, std::sync::atomic::Ordering::Relaxed);
     let audited: usize = audits.into_iter().map(|t| t.join().unwrap()).sum();
-    assert!(committed > 0 && audited > 0, "{committed} transfers, {audited} audits");
+    assert!(
+        committed > 0 && audited > 0,
+        "{committed} transfers, {audited} audits"
+    );
     println!("{protocol}: {committed} transfers committed, {audited} audits, sum kept");
 }
 

@@ -214,11 +214,13 @@ impl<'a> Reader<'a> {
     }
 
     fn u32(&mut self) -> Option<u32> {
-        self.take(4).map(|b| u32::from_le_bytes(b.try_into().unwrap()))
+        self.take(4)
+            .map(|b| u32::from_le_bytes(b.try_into().unwrap()))
     }
 
     fn u64(&mut self) -> Option<u64> {
-        self.take(8).map(|b| u64::from_le_bytes(b.try_into().unwrap()))
+        self.take(8)
+            .map(|b| u64::from_le_bytes(b.try_into().unwrap()))
     }
 
     fn bytes16(&mut self) -> Option<&'a [u8]> {
@@ -531,11 +533,7 @@ impl<'a> KvTxnBuilder<'a> {
             .buckets
             .into_iter()
             .flat_map(|(key, flags, ops)| {
-                [
-                    Value::Int(key as i64),
-                    Value::Int(flags),
-                    Value::Bytes(ops),
-                ]
+                [Value::Int(key as i64), Value::Int(flags), Value::Bytes(ops)]
             })
             .collect();
         let call = ProcCall {
@@ -635,9 +633,14 @@ impl Workload for Kv {
     fn load(&self, partition: PartitionId, loader: &mut dyn RowLoader) -> Result<(), QError> {
         // Empty buckets: version 0, nothing used.
         let count = self.cfg.buckets_per_partition;
-        crate::load_dense(loader, &self.keys.pmap, BUCKETS, partition, count, &mut |_, row| {
-            row.fill(0)
-        })
+        crate::load_dense(
+            loader,
+            &self.keys.pmap,
+            BUCKETS,
+            partition,
+            count,
+            &mut |_, row| row.fill(0),
+        )
     }
 
     fn generator(&self, client: u32, _home: PartitionId) -> Box<dyn TxnGenerator> {
@@ -755,7 +758,16 @@ mod tests {
         use Reply::*;
         assert_eq!(
             replies,
-            [Ok, Ok, Bulk(b"1".to_vec()), Int(1), Nil, Bulk(b"22".to_vec()), Int(1), Int(2)]
+            [
+                Ok,
+                Ok,
+                Bulk(b"1".to_vec()),
+                Int(1),
+                Nil,
+                Bulk(b"22".to_vec()),
+                Int(1),
+                Int(2)
+            ]
         );
         assert_eq!(Bucket::entries(&row).unwrap().len(), 1);
     }
@@ -764,7 +776,11 @@ mod tests {
     fn writes_that_do_not_fit_change_nothing() {
         let mut row = vec![0; 64];
         let big = "x".repeat(60);
-        let replies = run(&mut row, &[set("a", "1"), set("b", &big), Op::Get("a".into())]).unwrap();
+        let replies = run(
+            &mut row,
+            &[set("a", "1"), set("b", &big), Op::Get("a".into())],
+        )
+        .unwrap();
         assert!(matches!(&replies[1], Reply::Err(e) if e.starts_with("OOM")));
         assert_eq!(replies[2], Reply::Bulk(b"1".to_vec()));
         assert_eq!(Bucket::version(&row), 1);
@@ -806,7 +822,16 @@ mod tests {
             nx,
             xx,
         };
-        let replies = run(&mut row, &[op("a", false, true), op("a", true, false), op("a", true, false), op("a", false, true)]).unwrap();
+        let replies = run(
+            &mut row,
+            &[
+                op("a", false, true),
+                op("a", true, false),
+                op("a", true, false),
+                op("a", false, true),
+            ],
+        )
+        .unwrap();
         assert_eq!(replies, [Reply::Nil, Reply::Ok, Reply::Nil, Reply::Ok]);
     }
 
@@ -839,11 +864,15 @@ mod tests {
         seen.sort();
         seen.dedup();
         assert_eq!(seen.len(), program.accesses.len());
-        let outputs: Vec<Value> = call.args.chunks(3).map(|t| {
-            let mut row = vec![0; 1024];
-            let out = kv_apply(RowRef::Write(&mut row), &t[2], Inputs::new(&[], &[])).unwrap();
-            out
-        }).collect();
+        let outputs: Vec<Value> = call
+            .args
+            .chunks(3)
+            .map(|t| {
+                let mut row = vec![0; 1024];
+                let out = kv_apply(RowRef::Write(&mut row), &t[2], Inputs::new(&[], &[])).unwrap();
+                out
+            })
+            .collect();
         let replies = KvTxnBuilder::replies(&placed, &outputs).unwrap();
         assert_eq!(replies, vec![Reply::Ok; 20]);
     }

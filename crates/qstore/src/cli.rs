@@ -83,6 +83,21 @@ enum Command {
     /// address used twice or that this host cannot listen on, a --node the file does not
     /// have), 1 when the server fails while starting or serving (e.g. a peer never comes).
     Server(ServerArgs),
+    /// Serve Redis clients (redis-cli, redis-benchmark, client libraries) from an embedded
+    /// cluster: every command is a serializable transaction of the kv workload on the chosen
+    /// protocol, MULTI/EXEC one transaction across partitions, WATCH checked on the buckets'
+    /// versions.
+    ///
+    /// Takes `run`'s cluster and kv flags (--protocol, --nodes, --workers, --kv-buckets,
+    /// --kv-bucket-bytes). Clients must AUTH: with the password printed at start, the one
+    /// derived from --secret-file, or not at all with --no-auth (loopback only).
+    /// Supported: GET, SET [NX|XX], DEL, EXISTS, INCR, INCRBY, DECR, DECRBY, APPEND, STRLEN,
+    /// MGET, MSET, MULTI, EXEC, DISCARD, WATCH, UNWATCH, PING, ECHO, SELECT 0, AUTH, HELLO
+    /// [2|3], CLIENT SETNAME/GETNAME/ID, COMMAND, INFO, QUIT.
+    Redis(Box<RedisArgs>),
+    /// Print the Redis password of a cluster (derived from its secret; the secret itself
+    /// never crosses the network).
+    RedisPassword(RedisPasswordArgs),
     /// Run the load generator against the servers of a distributed cluster and print the same
     /// results as `qstore run`, with the servers' message counts.
     ///
@@ -163,6 +178,36 @@ struct ServerArgs {
     /// Durability).
     #[arg(long, value_name = "DIR")]
     data_dir: Option<PathBuf>,
+    /// Also serve Redis clients on this address (the cluster must run the kv workload);
+    /// they AUTH with the password `qstore redis-password --cluster FILE` prints.
+    #[arg(long, value_name = "ADDR")]
+    redis: Option<std::net::SocketAddr>,
+}
+
+#[derive(Args)]
+struct RedisArgs {
+    /// Where to listen for Redis clients.
+    #[arg(long, default_value = "127.0.0.1:7379", value_name = "ADDR")]
+    listen: std::net::SocketAddr,
+    /// Clients AUTH with the password derived from this cluster secret file (see `qstore
+    /// redis-password`); without it a secret is made for this run and its password printed.
+    #[arg(long, value_name = "FILE")]
+    secret_file: Option<PathBuf>,
+    /// Let every client in without AUTH (only on a loopback address).
+    #[arg(long)]
+    no_auth: bool,
+    /// Stop after this many seconds (default: run until Ctrl-C).
+    #[arg(long, value_name = "SECONDS")]
+    serve_for: Option<f64>,
+    #[command(flatten)]
+    run: RunArgs,
+}
+
+#[derive(Args)]
+struct RedisPasswordArgs {
+    /// Cluster file (TOML) whose secret_file the password is derived from.
+    #[arg(long, value_name = "FILE")]
+    cluster: PathBuf,
 }
 
 #[derive(Args)]
@@ -1135,6 +1180,8 @@ pub fn main() -> i32 {
         Command::Bench(args) => bench(*args),
         Command::Figure(args) => crate::figure::figure(args),
         Command::Server(args) => server(args),
+        Command::Redis(args) => redis(*args),
+        Command::RedisPassword(args) => redis_password(args),
         Command::Client(args) => client(*args),
         Command::Cluster(args) => cluster(*args),
         Command::Secret(args) => secret(args),
@@ -1294,13 +1341,81 @@ fn server(args: ServerArgs) -> i32 {
     if let Err(e) = sizing::check(&cfg, own_partition) {
         return usage_error(&e.to_string());
     }
-    match crate::distributed::serve(cfg, args.node, args.record_history) {
+    if args.redis.is_some() && cfg.workload.name != "kv" {
+        return usage_error(&format!(
+            "--redis needs the kv workload; {} runs {} (set workload.name = \"kv\")",
+            args.cluster.display(),
+            cfg.workload.name
+        ));
+    }
+    match crate::distributed::serve(cfg, args.node, args.record_history, args.redis) {
         Ok(()) => 0,
         Err(QError::Config(e)) => usage_error(&e.to_string()),
         Err(e) => {
             eprintln!("error: {}", naming_node(args.node, &e.to_string()));
             EXIT_FAILURE
         }
+    }
+}
+
+fn redis(mut args: RedisArgs) -> i32 {
+    match args.run.workload.as_deref() {
+        None => args.run.workload = Some("kv".into()),
+        Some("kv") => {}
+        Some(other) => {
+            return usage_error(&format!(
+                "invalid --workload = {other}: the Redis port serves the kv workload"
+            ))
+        }
+    }
+    let cfg = match args.run.config() {
+        Ok(c) => c,
+        Err(e) => return usage_error(&e),
+    };
+    let loads = sizing::Loads {
+        partitions: cfg.cluster.nodes,
+        oracle: false,
+    };
+    if let Err(e) = sizing::check(&cfg, loads) {
+        return usage_error(&e.to_string());
+    }
+    if args.no_auth && !args.listen.ip().is_loopback() {
+        return usage_error(&format!(
+            "--no-auth on {}: without a password, listen on a loopback address only",
+            args.listen
+        ));
+    }
+    let auth = match (&args.secret_file, args.no_auth) {
+        (Some(_), true) => return usage_error("give --secret-file or --no-auth, not both"),
+        (Some(f), false) => crate::redis_port::PortAuth::SecretFile(f),
+        (None, true) => crate::redis_port::PortAuth::Open,
+        (None, false) => crate::redis_port::PortAuth::Fresh,
+    };
+    let serve_for = match args.serve_for {
+        Some(s) if !(s > 0.0 && s.is_finite()) => {
+            return usage_error(&format!("invalid --serve-for = {s}: must be above 0"))
+        }
+        s => s.map(Duration::from_secs_f64),
+    };
+    match crate::redis_port::serve_embedded(cfg, args.listen, auth, serve_for) {
+        Ok(()) => 0,
+        Err(QError::Config(e)) => usage_error(&e.to_string()),
+        Err(e) => {
+            eprintln!("error: {e}");
+            EXIT_FAILURE
+        }
+    }
+}
+
+fn redis_password(args: RedisPasswordArgs) -> i32 {
+    let secret = load_config(&args.cluster)
+        .and_then(|cfg| qstore_bench::remote::load_secret(&cfg).map_err(|e| e.to_string()));
+    match secret {
+        Ok(s) => {
+            println!("{}", qstore_redis::password_for(&s));
+            0
+        }
+        Err(e) => usage_error(&e),
     }
 }
 

@@ -19,7 +19,12 @@ pub fn ready_line(node: u32) -> String {
 }
 
 /// Runs node `node` of the cluster `cfg` describes until SIGINT or SIGTERM.
-pub fn serve(cfg: RunConfig, node: u32, record_history: bool) -> Result<(), QError> {
+pub fn serve(
+    cfg: RunConfig,
+    node: u32,
+    record_history: bool,
+    redis: Option<SocketAddr>,
+) -> Result<(), QError> {
     let addrs = cfg.socket_addresses()?;
     let Some(&(peer_addr, client_addr)) = addrs.get(node as usize) else {
         return Err(QError::Other(format!(
@@ -54,6 +59,7 @@ pub fn serve(cfg: RunConfig, node: u32, record_history: bool) -> Result<(), QErr
     let replicated = cfg.replication.factor > 1;
     let partition = node % cfg.cluster.nodes;
     let workload = qstore_workload::build(&cfg)?;
+    let cfg_for_redis = cfg.clone();
     let me = NodeId(node);
     let (events, peer_events) = crossbeam_channel::unbounded();
     let health = PeerHealth::watch(me, peer_events, replicated);
@@ -95,8 +101,36 @@ pub fn serve(cfg: RunConfig, node: u32, record_history: bool) -> Result<(), QErr
         );
     }
     let tally = Some(qstore_bench::verify::partition_tally(workload.clone()));
-    let endpoint =
-        ClientEndpoint::start(cluster.clone(), me, clients, health, secret, limits, tally)?;
+    let endpoint = ClientEndpoint::start(
+        cluster.clone(),
+        me,
+        clients,
+        health.clone(),
+        secret.clone(),
+        limits,
+        tally,
+    )?;
+    let redis = match redis {
+        Some(addr) => {
+            let auth = qstore_redis::Auth::Secret(secret);
+            let ids = endpoint.txn_ids();
+            let port = crate::redis_port::start_port(
+                &cfg_for_redis,
+                cluster.clone(),
+                me,
+                ids,
+                Some(health),
+                auth,
+                addr,
+            )?;
+            eprintln!(
+                "node {node}: serving Redis clients on {}",
+                port.local_addr()
+            );
+            Some(port)
+        }
+        None => None,
+    };
     eprintln!(
         "node {node}: serving clients on {} ({:.1} s to start)",
         endpoint.local_addr(),
@@ -111,6 +145,9 @@ pub fn serve(cfg: RunConfig, node: u32, record_history: bool) -> Result<(), QErr
         std::thread::sleep(Duration::from_millis(20));
     }
     eprintln!("node {node}: stopping");
+    if let Some(port) = redis {
+        port.stop();
+    }
     endpoint.stop();
     cluster.shutdown();
     Ok(())

@@ -4,6 +4,7 @@ mod cli;
 mod distributed;
 mod figure;
 mod launcher;
+mod redis_port;
 mod sizing;
 mod zk_latency;
 
