@@ -12,6 +12,7 @@
 //! order of the requests. Clients must `AUTH` with the password derived from the cluster
 //! secret ([`password_for`]) before anything but `AUTH`, `HELLO … AUTH` and `QUIT`.
 
+pub mod bench;
 pub mod command;
 pub mod resp;
 mod session;

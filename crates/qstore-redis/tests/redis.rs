@@ -489,3 +489,44 @@ fn transfers_keep_the_sum_on_calvin() {
 fn transfers_keep_the_sum_on_occ() {
     transfers_keep_the_sum("occ");
 }
+
+/// Requests sent in one write (a pipeline): key commands that arrive together run as one
+/// transaction here, and must still answer exactly as Redis does, in order.
+#[test]
+fn a_pipeline_answers_as_redis_does() {
+    let q = qstore("qstore", 2);
+    let real = real_redis(&q.password);
+    let script = [
+        vec!["AUTH", q.password.as_str()],
+        vec!["SET", "p", "1"],
+        vec!["INCR", "p"],
+        vec!["GET", "p"],
+        vec!["INCR", "p:s"],
+        vec!["APPEND", "p:s", "x"],
+        vec!["INCR", "p:s"],
+        vec!["FOO"],
+        vec!["MSET", "p:a", "1", "p:b", "2"],
+        vec!["MGET", "p:a", "p:b", "p"],
+        vec!["MULTI"],
+        vec!["INCR", "p"],
+        vec!["EXEC"],
+        vec!["DEL", "p", "p:a", "nokey"],
+        vec!["EXISTS", "p", "p:b"],
+        vec!["PING"],
+    ];
+    let mut req = Vec::new();
+    for args in &script {
+        req.extend_from_slice(format!("*{}\r\n", args.len()).as_bytes());
+        for a in args {
+            req.extend_from_slice(format!("${}\r\n{a}\r\n", a.len()).as_bytes());
+        }
+    }
+    let replies = |port| {
+        let mut c = Raw::connect(port);
+        c.0.write_all(&req).unwrap();
+        (0..script.len())
+            .map(|_| String::from_utf8_lossy(&c.reply()).into_owned())
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(replies(q.server.local_addr().port()), replies(real.port));
+}

@@ -95,6 +95,12 @@ enum Command {
     /// MGET, MSET, MULTI, EXEC, DISCARD, WATCH, UNWATCH, PING, ECHO, SELECT 0, AUTH, HELLO
     /// [2|3], CLIENT SETNAME/GETNAME/ID, COMMAND, INFO, QUIT.
     Redis(Box<RedisArgs>),
+    /// Load Redis ports with YCSB-16 as Redis transactions (MULTI, 8 GETs, 8 INCRs, EXEC,
+    /// one pipeline each) and print throughput and latency per server: compares qstore's
+    /// port with a real redis-server under the same load.
+    ///
+    /// Exit code 1 when a server cannot be reached or answers an EXEC with an error.
+    RedisBench(RedisBenchArgs),
     /// Print the Redis password of a cluster (derived from its secret; the secret itself
     /// never crosses the network).
     RedisPassword(RedisPasswordArgs),
@@ -201,6 +207,32 @@ struct RedisArgs {
     serve_for: Option<f64>,
     #[command(flatten)]
     run: RunArgs,
+}
+
+#[derive(Args)]
+struct RedisBenchArgs {
+    /// Servers to load, each a Redis port (qstore's or a real redis-server), one after the
+    /// other with the same load.
+    #[arg(long = "addr", value_name = "ADDR", required = true)]
+    addrs: Vec<std::net::SocketAddr>,
+    /// AUTH with this password (the same for every server).
+    #[arg(long)]
+    password: Option<String>,
+    /// Concurrent clients (connections), each with one transaction in flight.
+    #[arg(long, default_value_t = 8)]
+    clients: usize,
+    /// Seconds per server.
+    #[arg(long, default_value_t = 5.0)]
+    duration: f64,
+    /// Keys key:0 .. drawn uniformly.
+    #[arg(long, default_value_t = 10_000)]
+    keys: u64,
+    /// GETs per transaction.
+    #[arg(long, default_value_t = 8)]
+    reads: usize,
+    /// INCRs (read-modify-writes) per transaction.
+    #[arg(long, default_value_t = 8)]
+    rmws: usize,
 }
 
 #[derive(Args)]
@@ -1182,6 +1214,7 @@ pub fn main() -> i32 {
         Command::Server(args) => server(args),
         Command::Redis(args) => redis(*args),
         Command::RedisPassword(args) => redis_password(args),
+        Command::RedisBench(args) => redis_bench(args),
         Command::Client(args) => client(*args),
         Command::Cluster(args) => cluster(*args),
         Command::Secret(args) => secret(args),
@@ -1404,6 +1437,47 @@ fn redis(mut args: RedisArgs) -> i32 {
             eprintln!("error: {e}");
             EXIT_FAILURE
         }
+    }
+}
+
+fn redis_bench(args: RedisBenchArgs) -> i32 {
+    if !(args.duration > 0.0 && args.duration.is_finite()) || args.clients == 0 || args.keys == 0 {
+        return usage_error("--duration, --clients and --keys must be above 0");
+    }
+    println!("server,clients,txn_per_s,p50_us,p99_us,errors");
+    let mut failed = false;
+    for addr in &args.addrs {
+        let spec = qstore_redis::bench::Spec {
+            addr: *addr,
+            password: args.password.clone(),
+            clients: args.clients,
+            duration: Duration::from_secs_f64(args.duration),
+            keys: args.keys,
+            reads: args.reads,
+            rmws: args.rmws,
+        };
+        match qstore_redis::bench::run(&spec) {
+            Ok(o) => {
+                println!(
+                    "{addr},{},{:.0},{},{},{}",
+                    args.clients,
+                    o.txn_per_s(),
+                    o.p50_us,
+                    o.p99_us,
+                    o.errors
+                );
+                failed |= o.errors > 0;
+            }
+            Err(e) => {
+                eprintln!("error: {addr}: {e}");
+                failed = true;
+            }
+        }
+    }
+    if failed {
+        EXIT_FAILURE
+    } else {
+        0
     }
 }
 
