@@ -14,17 +14,22 @@ passed=0 failed=0
 for protocol in ${REDIS_PROTOCOLS:-qstore no_wait calvin}; do
   port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
   "$qstore" redis --protocol "$protocol" --nodes 2 --listen "127.0.0.1:$port" \
-    --secret-file "$work/secret" --serve-for 300 > "$work/out" 2> "$work/err" &
+    --secret-file "$work/secret" --serve-for 300 --verify > "$work/out" 2> "$work/err" &
   server=$!
   for _ in $(seq 100); do grep -q "ready on" "$work/out" && break; sleep 0.1; done
   echo "== redis-py against qstore redis --protocol $protocol (port $port)"
-  if timeout 240 python3 tests/redis-py/check_redis_py.py "$port" "$password"; then
+  ok=1
+  timeout 240 python3 tests/redis-py/check_redis_py.py "$port" "$password" || ok=0
+  # Stopped, the server checks the history of everything the clients ran.
+  kill "$server"
+  wait "$server" || ok=0
+  grep -E "serializable|serial oracle|invariants" "$work/out" || true
+  if [ "$ok" -eq 1 ]; then
     passed=$((passed + 1))
   else
     failed=$((failed + 1))
-    cat "$work/err"
+    cat "$work/out" "$work/err"
   fi
-  kill "$server" && wait "$server" || true
 done
 echo "redis-clients: $passed passed, $failed failed"
 [ "$failed" -eq 0 ]

@@ -155,6 +155,25 @@ impl Verification {
     }
 }
 
+/// What clients saw that the checks cannot see in the cluster: violations in committed
+/// answers, and transactions never answered.
+#[derive(Clone, Debug, Default)]
+pub struct ClientView {
+    pub violations: u64,
+    pub first_violation: Option<String>,
+    pub unanswered: u64,
+}
+
+impl From<&RunReport> for ClientView {
+    fn from(r: &RunReport) -> Self {
+        ClientView {
+            violations: r.invariant_violations,
+            first_violation: r.first_violation.clone(),
+            unanswered: r.unfinished,
+        }
+    }
+}
+
 /// Verifies a finished run whose cluster recorded its history; `clients` is what the load
 /// generator saw (violations in answers, transactions never answered).
 pub fn verify(
@@ -162,6 +181,25 @@ pub fn verify(
     workload: &dyn Workload,
     cluster: &StoppedCluster,
     clients: &RunReport,
+) -> Result<Verification, QError> {
+    verify_cluster(cfg, workload, cluster, &clients.into())
+}
+
+/// Verifies a cluster that recorded its history while serving clients this process does not
+/// see (the Redis port's): the history, the serial oracle and the workload's invariants.
+pub fn verify_served(
+    cfg: &RunConfig,
+    workload: &dyn Workload,
+    cluster: &StoppedCluster,
+) -> Result<Verification, QError> {
+    verify_cluster(cfg, workload, cluster, &ClientView::default())
+}
+
+fn verify_cluster(
+    cfg: &RunConfig,
+    workload: &dyn Workload,
+    cluster: &StoppedCluster,
+    clients: &ClientView,
 ) -> Result<Verification, QError> {
     let ctx = cluster.ctx();
     let recorder = ctx
@@ -197,7 +235,7 @@ fn verified_copies(
     hashes: &[u64],
     stale: Vec<u32>,
     failed_over: bool,
-    clients: &RunReport,
+    clients: &ClientView,
 ) -> Result<Verification, QError> {
     let partitions = cfg.cluster.nodes as usize;
     let in_service: Vec<&[u64]> = hashes
@@ -290,7 +328,7 @@ pub fn verify_remote(
         &hashes,
         stale,
         failed_over,
-        clients,
+        &clients.into(),
     )?;
     v.invariants = invariants;
     let audits: Vec<Vec<u8>> = collected
@@ -310,7 +348,7 @@ fn verify_recorded(
     workload: &dyn Workload,
     recorder: &HistoryRecorder,
     run_hashes: &[u64],
-    clients: &RunReport,
+    clients: &ClientView,
 ) -> Result<Verification, QError> {
     let history = qstore_check::check(&recorder.history());
     let deterministic =
@@ -363,9 +401,9 @@ fn verify_recorded(
         oracle,
         invariants: None,
         protocol_check: None,
-        client_violations: clients.invariant_violations,
+        client_violations: clients.violations,
         first_client_violation: clients.first_violation.clone(),
-        unanswered: clients.unfinished,
+        unanswered: clients.unanswered,
         failover: None,
     })
 }

@@ -89,7 +89,9 @@ enum Command {
     /// versions.
     ///
     /// Takes `run`'s cluster and kv flags (--protocol, --nodes, --workers, --kv-buckets,
-    /// --kv-bucket-bytes). Clients must AUTH: with the password printed at start, the one
+    /// --kv-bucket-bytes). With --verify the cluster records every transaction the clients
+    /// ran and, once stopped, checks the history and replays it against the serial oracle
+    /// (deterministic protocols); exit code 1 if a check fails. Clients must AUTH: with the password printed at start, the one
     /// derived from --secret-file, or not at all with --no-auth (loopback only).
     /// Supported: GET, SET [NX|XX], DEL, EXISTS, INCR, INCRBY, DECR, DECRBY, APPEND, STRLEN,
     /// MGET, MSET, MULTI, EXEC, DISCARD, WATCH, UNWATCH, PING, ECHO, SELECT 0, AUTH, HELLO
@@ -1430,8 +1432,9 @@ fn redis(mut args: RedisArgs) -> i32 {
         }
         s => s.map(Duration::from_secs_f64),
     };
-    match crate::redis_port::serve_embedded(cfg, args.listen, auth, serve_for) {
-        Ok(()) => 0,
+    match crate::redis_port::serve_embedded(cfg, args.listen, auth, serve_for, args.run.verify) {
+        Ok(true) => 0,
+        Ok(false) => EXIT_FAILURE,
         Err(QError::Config(e)) => usage_error(&e.to_string()),
         Err(e) => {
             eprintln!("error: {e}");

@@ -66,13 +66,16 @@ pub fn start_port(
 }
 
 /// Runs an embedded cluster of `cfg` (workload kv) and serves Redis clients on `addr`, with
-/// node 0 as every transaction's home, until SIGINT/SIGTERM or `serve_for`.
+/// node 0 as every transaction's home, until SIGINT/SIGTERM or `serve_for`. With `verify`,
+/// the cluster records its history, and once stopped checks it (and, for deterministic
+/// protocols, replays it against the serial oracle): returns whether every check passed.
 pub fn serve_embedded(
     cfg: RunConfig,
     addr: SocketAddr,
     auth: PortAuth<'_>,
     serve_for: Option<Duration>,
-) -> Result<(), QError> {
+    verify: bool,
+) -> Result<bool, QError> {
     let kv = Kv::new(&cfg)?;
     let started = Instant::now();
     eprintln!(
@@ -87,7 +90,7 @@ pub fn serve_embedded(
         kv.catalog(),
         kv.partition_map().clone(),
         &|p: PartitionId, loader| kv.load(p, loader),
-        false,
+        verify,
     )?);
     let auth = match auth {
         PortAuth::SecretFile(path) => {
@@ -119,6 +122,15 @@ pub fn serve_embedded(
     }
     eprintln!("qstore redis: stopping");
     port.stop();
-    cluster.shutdown();
-    Ok(())
+    drop(port);
+    let Ok(cluster) = Arc::try_unwrap(cluster) else {
+        unreachable!("the port, its only other holder, is gone")
+    };
+    let stopped = cluster.stop();
+    if !verify {
+        return Ok(true);
+    }
+    Ok(crate::cli::print_verification(
+        qstore_bench::verify::verify_served(&cfg, &kv, &stopped),
+    ))
 }
