@@ -35,6 +35,10 @@ impl Drop for Qstore {
 }
 
 fn qstore(protocol: &str, nodes: u32) -> Qstore {
+    qstore_with(protocol, nodes, Limits::default())
+}
+
+fn qstore_with(protocol: &str, nodes: u32, limits: Limits) -> Qstore {
     let mut cfg = RunConfig::default();
     cfg.protocol.name = protocol.into();
     cfg.workload.name = "kv".into();
@@ -60,7 +64,7 @@ fn qstore(protocol: &str, nodes: u32) -> Qstore {
         me,
         health: None,
         auth: Auth::Secret(secret),
-        limits: Limits::default(),
+        limits,
     };
     let listener = TcpListener::bind("127.0.0.1:0").unwrap();
     let server = RedisServer::start(listener, backend).unwrap();
@@ -529,4 +533,36 @@ fn a_pipeline_answers_as_redis_does() {
             .collect::<Vec<_>>()
     };
     assert_eq!(replies(q.server.local_addr().port()), replies(real.port));
+}
+
+#[test]
+fn connections_over_the_limit_and_idle_ones_are_closed_with_a_reason() {
+    let limits = Limits {
+        max_clients: 2,
+        idle_timeout: Duration::from_millis(1500),
+        ..Limits::default()
+    };
+    let q = qstore_with("qstore", 1, limits);
+    let port = q.server.local_addr().port();
+    let mut a = Raw::connect(port);
+    let mut b = Raw::connect(port);
+    assert_eq!(a.cmd(&["AUTH", &q.password]), b"+OK\r\n");
+    assert_eq!(b.cmd(&["PING"]), b"-NOAUTH Authentication required.\r\n");
+    let mut c = Raw::connect(port);
+    assert_eq!(c.reply(), b"-ERR max number of clients reached\r\n");
+    // Idle past the timeout: closed (the read sees the end of the stream).
+    std::thread::sleep(Duration::from_millis(2500));
+    assert_eq!(a.reply(), b"");
+    assert_eq!(b.reply(), b"");
+    // Their places are free again (once their threads have ended).
+    let began = Instant::now();
+    let mut d = loop {
+        let mut d = Raw::connect(port);
+        if d.cmd(&["AUTH", &q.password]) == b"+OK\r\n" {
+            break d;
+        }
+        assert!(began.elapsed() < Duration::from_secs(5), "no place freed");
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    assert_eq!(d.cmd(&["GET", "x"]), b"$-1\r\n");
 }
