@@ -93,7 +93,7 @@ fn client(spec: &Spec, seed: u64, deadline: Instant) -> ClientResult {
     let (mut committed, mut errors, mut latencies) = (0, 0, Vec::new());
     while Instant::now() < deadline {
         let keys: Vec<Vec<u8>> = (0..spec.reads + spec.rmws)
-            .map(|_| format!("key:{}", next() % spec.keys).into_bytes())
+            .map(|_| format!("key:{}", next() % spec.keys.max(1)).into_bytes())
             .collect();
         let mut cmds: Vec<Vec<&[u8]>> = vec![vec![b"MULTI"]];
         for (i, k) in keys.iter().enumerate() {

@@ -60,6 +60,9 @@ fn to_resp(r: Reply) -> Resp {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Command {
     Data(DataCommand),
+    /// A command Redis accepts when queued but that fails when it runs (a syntax error, a
+    /// number that is not one): its error.
+    Failed(Resp),
     Ping(Option<Vec<u8>>),
     Echo(Vec<u8>),
     Select(Vec<u8>),
@@ -78,6 +81,16 @@ pub enum Command {
     Info,
     DbSize,
     Quit,
+}
+
+impl Command {
+    /// Key operations the command runs.
+    pub fn ops(&self) -> usize {
+        match self {
+            Command::Data(d) => d.ops.len(),
+            _ => 0,
+        }
+    }
 }
 
 /// Commands in `COMMAND`'s list: (name, arity as Redis counts it, first key, last key, step).
@@ -111,7 +124,13 @@ pub const COMMANDS: &[(&str, i64, i64, i64, i64)] = &[
     ("quit", -1, 0, 0, 0),
 ];
 
-/// Reads a request's arguments as a command, or the error reply Redis would give.
+/// Most key operations one transaction runs (a command, a pipeline's, or a MULTI's).
+pub const MAX_TXN_OPS: usize = 16_384;
+
+/// Reads a request's arguments as a command. An unknown command or a wrong number of
+/// arguments is an error (in MULTI, Redis refuses those when queued, and EXEC then aborts);
+/// any other mistake is a [`Command::Failed`] that answers its error when it runs (in MULTI,
+/// inside EXEC's array), as Redis does.
 pub fn parse(args: &[Vec<u8>]) -> Result<Command, Resp> {
     let name = String::from_utf8_lossy(&args[0]).to_ascii_lowercase();
     let Some(&(_, arity, ..)) = COMMANDS.iter().find(|c| c.0 == name) else {
@@ -123,15 +142,23 @@ pub fn parse(args: &[Vec<u8>]) -> Result<Command, Resp> {
             "ERR wrong number of arguments for '{name}' command"
         )));
     }
-    let rest = &args[1..];
-    for k in keys_of(&name, rest) {
-        if k.len() > MAX_KEY {
-            return Err(Resp::err(format!(
-                "ERR keys are at most {MAX_KEY} bytes here"
-            )));
-        }
+    Ok(checked(&name, &args[1..]).unwrap_or_else(Command::Failed))
+}
+
+/// The command `name` with arguments `rest` (of the right number).
+fn checked(name: &str, rest: &[Vec<u8>]) -> Result<Command, Resp> {
+    let keys = keys_of(name, rest);
+    if keys.len() > MAX_TXN_OPS {
+        return Err(Resp::err(format!(
+            "ERR at most {MAX_TXN_OPS} keys in one command here"
+        )));
     }
-    Ok(match name.as_str() {
+    if keys.iter().any(|k| k.len() > MAX_KEY) {
+        return Err(Resp::err(format!(
+            "ERR keys are at most {MAX_KEY} bytes here"
+        )));
+    }
+    Ok(match name {
         "get" => one(Op::Get(rest[0].clone())),
         "set" => set(rest)?,
         "del" => many(rest, Shape::Sum, |k| Op::Del(k.clone())),
@@ -243,6 +270,7 @@ fn set(rest: &[Vec<u8>]) -> Result<Command, Resp> {
         value: rest[1].clone(),
         nx,
         xx,
+        whole: false,
     }))
 }
 
@@ -259,12 +287,24 @@ fn mset(rest: &[Vec<u8>]) -> Result<Command, Resp> {
             value: kv[1].clone(),
             nx: false,
             xx: false,
+            // MSET sets every key or none: a pair that does not fit aborts the transaction.
+            whole: true,
         })
         .collect();
     Ok(Command::Data(DataCommand {
         ops,
         shape: Shape::AllOk,
     }))
+}
+
+/// A client name as Redis allows one (CLIENT SETNAME, HELLO … SETNAME).
+pub fn valid_client_name(name: &[u8]) -> Result<(), Resp> {
+    if name.iter().any(|&b| b <= b' ' || b > b'~') {
+        return Err(Resp::err(
+            "ERR Client names cannot contain spaces, newlines or special characters.",
+        ));
+    }
+    Ok(())
 }
 
 fn client(rest: &[Vec<u8>]) -> Result<Command, Resp> {
@@ -282,11 +322,7 @@ fn client(rest: &[Vec<u8>]) -> Result<Command, Resp> {
     match sub.as_slice() {
         b"setname" => {
             arity(2)?;
-            if rest[1].iter().any(|&b| b <= b' ' || b > b'~') {
-                return Err(Resp::err(
-                    "ERR Client names cannot contain spaces, newlines or special characters.",
-                ));
-            }
+            valid_client_name(&rest[1])?;
             Ok(Command::ClientSetName(rest[1].clone()))
         }
         b"getname" => arity(1).map(|()| Command::ClientGetName),
@@ -309,7 +345,7 @@ mod tests {
     #[test]
     fn errors_are_worded_as_redis_words_them() {
         let err = |s| match parse(&args(s)) {
-            Err(Resp::Error(e)) => e,
+            Err(Resp::Error(e)) | Ok(Command::Failed(Resp::Error(e))) => e,
             other => panic!("{s}: {other:?}"),
         };
         assert_eq!(

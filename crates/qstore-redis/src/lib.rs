@@ -184,6 +184,15 @@ impl Drop for RedisServer {
     }
 }
 
+/// A connection's place among `max_clients`, given back when dropped.
+struct Slot<'a>(&'a AtomicUsize);
+
+impl Drop for Slot<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
 fn accept_loop(shared: &Arc<Shared>, listener: TcpListener) {
     let me = shared.backend.me;
     for stream in listener.incoming() {
@@ -210,8 +219,9 @@ fn accept_loop(shared: &Arc<Shared>, listener: TcpListener) {
         let spawned = std::thread::Builder::new()
             .name(format!("n{}-redis-{number}", me.0))
             .spawn(move || {
+                // Gives the connection's place back however the session ends (a panic too).
+                let _slot = Slot(&s.open);
                 session::serve(&s, stream, number);
-                s.open.fetch_sub(1, Ordering::AcqRel);
             });
         match spawned {
             Ok(h) => {

@@ -1,13 +1,12 @@
 //! RESP on the wire: requests (arrays of bulk strings, or inline commands as `redis-cli`
 //! and telnet users type them) in, replies out in RESP2 or, after `HELLO 3`, RESP3.
 
-use redis_protocol::resp2::decode::decode;
-use redis_protocol::resp2::types::OwnedFrame;
-
 /// Most arguments in one request (Redis's own limit).
 const MAX_ARGS: usize = 1024 * 1024;
 /// Longest inline command line (Redis's own limit).
 const MAX_INLINE: usize = 64 * 1024;
+/// Longest line holding a count (`*N`, `$N`).
+const MAX_COUNT_LINE: usize = 32;
 
 /// A reply, in the protocol's terms.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -92,48 +91,110 @@ pub struct ProtocolError(pub String);
 /// A request's arguments, and the bytes it took.
 pub type Request = (Vec<Vec<u8>>, usize);
 
+/// What a request may hold: Redis's own limits once a client is authenticated, and far
+/// smaller ones before (as Redis 7.2 has), so an unauthenticated client cannot make the
+/// server hold much.
+#[derive(Clone, Copy, Debug)]
+pub struct RequestLimits {
+    pub max_args: usize,
+    pub max_bulk: usize,
+    pub authenticated: bool,
+}
+
+impl RequestLimits {
+    pub const AUTHENTICATED: RequestLimits = RequestLimits {
+        max_args: MAX_ARGS,
+        max_bulk: 1 << 20,
+        authenticated: true,
+    };
+    pub const UNAUTHENTICATED: RequestLimits = RequestLimits {
+        max_args: 10,
+        max_bulk: 16 << 10,
+        authenticated: false,
+    };
+
+    fn too_long(&self, what: &str) -> ProtocolError {
+        match self.authenticated {
+            true => invalid(what),
+            false => ProtocolError(format!("Protocol error: unauthenticated {what}")),
+        }
+    }
+}
+
 /// The next complete request in `buf`: its arguments and the bytes it took; `None` if `buf`
 /// holds only part of one. An empty request (a blank inline line, `*0`) has no arguments.
-pub fn next_request(buf: &[u8]) -> Result<Option<Request>, ProtocolError> {
+pub fn next_request(buf: &[u8], limits: RequestLimits) -> Result<Option<Request>, ProtocolError> {
     match buf.first() {
         None => Ok(None),
-        Some(b'*') => multibulk(buf),
+        Some(b'*') => multibulk(buf, limits),
         Some(_) => Ok(inline(buf)?),
     }
 }
 
-fn multibulk(buf: &[u8]) -> Result<Option<Request>, ProtocolError> {
-    // The count is checked before the decoder sees it: a hostile one must not size anything.
-    let Some(end) = buf.iter().position(|&b| b == b'\n') else {
+/// `*N` then N bulk strings `$len` (the only shape of request Redis takes besides inline
+/// commands). Read here rather than by a general decoder: nothing nests, a count is checked
+/// before it sizes anything, and a bulk string's bytes are skipped, not scanned, while the
+/// request is incomplete.
+fn multibulk(buf: &[u8], limits: RequestLimits) -> Result<Option<Request>, ProtocolError> {
+    let Some((count, mut at)) = header(buf, 0, "mbulk")? else {
         return Ok(None);
     };
-    let count = std::str::from_utf8(&buf[1..end])
-        .ok()
-        .map(str::trim_end)
-        .and_then(|s| s.parse::<i64>().ok());
-    match count {
-        Some(n) if n > MAX_ARGS as i64 => return Err(invalid("multibulk length")),
-        Some(_) => {}
-        None => return Err(invalid("multibulk length")),
+    let count = count.map_err(|()| invalid("multibulk length"))?;
+    if count > limits.max_args as i64 {
+        return Err(limits.too_long("multibulk length"));
     }
-    let (frame, used) = match decode(buf) {
-        Ok(Some(found)) => found,
-        Ok(None) => return Ok(None),
-        Err(e) => return Err(ProtocolError(format!("Protocol error: {e}"))),
+    let mut args = Vec::with_capacity(count.clamp(0, 64) as usize);
+    for _ in 0..count.max(0) {
+        match buf.get(at) {
+            None => return Ok(None),
+            Some(b'$') => {}
+            Some(&c) => {
+                return Err(ProtocolError(format!(
+                    "Protocol error: expected '$', got '{}'",
+                    c as char
+                )))
+            }
+        }
+        let Some((len, next)) = header(buf, at, "bulk")? else {
+            return Ok(None);
+        };
+        let len = match len {
+            Ok(n) if (0..=limits.max_bulk as i64).contains(&n) => n as usize,
+            Ok(n) if n > limits.max_bulk as i64 => return Err(limits.too_long("bulk length")),
+            _ => return Err(invalid("bulk length")),
+        };
+        if buf.len() < next + len + 2 {
+            return Ok(None);
+        }
+        args.push(buf[next..next + len].to_vec());
+        at = next + len + 2;
+    }
+    Ok(Some((args, at)))
+}
+
+/// The number after the type byte at `at` and where its line ends; `None` if the line is
+/// not complete yet; an error for a line too long to be a count.
+#[allow(clippy::type_complexity)]
+fn header(
+    buf: &[u8],
+    at: usize,
+    what: &str,
+) -> Result<Option<(Result<i64, ()>, usize)>, ProtocolError> {
+    let line = &buf[at + 1..];
+    let Some(end) = line.iter().take(MAX_COUNT_LINE).position(|&b| b == b'\n') else {
+        if line.len() >= MAX_COUNT_LINE {
+            return Err(ProtocolError(format!(
+                "Protocol error: too big {what} count string"
+            )));
+        }
+        return Ok(None);
     };
-    let OwnedFrame::Array(items) = frame else {
-        return Ok(Some((Vec::new(), used))); // `*-1`: nothing to run
-    };
-    let args = items
-        .into_iter()
-        .map(|f| match f {
-            OwnedFrame::BulkString(b) => Ok(b),
-            _ => Err(ProtocolError(
-                "Protocol error: expected '$', got something else".into(),
-            )),
-        })
-        .collect::<Result<_, _>>()?;
-    Ok(Some((args, used)))
+    let text = line[..end].strip_suffix(b"\r").unwrap_or(&line[..end]);
+    let n = std::str::from_utf8(text)
+        .ok()
+        .and_then(|t| t.parse::<i64>().ok())
+        .ok_or(());
+    Ok(Some((n, at + 1 + end + 1)))
 }
 
 fn invalid(what: &str) -> ProtocolError {
@@ -163,18 +224,20 @@ fn inline(buf: &[u8]) -> Result<Option<Request>, ProtocolError> {
 mod tests {
     use super::*;
 
+    const AUTH: RequestLimits = RequestLimits::AUTHENTICATED;
+
     #[test]
     fn requests_are_read_whole_or_not_at_all() {
         let req = b"*2\r\n$3\r\nGET\r\n$1\r\na\r\n";
         for cut in 0..req.len() {
-            assert_eq!(next_request(&req[..cut]), Ok(None), "cut at {cut}");
+            assert_eq!(next_request(&req[..cut], AUTH), Ok(None), "cut at {cut}");
         }
-        let (args, used) = next_request(req).unwrap().unwrap();
+        let (args, used) = next_request(req, AUTH).unwrap().unwrap();
         assert_eq!(
             (args, used),
             (vec![b"GET".to_vec(), b"a".to_vec()], req.len())
         );
-        let (args, used) = next_request(b"PING  hello\r\nGET").unwrap().unwrap();
+        let (args, used) = next_request(b"PING  hello\r\nGET", AUTH).unwrap().unwrap();
         assert_eq!(
             (args, used),
             (vec![b"PING".to_vec(), b"hello".to_vec()], 13)
@@ -183,10 +246,40 @@ mod tests {
 
     #[test]
     fn hostile_requests_are_refused_without_allocating() {
-        assert!(next_request(b"*99999999999\r\n").is_err());
-        assert!(next_request(b"*x\r\n").is_err());
-        assert!(next_request(b"*1\r\n:5\r\n").is_err());
-        assert!(next_request(&vec![b'a'; MAX_INLINE + 1]).is_err());
+        let err = |b: &[u8], l| next_request(b, l).unwrap_err().0;
+        assert_eq!(
+            err(b"*99999999999\r\n", AUTH),
+            "Protocol error: invalid multibulk length"
+        );
+        assert_eq!(
+            err(b"*x\r\n", AUTH),
+            "Protocol error: invalid multibulk length"
+        );
+        assert_eq!(
+            err(b"*1\r\n:5\r\n", AUTH),
+            "Protocol error: expected '$', got ':'"
+        );
+        assert_eq!(
+            err(b"*1\r\n$-5\r\n", AUTH),
+            "Protocol error: invalid bulk length"
+        );
+        assert!(next_request(&vec![b'a'; MAX_INLINE + 1], AUTH).is_err());
+        assert!(next_request(&[b"*1".as_slice(), &[b'1'; 40]].concat(), AUTH).is_err());
+        // Before AUTH: small requests only.
+        let unauth = RequestLimits::UNAUTHENTICATED;
+        assert_eq!(
+            err(b"*11\r\n", unauth),
+            "Protocol error: unauthenticated multibulk length"
+        );
+        assert_eq!(
+            err(b"*1\r\n$20000\r\n", unauth),
+            "Protocol error: unauthenticated bulk length"
+        );
+        // Nesting is not a request: refused at once, whatever its depth.
+        let nested = b"*1\r\n".repeat(100_000);
+        assert!(next_request(&nested, AUTH).is_err());
+        // A bulk string's bytes are not needed to know the request is incomplete.
+        assert_eq!(next_request(b"*1\r\n$1000000\r\nabc", AUTH), Ok(None));
     }
 
     #[test]

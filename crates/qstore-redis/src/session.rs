@@ -1,13 +1,13 @@
 //! One client connection: reads requests, runs them in order, writes the replies.
 
-use crate::command::{self, Command, DataCommand, COMMANDS};
-use crate::resp::{next_request, Resp};
+use crate::command::{self, Command, DataCommand, Shape, COMMANDS, MAX_TXN_OPS};
+use crate::resp::{next_request, RequestLimits, Resp};
 use crate::Shared;
 use crossbeam_channel::{unbounded, Receiver, RecvTimeoutError};
 use qstore_core::txn::{ProcCall, TxnKey, TxnOutcome, TxnResponse};
 use qstore_core::{NodeId, TxnId};
 use qstore_engine::{wall_clock_us, TxnRequest};
-use qstore_workload::kv::{KvTxnBuilder, Op, Reply};
+use qstore_workload::kv::{KvTxnBuilder, Op, Reply, WATCHED_KEY_CHANGED};
 use std::io::{self, Read, Write};
 use std::net::{Shutdown, TcpStream};
 use std::sync::atomic::Ordering;
@@ -16,10 +16,12 @@ use std::time::{Duration, Instant};
 
 /// Unparsed request bytes a connection may hold: a value larger than any bucket, plus room.
 const MAX_PENDING_INPUT: usize = 64 << 20;
+/// Replies are written once this many bytes wait (a large MGET's, or many pipelined ones).
+const OUT_FLUSH: usize = 1 << 20;
+/// A client that has not authenticated is let go after this long idle.
+const UNAUTHENTICATED_IDLE: Duration = Duration::from_secs(10);
 /// How often a reading thread looks at the stop flag and the idle deadline.
 const TICK: Duration = Duration::from_millis(500);
-/// Most pipelined key commands run as one transaction.
-const MAX_PIPELINE_TXN: usize = 64;
 /// Most attempts at a transaction that concurrency control keeps aborting.
 const MAX_ATTEMPTS: u32 = 200;
 
@@ -29,6 +31,13 @@ pub(crate) fn refuse(mut stream: TcpStream, why: &str) {
     Resp::err(why).encode(2, &mut out);
     let _ = stream.write_all(&out);
     let _ = stream.shutdown(Shutdown::Both);
+}
+
+/// How a transaction ended.
+enum Ran {
+    Committed(Vec<Reply>),
+    /// A logic abort: why.
+    Aborted(String),
 }
 
 /// What the connection's client has set up.
@@ -53,8 +62,13 @@ pub(crate) fn serve(shared: &Arc<Shared>, mut stream: TcpStream, number: u64) {
         .peer_addr()
         .map(|a| a.to_string())
         .unwrap_or_default();
+    let idle = shared.backend.limits.idle_timeout;
     let _ = stream.set_nodelay(true);
-    if let Err(e) = stream.set_read_timeout(Some(TICK)) {
+    // A client that does not read its replies is let go after the idle timeout.
+    let timeouts = stream
+        .set_read_timeout(Some(TICK))
+        .and_then(|()| stream.set_write_timeout(Some(idle)));
+    if let Err(e) = timeouts {
         tracing::warn!("redis client {peer}: {e}");
         return;
     }
@@ -75,74 +89,114 @@ pub(crate) fn serve(shared: &Arc<Shared>, mut stream: TcpStream, number: u64) {
     let mut out = Vec::new();
     let mut chunk = vec![0u8; 64 << 10];
     let mut last_active = Instant::now();
-    let idle = shared.backend.limits.idle_timeout;
+    // Whether requests may wait in `input` unserved (the last round stopped to write).
+    let mut more = false;
     while !shared.stop.load(Ordering::Acquire) && !s.quit {
-        match stream.read(&mut chunk) {
-            Ok(0) => break,
-            Ok(n) => input.extend_from_slice(&chunk[..n]),
-            Err(e)
-                if matches!(
-                    e.kind(),
-                    io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
-                ) =>
-            {
-                if last_active.elapsed() > idle {
-                    tracing::info!("redis client {peer}: closed after {idle:?} idle");
+        if !more {
+            match stream.read(&mut chunk) {
+                Ok(0) => break,
+                Ok(n) => input.extend_from_slice(&chunk[..n]),
+                Err(e)
+                    if matches!(
+                        e.kind(),
+                        io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
+                    ) =>
+                {
+                    let limit = if s.authed {
+                        idle
+                    } else {
+                        idle.min(UNAUTHENTICATED_IDLE)
+                    };
+                    if last_active.elapsed() > limit {
+                        tracing::info!("redis client {peer}: closed after {limit:?} idle");
+                        break;
+                    }
+                    continue;
+                }
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(e) => {
+                    tracing::debug!("redis client {peer}: {e}");
                     break;
                 }
-                continue;
             }
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-            Err(e) => {
-                tracing::debug!("redis client {peer}: {e}");
-                break;
-            }
+            last_active = Instant::now();
         }
-        last_active = Instant::now();
-        let used = match s.run_requests(&input, &mut out) {
-            Ok(used) => used,
-            Err(why) => {
-                Resp::err(why).encode(s.proto, &mut out);
-                let _ = stream.write_all(&out);
-                tracing::info!(
-                    "redis client {peer}: closed: {}",
-                    String::from_utf8_lossy(&out)
-                );
-                break;
-            }
-        };
-        input.drain(..used);
-        if input.len() > MAX_PENDING_INPUT {
-            refuse(stream, "ERR Protocol error: request too large");
-            return;
+        let round = s.run_requests(&input, &mut out);
+        input.drain(..round.used);
+        more = round.more;
+        let closing = round.error.is_some() || input.len() > MAX_PENDING_INPUT;
+        if let Some(why) = &round.error {
+            tracing::info!("redis client {peer}: closed: {why}");
+            Resp::err(why.clone()).encode(s.proto, &mut out);
+        } else if input.len() > MAX_PENDING_INPUT {
+            Resp::err("ERR Protocol error: request too large").encode(s.proto, &mut out);
         }
         if !out.is_empty() {
-            if stream.write_all(&out).is_err() {
+            if let Err(e) = stream.write_all(&out) {
+                tracing::info!("redis client {peer}: closed: writing replies: {e}");
                 break;
             }
             out.clear();
+            out.shrink_to(OUT_FLUSH);
+        }
+        if closing {
+            break;
         }
     }
     let _ = stream.shutdown(Shutdown::Both);
 }
 
+/// What one round of serving buffered requests did.
+struct Round {
+    /// Bytes of input used.
+    used: usize,
+    /// It stopped early, with replies to write first: complete requests may remain.
+    more: bool,
+    /// A protocol error: answer it and close.
+    error: Option<String>,
+}
+
+/// What running key commands together came to.
+enum Together {
+    /// One reply per command.
+    Replies(Vec<Resp>),
+    /// A watched key changed: EXEC answers nil.
+    WatchedKeyChanged,
+}
+
 impl Session<'_> {
-    /// Runs every complete request in `input`, appending the replies to `out`; returns the
-    /// bytes used, or a protocol error after which the connection closes.
+    /// Runs the complete requests in `input`, appending the replies to `out`, until none is
+    /// left or `out` holds enough to write.
     ///
     /// Key commands that arrive together (a pipeline) run as one transaction: the same as
     /// running them one after another with nothing in between, which Redis allows, and one
     /// trip through the engine instead of one each.
-    fn run_requests(&mut self, input: &[u8], out: &mut Vec<u8>) -> Result<usize, String> {
-        let mut used = 0;
-        let mut pipeline = Vec::new();
+    fn run_requests(&mut self, input: &[u8], out: &mut Vec<u8>) -> Round {
+        let mut round = Round {
+            used: 0,
+            more: false,
+            error: None,
+        };
+        let mut pipeline: Vec<DataCommand> = Vec::new();
+        let mut ops = 0;
         while !self.quit {
-            let Some((args, n)) =
-                next_request(&input[used..]).map_err(|e| format!("ERR {}", e.0))?
-            else {
+            if out.len() >= OUT_FLUSH {
+                round.more = true;
                 break;
+            }
+            let limits = match self.authed {
+                true => RequestLimits::AUTHENTICATED,
+                false => RequestLimits::UNAUTHENTICATED,
             };
-            used += n;
+            let (args, n) = match next_request(&input[round.used..], limits) {
+                Ok(Some(request)) => request,
+                Ok(None) => break,
+                Err(e) => {
+                    round.error = Some(format!("ERR {}", e.0));
+                    break;
+                }
+            };
+            round.used += n;
             if args.is_empty() {
                 continue;
             }
@@ -151,59 +205,79 @@ impl Session<'_> {
                 .commands
                 .fetch_add(1, Ordering::Relaxed);
             match command::parse(&args) {
-                Ok(Command::Data(d)) if self.authed && self.multi.is_none() => {
-                    pipeline.push(d);
-                    if pipeline.len() >= MAX_PIPELINE_TXN {
+                // MSET is all or nothing: its abort must not take other commands with it.
+                Ok(Command::Data(d))
+                    if self.authed && self.multi.is_none() && d.shape != Shape::AllOk =>
+                {
+                    if ops + d.ops.len() > MAX_TXN_OPS {
                         self.run_pipeline(&mut pipeline, out);
+                        ops = 0;
                     }
+                    ops += d.ops.len();
+                    pipeline.push(d);
                 }
                 parsed => {
                     self.run_pipeline(&mut pipeline, out);
+                    ops = 0;
                     let reply = self.run(parsed);
                     reply.encode(self.proto, out);
                 }
             }
         }
         self.run_pipeline(&mut pipeline, out);
-        Ok(used)
+        round
     }
 
     /// Runs pipelined key commands as one transaction, and appends their replies.
     fn run_pipeline(&mut self, pipeline: &mut Vec<DataCommand>, out: &mut Vec<u8>) {
-        let replies: Vec<Resp> = match pipeline.as_slice() {
-            [] => return,
-            [one] => vec![self.data(one)],
-            many => {
-                // A command too large for its bucket answers so on its own; the rest run.
-                let refused: Vec<Option<Resp>> =
-                    many.iter().map(|d| self.too_large(&d.ops)).collect();
-                let mut txn = self.shared.backend.kv.txn();
-                for (d, _) in many.iter().zip(&refused).filter(|(_, r)| r.is_none()) {
-                    d.ops.iter().for_each(|op| txn.push(op));
-                }
-                let ran = if txn.is_empty() {
-                    Ok(Some(Vec::new()))
-                } else {
-                    self.transact(txn)
-                };
-                match ran {
-                    Ok(Some(replies)) => {
-                        let mut replies = replies.into_iter();
-                        many.iter()
-                            .zip(refused)
-                            .map(|(d, refused)| match refused {
-                                Some(e) => e,
-                                None => d.reply(replies.by_ref().take(d.ops.len()).collect()),
-                            })
-                            .collect()
-                    }
-                    Ok(None) => vec![Resp::err("ERR the transaction was aborted"); many.len()],
-                    Err(e) => vec![e; many.len()],
-                }
-            }
+        if pipeline.is_empty() {
+            return;
+        }
+        let commands: Vec<&DataCommand> = pipeline.iter().collect();
+        let replies = match self.run_together(&commands, &[]) {
+            Together::Replies(r) => r,
+            Together::WatchedKeyChanged => unreachable!("a pipeline checks no watched key"),
         };
         replies.iter().for_each(|r| r.encode(self.proto, out));
         pipeline.clear();
+    }
+
+    /// Runs `commands` as one transaction, after checks that the `watched` buckets kept
+    /// their versions. A command too large for any bucket answers so and does not run.
+    fn run_together(&mut self, commands: &[&DataCommand], watched: &[(Vec<u8>, u64)]) -> Together {
+        let refused: Vec<Option<Resp>> = commands.iter().map(|d| self.too_large(&d.ops)).collect();
+        let mut txn = self.shared.backend.kv.txn();
+        for (k, v) in watched {
+            txn.push(&Op::Check(k.clone(), *v));
+        }
+        let runs = commands.iter().zip(&refused).filter(|(_, r)| r.is_none());
+        for (d, _) in runs {
+            d.ops.iter().for_each(|op| txn.push(op));
+        }
+        let ran = if txn.is_empty() {
+            Ok(Ran::Committed(Vec::new()))
+        } else {
+            self.transact(txn)
+        };
+        let mut replies = match ran {
+            Ok(Ran::Committed(r)) => r.into_iter().skip(watched.len()),
+            Ok(Ran::Aborted(why)) if why == WATCHED_KEY_CHANGED => {
+                return Together::WatchedKeyChanged
+            }
+            Ok(Ran::Aborted(why)) => {
+                return Together::Replies(vec![Resp::err(why); commands.len()])
+            }
+            Err(e) => return Together::Replies(vec![e; commands.len()]),
+        };
+        let answers = commands
+            .iter()
+            .zip(refused)
+            .map(|(d, refused)| match refused {
+                Some(e) => e,
+                None => d.reply(replies.by_ref().take(d.ops.len()).collect()),
+            })
+            .collect();
+        Together::Replies(answers)
     }
 
     fn run(&mut self, parsed: Result<Command, Resp>) -> Resp {
@@ -219,9 +293,16 @@ impl Session<'_> {
         if !self.authed && !matches!(cmd, Command::Auth(_) | Command::Hello(_) | Command::Quit) {
             return Resp::err("NOAUTH Authentication required.");
         }
-        if let Some((queued, _)) = &mut self.multi {
+        if let Some((queued, refused)) = &mut self.multi {
             match cmd {
-                Command::Data(_) | Command::Ping(_) | Command::Echo(_) => {
+                Command::Data(_) | Command::Failed(_) | Command::Ping(_) | Command::Echo(_) => {
+                    let ops: usize = queued.iter().map(Command::ops).sum();
+                    if ops + cmd.ops() > MAX_TXN_OPS {
+                        *refused = true;
+                        return Resp::err(format!(
+                            "ERR at most {MAX_TXN_OPS} key operations in one MULTI here"
+                        ));
+                    }
                     queued.push(cmd);
                     return Resp::Simple("QUEUED");
                 }
@@ -242,6 +323,7 @@ impl Session<'_> {
     fn run_now(&mut self, cmd: Command) -> Resp {
         match cmd {
             Command::Data(d) => self.data(&d),
+            Command::Failed(e) => e,
             Command::Ping(None) => Resp::Simple("PONG"),
             Command::Ping(Some(m)) | Command::Echo(m) => Resp::Bulk(m),
             Command::Select(db) => match command_int(&db) {
@@ -311,6 +393,7 @@ impl Session<'_> {
     /// `HELLO [protover [AUTH user pass] [SETNAME name]]`.
     fn hello(&mut self, args: &[Vec<u8>]) -> Resp {
         let mut proto = self.proto;
+        let mut new_name = None;
         let mut rest = args;
         if let Some((v, tail)) = args.split_first() {
             match command_int(v) {
@@ -329,7 +412,10 @@ impl Session<'_> {
                     rest = more;
                 }
                 (b"SETNAME", [name, more @ ..]) => {
-                    self.name = name.clone();
+                    if let Err(e) = command::valid_client_name(name) {
+                        return e;
+                    }
+                    new_name = Some(name.clone());
                     rest = more;
                 }
                 _ => {
@@ -348,6 +434,9 @@ impl Session<'_> {
             );
         }
         self.proto = proto;
+        if let Some(name) = new_name {
+            self.name = name;
+        }
         Resp::Map(vec![
             (Resp::bulk("server"), Resp::bulk("redis")),
             (Resp::bulk("version"), Resp::bulk("7.0.0")),
@@ -383,23 +472,27 @@ impl Session<'_> {
 
     /// One data command outside MULTI: one transaction.
     fn data(&mut self, d: &DataCommand) -> Resp {
-        if let Some(e) = self.too_large(&d.ops) {
-            return e;
-        }
-        let mut txn = self.shared.backend.kv.txn();
-        d.ops.iter().for_each(|op| txn.push(op));
-        match self.transact(txn) {
-            Ok(Some(replies)) => d.reply(replies),
-            Ok(None) => Resp::err("ERR the transaction was aborted"),
-            Err(e) => e,
+        match self.run_together(&[d], &[]) {
+            Together::Replies(mut r) => r.pop().unwrap_or(Resp::Nil),
+            Together::WatchedKeyChanged => unreachable!("no watched key is checked"),
         }
     }
 
-    fn watch(&mut self, keys: Vec<Vec<u8>>) -> Resp {
+    fn watch(&mut self, mut keys: Vec<Vec<u8>>) -> Resp {
+        // A key watched already keeps the version it was first watched at (as in Redis).
+        keys.sort();
+        keys.dedup();
+        keys.retain(|k| !self.watched.iter().any(|(w, _)| w == k));
+        if self.watched.len() + keys.len() > MAX_TXN_OPS {
+            return Resp::err(format!("ERR at most {MAX_TXN_OPS} watched keys here"));
+        }
+        if keys.is_empty() {
+            return Resp::ok();
+        }
         let mut txn = self.shared.backend.kv.txn();
         keys.iter().for_each(|k| txn.push(&Op::Version(k.clone())));
         match self.transact(txn) {
-            Ok(Some(replies)) => {
+            Ok(Ran::Committed(replies)) => {
                 for (k, r) in keys.into_iter().zip(replies) {
                     let Reply::Int(v) = r else {
                         return Resp::err("ERR WATCH could not read a version");
@@ -408,7 +501,7 @@ impl Session<'_> {
                 }
                 Resp::ok()
             }
-            Ok(None) => Resp::err("ERR WATCH was aborted"),
+            Ok(Ran::Aborted(why)) => Resp::err(format!("ERR WATCH was aborted: {why}")),
             Err(e) => e,
         }
     }
@@ -429,35 +522,14 @@ impl Session<'_> {
                 _ => None,
             })
             .collect();
-        let all_ops: Vec<Op> = data.iter().flat_map(|d| d.ops.iter().cloned()).collect();
-        if let Some(e) = self.too_large(&all_ops) {
-            return e;
-        }
-        let mut replies = if all_ops.is_empty() && watched.is_empty() {
-            Vec::new().into_iter()
-        } else {
-            let mut txn = self.shared.backend.kv.txn();
-            for (k, v) in &watched {
-                txn.push(&Op::Check(k.clone(), *v));
-            }
-            all_ops.iter().for_each(|op| txn.push(op));
-            match self.transact(txn) {
-                Ok(Some(r)) => r
-                    .into_iter()
-                    .skip(watched.len())
-                    .collect::<Vec<_>>()
-                    .into_iter(),
-                Ok(None) => return Resp::NilArray, // a watched key changed
-                Err(e) => return e,
-            }
+        let mut replies = match self.run_together(&data, &watched) {
+            Together::Replies(r) => r.into_iter(),
+            Together::WatchedKeyChanged => return Resp::NilArray,
         };
         let answers = queued
             .into_iter()
             .map(|c| match c {
-                Command::Data(d) => {
-                    let mine: Vec<Reply> = replies.by_ref().take(d.ops.len()).collect();
-                    d.reply(mine)
-                }
+                Command::Data(_) => replies.next().unwrap_or(Resp::Nil),
                 other => self.run_now(other),
             })
             .collect();
@@ -482,9 +554,10 @@ impl Session<'_> {
         })
     }
 
-    /// Runs a transaction to its end: the operations' replies, `None` if it aborted (a
-    /// watched key changed), or an error reply. Retries what concurrency control aborts.
-    fn transact(&mut self, txn: KvTxnBuilder<'_>) -> Result<Option<Vec<Reply>>, Resp> {
+    /// Runs a transaction to its end: the operations' replies, why it aborted (a watched key
+    /// changed, an MSET did not fit), or an error reply. Retries what concurrency control
+    /// aborts.
+    fn transact(&mut self, txn: KvTxnBuilder<'_>) -> Result<Ran, Resp> {
         let b = &self.shared.backend;
         if let Some(why) = b.health.as_ref().and_then(|h| h.refusal()) {
             return Err(Resp::err(format!("ERR {why}")));
@@ -500,10 +573,10 @@ impl Session<'_> {
             match self.attempt(&call, birth_us)? {
                 TxnOutcome::Committed(outputs) => {
                     return KvTxnBuilder::replies(&placed, &outputs)
-                        .map(Some)
+                        .map(Ran::Committed)
                         .map_err(|e| Resp::err(format!("ERR {e}")));
                 }
-                TxnOutcome::LogicAbort(_) => return Ok(None),
+                TxnOutcome::LogicAbort(why) => return Ok(Ran::Aborted(why)),
                 TxnOutcome::CcAbort(_) => {
                     self.shared.counters.retries.fetch_add(1, Ordering::Relaxed);
                     std::thread::sleep(Duration::from_micros(10 << attempt.min(7)));

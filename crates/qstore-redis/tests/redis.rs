@@ -246,6 +246,17 @@ fn script(password: &str) -> Vec<(usize, Vec<String>)> {
         "0 GET u",
         "0 MULTI",
         "0 EXEC",
+        "0 MULTI",
+        "0 SET q 1",
+        "0 SET q 2 FOO",
+        "0 INCRBY q x",
+        "0 PING a b",
+        "0 INCR q",
+        "0 EXEC",
+        "0 WATCH q q",
+        "0 MULTI",
+        "0 GET q",
+        "0 EXEC",
         "0 SELECT 0",
         "0 SELECT x",
         "0 CLIENT SETNAME app",
@@ -317,6 +328,7 @@ fn hostile_requests_get_redis_errors_and_the_port_keeps_serving() {
     let real = real_redis(&q.password);
     for port in [real.port, q.server.local_addr().port()] {
         let mut c = Raw::connect(port);
+        assert_eq!(c.cmd(&["AUTH", &q.password]), b"+OK\r\n");
         let reply = c.send_bytes(b"*99999999999\r\n");
         assert_eq!(
             String::from_utf8_lossy(&reply),
@@ -324,6 +336,13 @@ fn hostile_requests_get_redis_errors_and_the_port_keeps_serving() {
             "port {port}"
         );
     }
+    // Deep nesting, before AUTH: refused at once, and the process lives on.
+    let mut deep = Raw::connect(q.server.local_addr().port());
+    let reply = deep.send_bytes(&b"*1\r\n".repeat(4000));
+    assert_eq!(
+        String::from_utf8_lossy(&reply),
+        "-ERR Protocol error: expected '$', got '*'\r\n"
+    );
     // Garbage, an unauthenticated client, and a half request that never ends: the port
     // answers the next client as before.
     let port = q.server.local_addr().port();

@@ -47,12 +47,15 @@ pub const MAX_KEY: usize = u16::MAX as usize;
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Op {
     Get(Vec<u8>),
-    /// Sets the value; with `nx` only if the key is absent, with `xx` only if present.
+    /// Sets the value; with `nx` only if the key is absent, with `xx` only if present. With
+    /// `whole`, a value that does not fit in the bucket aborts the transaction (MSET sets
+    /// every key or none) instead of answering an error.
     Set {
         key: Vec<u8>,
         value: Vec<u8>,
         nx: bool,
         xx: bool,
+        whole: bool,
     },
     Del(Vec<u8>),
     Exists(Vec<u8>),
@@ -102,8 +105,14 @@ impl Op {
         out.push(code);
         put_bytes16(out, key);
         match self {
-            Op::Set { value, nx, xx, .. } => {
-                out.push(*nx as u8 | (*xx as u8) << 1);
+            Op::Set {
+                value,
+                nx,
+                xx,
+                whole,
+                ..
+            } => {
+                out.push(*nx as u8 | (*xx as u8) << 1 | (*whole as u8) << 2);
                 put_bytes32(out, value);
             }
             Op::IncrBy(_, by) => out.extend_from_slice(&by.to_le_bytes()),
@@ -124,6 +133,7 @@ impl Op {
                     key,
                     nx: flags & 1 != 0,
                     xx: flags & 2 != 0,
+                    whole: flags & 4 != 0,
                     value: r.bytes32()?.to_vec(),
                 }
             }
@@ -263,6 +273,28 @@ impl Bucket {
         u32::from_le_bytes(row[8..12].try_into().expect("buckets have a header")) as usize
     }
 
+    /// Whether the bytes are a bucket: a header, and entries that fill exactly the used
+    /// bytes, all within the row.
+    fn valid(row: &[u8]) -> bool {
+        if row.len() < HEADER {
+            return false;
+        }
+        let Some(mut r) = row.get(HEADER..HEADER + Self::used(row)).map(Reader) else {
+            return false;
+        };
+        while !r.is_empty() {
+            let ok = (|| {
+                let klen = r.u16()? as usize;
+                let vlen = r.u32()? as usize;
+                r.take(klen.checked_add(vlen)?)
+            })();
+            if ok.is_none() {
+                return false;
+            }
+        }
+        true
+    }
+
     /// The bucket's entries; `None` if its bytes are not a valid bucket.
     fn entries(row: &[u8]) -> Option<Vec<Entry<'_>>> {
         let used = Self::used(row);
@@ -332,6 +364,11 @@ impl Bucket {
     }
 }
 
+/// Why a transaction aborted when a watched key's bucket changed.
+pub const WATCHED_KEY_CHANGED: &str = "a watched key changed";
+/// Why a transaction aborted when an all-or-nothing write (MSET) did not fit in its bucket.
+pub const WHOLE_DOES_NOT_FIT: &str =
+    "OOM a key and value do not fit in their bucket (workload.kv.bucket_bytes); nothing was set";
 const NOT_AN_INTEGER: &str = "ERR value is not an integer or out of range";
 const OVERFLOW: &str = "ERR increment or decrement would overflow";
 
@@ -344,27 +381,34 @@ fn apply(op: &Op, row: &mut RowRef<'_>) -> Result<Reply, LogicAbort> {
         Op::Strlen(k) => Reply::Int(Bucket::find(bytes, k).map_or(0, |e| e.value.len()) as i64),
         Op::Version(_) => Reply::Int(Bucket::version(bytes) as i64),
         Op::Check(_, v) if Bucket::version(bytes) == *v => Reply::Ok,
-        Op::Check(..) => return Err(LogicAbort("a watched key changed")),
+        Op::Check(..) => return Err(LogicAbort(WATCHED_KEY_CHANGED)),
         _ => {
             let RowRef::Write(row) = row else {
                 return Err(LogicAbort("a write reached a read-only access"));
             };
-            write(op, row)
+            write(op, row)?
         }
     };
     Ok(reply)
 }
 
 /// Runs a write; the bucket's version moves when its bytes change.
-fn write(op: &Op, row: &mut [u8]) -> Reply {
+fn write(op: &Op, row: &mut [u8]) -> Result<Reply, LogicAbort> {
     let (reply, changed) = match op {
-        Op::Set { key, value, nx, xx } => {
+        Op::Set {
+            key,
+            value,
+            nx,
+            xx,
+            whole,
+        } => {
             let present = Bucket::find(row, key).is_some();
             if (*nx && present) || (*xx && !present) {
                 (Reply::Nil, false)
             } else {
                 match Bucket::put(row, key, value) {
                     Ok(()) => (Reply::Ok, true),
+                    Err(_) if *whole => return Err(LogicAbort(WHOLE_DOES_NOT_FIT)),
                     Err(e) => (e, false),
                 }
             }
@@ -390,7 +434,7 @@ fn write(op: &Op, row: &mut [u8]) -> Reply {
     if changed {
         Bucket::bump(row);
     }
-    reply
+    Ok(reply)
 }
 
 fn incr(row: &mut [u8], key: &[u8], by: i64) -> Result<i64, Reply> {
@@ -426,6 +470,11 @@ fn kv_apply(mut row: RowRef<'_>, arg: &Value, _: Inputs<'_>) -> Result<Value, Lo
     let Value::Bytes(ops) = arg else {
         return Err(LogicAbort("kv operations are bytes"));
     };
+    // Buckets are written only here, so one that does not parse is corrupt: refuse to touch
+    // it rather than read or write past what it says it holds.
+    if !Bucket::valid(row.bytes()) {
+        return Err(LogicAbort("a bucket does not parse"));
+    }
     let mut r = Reader(ops);
     let mut out = Vec::new();
     while !r.is_empty() {
@@ -735,6 +784,7 @@ mod tests {
             value: v.into(),
             nx: false,
             xx: false,
+            whole: false,
         }
     }
 
@@ -787,6 +837,19 @@ mod tests {
     }
 
     #[test]
+    fn a_whole_write_that_does_not_fit_aborts_and_a_corrupt_bucket_is_refused() {
+        let mut row = vec![0; 64];
+        let mut big = set("b", &"x".repeat(60));
+        if let Op::Set { whole, .. } = &mut big {
+            *whole = true;
+        }
+        assert_eq!(run(&mut row, &[big]), Err(LogicAbort(WHOLE_DOES_NOT_FIT)));
+        row[8..12].copy_from_slice(&1000u32.to_le_bytes());
+        assert!(run(&mut row, &[set("a", "1")]).is_err());
+        assert!(run(&mut row, &[Op::Get("a".into())]).is_err());
+    }
+
+    #[test]
     fn incr_follows_redis() {
         let mut row = vec![0; 256];
         let replies = run(
@@ -821,6 +884,7 @@ mod tests {
             value: "v".into(),
             nx,
             xx,
+            whole: false,
         };
         let replies = run(
             &mut row,
