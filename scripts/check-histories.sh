@@ -78,6 +78,9 @@ for protocol in $("$QSTORE" protocols --names); do
     "$QSTORE" run --protocol "$protocol" --workload micro --records 20000 --contention-index 0.01 \
     --mp-fraction 0.3 --dependent-fraction 0.3 --index-volatility 50 --index-entries 10 \
     --lookup-position 0.2 --verify "${small[@]}"
+  # The Redis port's workload: 8 GETs and 8 INCRs a transaction over 20,000 keys.
+  expect_exit 0 "invariants: ok \(kv" "$protocol kv --verify" -- \
+    "$QSTORE" run --protocol "$protocol" --workload kv --records 20000 --kv-buckets 4096 --verify "${small[@]}"
   for wh in 1 4; do
     expect_exit 0 "invariants: ok \(tpcc" "$protocol tpcc x$wh --verify" -- \
       "$QSTORE" run --protocol "$protocol" "${tpcc[@]}" --warehouses "$wh" --verify -q

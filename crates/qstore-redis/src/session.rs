@@ -7,7 +7,7 @@ use crossbeam_channel::{unbounded, Receiver, RecvTimeoutError};
 use qstore_core::txn::{ProcCall, TxnKey, TxnOutcome, TxnResponse};
 use qstore_core::{NodeId, TxnId};
 use qstore_engine::{wall_clock_us, TxnRequest};
-use qstore_workload::kv::{KvTxnBuilder, Op, Reply, WATCHED_KEY_CHANGED};
+use qstore_workload::kv::{parse_int, KvTxnBuilder, Op, Reply, WATCHED_KEY_CHANGED};
 use std::io::{self, Read, Write};
 use std::net::{Shutdown, TcpStream};
 use std::sync::atomic::Ordering;
@@ -33,6 +33,16 @@ pub(crate) fn refuse(mut stream: TcpStream, why: &str) {
     let _ = stream.shutdown(Shutdown::Both);
 }
 
+/// The commands queued since MULTI.
+#[derive(Default)]
+struct Multi {
+    queued: Vec<Command>,
+    /// Their key operations.
+    ops: usize,
+    /// One was refused when queued: EXEC aborts.
+    refused: bool,
+}
+
 /// How a transaction ended.
 enum Ran {
     Committed(Vec<Reply>),
@@ -47,8 +57,8 @@ struct Session<'a> {
     authed: bool,
     proto: u8,
     name: Vec<u8>,
-    /// Inside MULTI: the queued commands, and whether one was refused (EXEC then aborts).
-    multi: Option<(Vec<Command>, bool)>,
+    /// Inside MULTI: what is queued.
+    multi: Option<Multi>,
     /// WATCHed keys and their buckets' versions when watched.
     watched: Vec<(Vec<u8>, u64)>,
     answers: Receiver<TxnResponse>,
@@ -284,8 +294,8 @@ impl Session<'_> {
         let cmd = match parsed {
             Ok(c) => c,
             Err(e) => {
-                if let Some((_, refused)) = &mut self.multi {
-                    *refused = true;
+                if let Some(m) = &mut self.multi {
+                    m.refused = true;
                 }
                 return e;
             }
@@ -293,24 +303,24 @@ impl Session<'_> {
         if !self.authed && !matches!(cmd, Command::Auth(_) | Command::Hello(_) | Command::Quit) {
             return Resp::err("NOAUTH Authentication required.");
         }
-        if let Some((queued, refused)) = &mut self.multi {
+        if let Some(m) = &mut self.multi {
             match cmd {
                 Command::Data(_) | Command::Failed(_) | Command::Ping(_) | Command::Echo(_) => {
-                    let ops: usize = queued.iter().map(Command::ops).sum();
-                    if ops + cmd.ops() > MAX_TXN_OPS {
-                        *refused = true;
+                    if m.ops + cmd.ops() > MAX_TXN_OPS {
+                        m.refused = true;
                         return Resp::err(format!(
                             "ERR at most {MAX_TXN_OPS} key operations in one MULTI here"
                         ));
                     }
-                    queued.push(cmd);
+                    m.ops += cmd.ops();
+                    m.queued.push(cmd);
                     return Resp::Simple("QUEUED");
                 }
                 Command::Multi => return Resp::err("ERR MULTI calls can not be nested"),
                 Command::Watch(_) => return Resp::err("ERR WATCH inside MULTI is not allowed"),
                 Command::Exec | Command::Discard | Command::Quit => {}
                 _ => {
-                    self.multi.as_mut().expect("inside MULTI").1 = true;
+                    m.refused = true;
                     return Resp::err(
                         "ERR only key commands, PING and ECHO can be queued in MULTI here",
                     );
@@ -326,7 +336,7 @@ impl Session<'_> {
             Command::Failed(e) => e,
             Command::Ping(None) => Resp::Simple("PONG"),
             Command::Ping(Some(m)) | Command::Echo(m) => Resp::Bulk(m),
-            Command::Select(db) => match command_int(&db) {
+            Command::Select(db) => match parse_int(&db) {
                 Some(0) => Resp::ok(),
                 Some(_) => Resp::err("ERR DB index is out of range"),
                 None => Resp::err("ERR value is not an integer or out of range"),
@@ -334,7 +344,7 @@ impl Session<'_> {
             Command::Auth(args) => self.auth(&args),
             Command::Hello(args) => self.hello(&args),
             Command::Multi => {
-                self.multi = Some((Vec::new(), false));
+                self.multi = Some(Multi::default());
                 Resp::ok()
             }
             Command::Exec => self.exec(),
@@ -396,7 +406,7 @@ impl Session<'_> {
         let mut new_name = None;
         let mut rest = args;
         if let Some((v, tail)) = args.split_first() {
-            match command_int(v) {
+            match parse_int(v) {
                 Some(v @ 2..=3) => proto = v as u8,
                 Some(_) => return Resp::err("NOPROTO unsupported protocol version"),
                 None => return Resp::err("ERR Protocol version is not an integer or out of range"),
@@ -508,7 +518,10 @@ impl Session<'_> {
 
     /// EXEC: the queued commands as one transaction, after checks of the watched keys.
     fn exec(&mut self) -> Resp {
-        let Some((queued, refused)) = self.multi.take() else {
+        let Some(Multi {
+            queued, refused, ..
+        }) = self.multi.take()
+        else {
             return Resp::err("ERR EXEC without MULTI");
         };
         let watched = std::mem::take(&mut self.watched);
@@ -538,7 +551,7 @@ impl Session<'_> {
 
     /// An error reply if an operation's key and value cannot fit in a bucket at all.
     fn too_large(&self, ops: &[Op]) -> Option<Resp> {
-        let room = self.shared.backend.kv.config().bucket_bytes as usize - 18;
+        let room = self.shared.backend.kv.entry_room();
         ops.iter().find_map(|op| {
             let value = match op {
                 Op::Set { value, .. } | Op::Append(_, value) => value.len(),
@@ -634,10 +647,6 @@ impl Session<'_> {
             }
         }
     }
-}
-
-fn command_int(b: &[u8]) -> Option<i64> {
-    qstore_workload::kv::parse_int(b)
 }
 
 /// `COMMAND` (the list), `COMMAND COUNT`, and an empty answer to `COMMAND DOCS` (which

@@ -261,6 +261,43 @@ impl Entry<'_> {
     }
 }
 
+/// A bucket's entries, read in place (no allocation on the step's path).
+struct Entries<'a> {
+    /// The bucket's used bytes.
+    used: &'a [u8],
+    /// Where the next entry starts in `used`.
+    pos: usize,
+    /// An entry (or the header) did not parse: iteration stopped there.
+    corrupt: bool,
+}
+
+impl<'a> Iterator for Entries<'a> {
+    type Item = Entry<'a>;
+
+    fn next(&mut self) -> Option<Entry<'a>> {
+        if self.pos == self.used.len() || self.corrupt {
+            return None;
+        }
+        let mut r = Reader(&self.used[self.pos..]);
+        let parsed = (|| {
+            let klen = r.u16()? as usize;
+            let vlen = r.u32()? as usize;
+            Some((r.take(klen)?, r.take(vlen)?))
+        })();
+        let Some((key, value)) = parsed else {
+            self.corrupt = true;
+            return None;
+        };
+        let entry = Entry {
+            at: HEADER + self.pos,
+            key,
+            value,
+        };
+        self.pos += entry.len();
+        Some(entry)
+    }
+}
+
 /// Reads and changes one bucket's bytes.
 struct Bucket;
 
@@ -273,46 +310,41 @@ impl Bucket {
         u32::from_le_bytes(row[8..12].try_into().expect("buckets have a header")) as usize
     }
 
+    /// The bucket's entries in order, read in place. Stops at the first that does not parse
+    /// (see [`Entries::corrupt`]).
+    fn iter(row: &[u8]) -> Entries<'_> {
+        let used = row.get(8..12).map_or(usize::MAX, |_| Self::used(row));
+        match row.get(HEADER..HEADER.saturating_add(used)) {
+            Some(used) => Entries {
+                used,
+                pos: 0,
+                corrupt: false,
+            },
+            None => Entries {
+                used: &[],
+                pos: 0,
+                corrupt: true,
+            },
+        }
+    }
+
     /// Whether the bytes are a bucket: a header, and entries that fill exactly the used
     /// bytes, all within the row.
     fn valid(row: &[u8]) -> bool {
-        if row.len() < HEADER {
-            return false;
-        }
-        let Some(mut r) = row.get(HEADER..HEADER + Self::used(row)).map(Reader) else {
-            return false;
-        };
-        while !r.is_empty() {
-            let ok = (|| {
-                let klen = r.u16()? as usize;
-                let vlen = r.u32()? as usize;
-                r.take(klen.checked_add(vlen)?)
-            })();
-            if ok.is_none() {
-                return false;
-            }
-        }
-        true
+        let mut entries = Self::iter(row);
+        entries.by_ref().for_each(drop);
+        !entries.corrupt
     }
 
     /// The bucket's entries; `None` if its bytes are not a valid bucket.
     fn entries(row: &[u8]) -> Option<Vec<Entry<'_>>> {
-        let used = Self::used(row);
-        let mut r = Reader(row.get(HEADER..HEADER + used)?);
-        let mut out = Vec::new();
-        while !r.is_empty() {
-            let at = HEADER + used - r.0.len();
-            let klen = r.u16()? as usize;
-            let vlen = r.u32()? as usize;
-            let key = r.take(klen)?;
-            let value = r.take(vlen)?;
-            out.push(Entry { at, key, value });
-        }
-        Some(out)
+        let mut iter = Self::iter(row);
+        let entries: Vec<Entry<'_>> = iter.by_ref().collect();
+        (!iter.corrupt).then_some(entries)
     }
 
     fn find<'a>(row: &'a [u8], key: &[u8]) -> Option<Entry<'a>> {
-        Self::entries(row)?.into_iter().find(|e| e.key == key)
+        Self::iter(row).find(|e| e.key == key)
     }
 
     fn get(row: &[u8], key: &[u8]) -> Option<Vec<u8>> {
@@ -345,11 +377,11 @@ impl Bucket {
         }
         Self::remove(row, key);
         let at = HEADER + Self::used(row);
-        let mut entry = Vec::with_capacity(need);
-        put_bytes16(&mut entry, key);
-        entry.splice(2..2, (value.len() as u32).to_le_bytes());
-        entry.extend_from_slice(value);
-        row[at..at + need].copy_from_slice(&entry);
+        let (klen, vlen) = (key.len(), value.len());
+        row[at..at + 2].copy_from_slice(&(klen as u16).to_le_bytes());
+        row[at + 2..at + ENTRY_HEADER].copy_from_slice(&(vlen as u32).to_le_bytes());
+        row[at + ENTRY_HEADER..at + ENTRY_HEADER + klen].copy_from_slice(key);
+        row[at + ENTRY_HEADER + klen..at + need].copy_from_slice(value);
         Self::set_used(row, at + need - HEADER);
         Ok(())
     }
@@ -661,8 +693,9 @@ impl Kv {
         }
     }
 
-    pub fn config(&self) -> &KvConfig {
-        &self.cfg
+    /// Bytes of key and value that fit in an empty bucket: a larger pair never fits.
+    pub fn entry_room(&self) -> usize {
+        self.cfg.bucket_bytes as usize - HEADER - ENTRY_HEADER
     }
 }
 

@@ -59,7 +59,15 @@ pub fn serve(
     let replicated = cfg.replication.factor > 1;
     let partition = node % cfg.cluster.nodes;
     let workload = qstore_workload::build(&cfg)?;
-    let cfg_for_redis = cfg.clone();
+    // Built before the cluster takes the configuration (an error then stops nothing).
+    let redis = match redis {
+        Some(addr) => Some((
+            addr,
+            crate::redis_port::kv_of(&cfg)?,
+            crate::redis_port::limits_of(&cfg),
+        )),
+        None => None,
+    };
     let me = NodeId(node);
     let (events, peer_events) = crossbeam_channel::unbounded();
     let health = PeerHealth::watch(me, peer_events, replicated);
@@ -111,18 +119,17 @@ pub fn serve(
         tally,
     )?;
     let redis = match redis {
-        Some(addr) => {
-            let auth = qstore_redis::Auth::Secret(secret);
-            let ids = endpoint.txn_ids();
-            let port = crate::redis_port::start_port(
-                &cfg_for_redis,
-                cluster.clone(),
+        Some((addr, kv, limits)) => {
+            let backend = qstore_redis::Backend {
+                cluster: cluster.clone(),
+                kv,
                 me,
-                ids,
-                Some(health),
-                auth,
-                addr,
-            )?;
+                ids: endpoint.txn_ids(),
+                health: Some(health),
+                auth: qstore_redis::Auth::Secret(secret),
+                limits,
+            };
+            let port = crate::redis_port::start_port(addr, backend)?;
             eprintln!(
                 "node {node}: serving Redis clients on {}",
                 port.local_addr()

@@ -2,7 +2,7 @@
 //! `qstore server --redis`.
 
 use qstore_core::{NodeId, PartitionId, QError, RunConfig};
-use qstore_engine::server::{PeerHealth, TxnIds};
+use qstore_engine::server::TxnIds;
 use qstore_engine::Cluster;
 use qstore_net::auth::ClusterSecret;
 use qstore_redis::{password_for, Auth, Backend, Limits, RedisServer};
@@ -24,16 +24,8 @@ pub enum PortAuth<'a> {
     Open,
 }
 
-/// Starts Redis port `addr` for node `me` of `cluster`, whose workload must be `kv`.
-pub fn start_port(
-    cfg: &RunConfig,
-    cluster: Arc<Cluster>,
-    me: NodeId,
-    ids: Arc<TxnIds>,
-    health: Option<Arc<PeerHealth>>,
-    auth: Auth,
-    addr: SocketAddr,
-) -> Result<RedisServer, QError> {
+/// The kv workload of `cfg`, which a Redis port needs.
+pub fn kv_of(cfg: &RunConfig) -> Result<Kv, QError> {
     if cfg.workload.name != "kv" {
         return Err(QError::Other(format!(
             "the Redis port needs the kv workload (workload.name = \"kv\", or --workload kv), \
@@ -41,27 +33,25 @@ pub fn start_port(
             cfg.workload.name
         )));
     }
-    let kv = Kv::new(cfg)?;
-    let listener = TcpListener::bind(addr)
-        .map_err(|e| QError::Other(format!("cannot listen for Redis clients on {addr}: {e}")))?;
-    let limits = Limits {
-        // 0 (automatic) takes the port's default.
+    Ok(Kv::new(cfg)?)
+}
+
+/// The port's limits from `[server]` (an automatic `max_clients`, 0, takes the port's own).
+pub fn limits_of(cfg: &RunConfig) -> Limits {
+    Limits {
         max_clients: match cfg.server.max_clients {
             0 => Limits::default().max_clients,
             n => n as usize,
         },
         idle_timeout: Duration::from_secs_f64(cfg.server.client_idle_timeout_s),
         ..Limits::default()
-    };
-    let backend = Backend {
-        cluster,
-        kv,
-        me,
-        ids,
-        health,
-        auth,
-        limits,
-    };
+    }
+}
+
+/// Starts a Redis port on `addr` for `backend`.
+pub fn start_port(addr: SocketAddr, backend: Backend) -> Result<RedisServer, QError> {
+    let listener = TcpListener::bind(addr)
+        .map_err(|e| QError::Other(format!("cannot listen for Redis clients on {addr}: {e}")))?;
     Ok(RedisServer::start(listener, backend)?)
 }
 
@@ -76,7 +66,7 @@ pub fn serve_embedded(
     serve_for: Option<Duration>,
     verify: bool,
 ) -> Result<bool, QError> {
-    let kv = Kv::new(&cfg)?;
+    let kv = kv_of(&cfg)?;
     let started = Instant::now();
     eprintln!(
         "qstore redis: {} on {} node(s), {} buckets of {} bytes per partition, loading...",
@@ -106,7 +96,16 @@ pub fn serve_embedded(
     };
     let me = NodeId(0);
     let ids = Arc::new(TxnIds::new(&cluster, me));
-    let port = start_port(&cfg, cluster.clone(), me, ids, None, auth, addr)?;
+    let backend = Backend {
+        cluster: cluster.clone(),
+        kv: kv.clone(),
+        me,
+        ids,
+        health: None,
+        auth,
+        limits: limits_of(&cfg),
+    };
+    let port = start_port(addr, backend)?;
     eprintln!(
         "qstore redis: serving Redis clients on {} ({:.1} s to start); Ctrl-C stops",
         port.local_addr(),
