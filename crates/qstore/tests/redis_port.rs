@@ -67,17 +67,19 @@ fn the_servers_of_a_cluster_serve_redis_clients_across_partitions() {
         ),
     )
     .unwrap();
-    let (tx, rx) = mpsc::channel();
-    let mut servers: Vec<Proc> = (0..2)
+    // One line channel per server: with a shared one, waiting for node 0's line
+    // would consume node 1's if node 1 happened to be ready first.
+    let (mut servers, lines): (Vec<Proc>, Vec<mpsc::Receiver<String>>) = (0..2)
         .map(|n| {
+            let (tx, rx) = mpsc::channel();
             let mut cmd = Command::new(QSTORE);
             cmd.arg("server").arg("--cluster").arg(&file);
             cmd.args(["--node", &n.to_string(), "--redis", &redis[n].to_string()]);
-            Proc::spawn(&format!("server {n}"), &mut cmd, Some(tx.clone()))
+            (Proc::spawn(&format!("server {n}"), &mut cmd, Some(tx)), rx)
         })
-        .collect();
-    for (n, s) in servers.iter_mut().enumerate() {
-        wait_line(&rx, s, &format!("node {n} ready"));
+        .unzip();
+    for (n, (s, rx)) in servers.iter_mut().zip(&lines).enumerate() {
+        wait_line(rx, s, &format!("node {n} ready"));
     }
     let password = {
         let mut c = Command::new(QSTORE);
