@@ -31,7 +31,7 @@ expect_exit() {
   else
     bad "$what (exit $rc, wanted $code and /$pattern/)"
     # What went wrong is often long before the end: errors and the checks' verdicts first.
-    grep -E -- "ERROR|stale|fail-over|serial oracle|serializable|copies" <<<"$out" | head -n 40
+    grep -E -- "ERROR|stale|stalled|in flight|fail-over|serial oracle|serializable|copies" <<<"$out" | head -n 40
     echo "$out" | tail -n 15
   fi
 }

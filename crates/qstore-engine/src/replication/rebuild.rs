@@ -630,6 +630,10 @@ impl<E: HeldEntry> Rebuilder<E> {
         self.replaying.store(true, Ordering::Release);
     }
 
+    pub fn replaying(&self) -> bool {
+        self.replaying.load(Ordering::Acquire)
+    }
+
     pub fn end_replay(&self) {
         self.replaying.store(false, Ordering::Release);
     }

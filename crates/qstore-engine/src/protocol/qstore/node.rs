@@ -2437,6 +2437,7 @@ impl Applier for QNode {
         };
         match self.watch.verdict(busy, lost) {
             Some(why) => {
+                self.report_stall();
                 self.become_stale(&why);
                 true
             }
@@ -2446,6 +2447,27 @@ impl Applier for QNode {
 }
 
 impl QNode {
+    /// What a stalled node still holds, for diagnosing the stall.
+    fn report_stall(&self) {
+        let state = self.state.lock();
+        let planned: Vec<u64> = self
+            .planners
+            .iter()
+            .map(|p| p.next_batch.load(Ordering::Acquire))
+            .collect();
+        tracing::warn!(
+            "node {} stalled: home batches {:?}, unlogged {:?}, retired {}, planners at \
+             {planned:?}, replaying {}, log {:?}; {}",
+            self.id,
+            state.home.keys().take(4).collect::<Vec<_>>(),
+            state.unlogged.keys().take(4).collect::<Vec<_>>(),
+            state.retired,
+            self.rebuild.replaying(),
+            self.log_position(),
+            state.batches.describe_oldest(),
+        );
+    }
+
     /// Whether the instance still pauses for the copy marked after `batch`: no batch after
     /// it has retired here (the next needs every node's copy made). A pause of more than
     /// `MAX_COPY_PAUSE` is a stall all the same.
