@@ -7,16 +7,20 @@
 //! watched keys' buckets; `EXEC` checks them inside its transaction (an access that aborts
 //! it when one changed) and answers nil then, as Redis does.
 //!
-//! A connection is served by a thread of its own (bounded by `max_clients`): a command
-//! waits for its transaction, so the thread would wait anyway, and replies go out in the
-//! order of the requests. Clients must `AUTH` with the password derived from the cluster
+//! One event-loop thread serves every connection (up to `max_clients`; see [`event`]): the
+//! transactions of many connections go to the engine together, and on an idle qstore node
+//! they run as one batch on that thread. Replies go out in the order of the requests. Clients
+//! must `AUTH` with the password derived from the cluster
 //! secret ([`password_for`]) before anything but `AUTH`, `HELLO … AUTH` and `QUIT`.
 
 pub mod bench;
 pub mod command;
+mod event;
 pub mod resp;
 mod session;
 
+use event::{EventLoop, WakeFlag};
+use mio::{Interest, Poll, Waker};
 use parking_lot::Mutex;
 use qstore_core::NodeId;
 use qstore_engine::server::{PeerHealth, TxnIds};
@@ -24,7 +28,7 @@ use qstore_engine::Cluster;
 use qstore_net::auth::ClusterSecret;
 use qstore_workload::kv::Kv;
 use std::io;
-use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::net::{SocketAddr, TcpListener};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
@@ -126,37 +130,44 @@ struct Counters {
 struct Shared {
     backend: Backend,
     counters: Counters,
+    /// Connections open now.
     open: AtomicUsize,
     stop: AtomicBool,
-    conns: Mutex<Vec<JoinHandle<()>>>,
 }
 
 /// A running Redis port.
 pub struct RedisServer {
     shared: Arc<Shared>,
     addr: SocketAddr,
-    accept: Mutex<Option<JoinHandle<()>>>,
+    wake: Arc<WakeFlag>,
+    thread: Mutex<Option<JoinHandle<()>>>,
 }
 
 impl RedisServer {
     /// Serves Redis clients on `listener` until [`RedisServer::stop`].
     pub fn start(listener: TcpListener, backend: Backend) -> io::Result<Self> {
         let addr = listener.local_addr()?;
+        listener.set_nonblocking(true)?;
+        let mut listener = mio::net::TcpListener::from_std(listener);
+        let poll = Poll::new()?;
+        poll.registry()
+            .register(&mut listener, event::LISTENER, Interest::READABLE)?;
+        let wake = Arc::new(WakeFlag::new(Waker::new(poll.registry(), event::WAKER)?));
         let shared = Arc::new(Shared {
             backend,
             counters: Counters::default(),
             open: AtomicUsize::new(0),
             stop: AtomicBool::new(false),
-            conns: Mutex::new(Vec::new()),
         });
-        let s = shared.clone();
-        let accept = std::thread::Builder::new()
+        let (s, w) = (shared.clone(), wake.clone());
+        let thread = std::thread::Builder::new()
             .name(format!("n{}-redis", s.backend.me.0))
-            .spawn(move || accept_loop(&s, listener))?;
+            .spawn(move || EventLoop::new(&s, poll, listener, w).run())?;
         Ok(RedisServer {
             shared,
             addr,
-            accept: Mutex::new(Some(accept)),
+            wake,
+            thread: Mutex::new(Some(thread)),
         })
     }
 
@@ -164,15 +175,12 @@ impl RedisServer {
         self.addr
     }
 
-    /// Stops accepting, closes every connection (after the command it runs) and waits.
+    /// Stops accepting, gives clients the answers they wait for (for a while), closes every
+    /// connection and waits.
     pub fn stop(&self) {
         self.shared.stop.store(true, Ordering::Release);
-        // Wakes the accepting thread.
-        let _ = TcpStream::connect_timeout(&self.addr, Duration::from_secs(1));
-        if let Some(h) = self.accept.lock().take() {
-            let _ = h.join();
-        }
-        for h in std::mem::take(&mut *self.shared.conns.lock()) {
+        self.wake.wake_now();
+        if let Some(h) = self.thread.lock().take() {
             let _ = h.join();
         }
     }
@@ -181,58 +189,5 @@ impl RedisServer {
 impl Drop for RedisServer {
     fn drop(&mut self) {
         self.stop();
-    }
-}
-
-/// A connection's place among `max_clients`, given back when dropped.
-struct Slot<'a>(&'a AtomicUsize);
-
-impl Drop for Slot<'_> {
-    fn drop(&mut self) {
-        self.0.fetch_sub(1, Ordering::AcqRel);
-    }
-}
-
-fn accept_loop(shared: &Arc<Shared>, listener: TcpListener) {
-    let me = shared.backend.me;
-    for stream in listener.incoming() {
-        if shared.stop.load(Ordering::Acquire) {
-            return;
-        }
-        let stream = match stream {
-            Ok(s) => s,
-            Err(e) => {
-                // E.g. out of file descriptors: the connection waits in the backlog.
-                tracing::warn!("node {me}: accepting a Redis client failed: {e}");
-                std::thread::sleep(Duration::from_millis(50));
-                continue;
-            }
-        };
-        let max = shared.backend.limits.max_clients;
-        if shared.open.fetch_add(1, Ordering::AcqRel) >= max {
-            shared.open.fetch_sub(1, Ordering::AcqRel);
-            session::refuse(stream, "ERR max number of clients reached");
-            continue;
-        }
-        let number = shared.counters.connections.fetch_add(1, Ordering::Relaxed) + 1;
-        let s = shared.clone();
-        let spawned = std::thread::Builder::new()
-            .name(format!("n{}-redis-{number}", me.0))
-            .spawn(move || {
-                // Gives the connection's place back however the session ends (a panic too).
-                let _slot = Slot(&s.open);
-                session::serve(&s, stream, number);
-            });
-        match spawned {
-            Ok(h) => {
-                let mut conns = shared.conns.lock();
-                conns.retain(|h| !h.is_finished());
-                conns.push(h);
-            }
-            Err(e) => {
-                shared.open.fetch_sub(1, Ordering::AcqRel);
-                tracing::warn!("node {me}: cannot serve a Redis client: {e}");
-            }
-        }
     }
 }

@@ -1,36 +1,28 @@
-//! One client connection: reads requests, runs them in order, writes the replies.
+//! One client connection's session: parses its requests, runs them in order and encodes
+//! the replies. It never blocks: a request that needs a transaction hands it back
+//! ([`Pending`]) to the event loop, which submits it and gives the session its answer.
 
 use crate::command::{self, Command, DataCommand, Shape, COMMANDS, MAX_TXN_OPS};
 use crate::resp::{next_request, RequestLimits, Resp};
 use crate::Shared;
-use crossbeam_channel::{unbounded, Receiver, RecvTimeoutError};
-use qstore_core::txn::{ProcCall, TxnKey, TxnOutcome, TxnResponse};
-use qstore_core::{NodeId, TxnId};
-use qstore_engine::{wall_clock_us, TxnRequest};
+use qstore_core::txn::{ProcCall, TxnOutcome};
+use qstore_engine::wall_clock_us;
 use qstore_workload::kv::{parse_int, KvTxnBuilder, Op, Reply, WATCHED_KEY_CHANGED};
-use std::io::{self, Read, Write};
-use std::net::{Shutdown, TcpStream};
+use std::io::Write;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
 
-/// Unparsed request bytes a connection may hold: a value larger than any bucket, plus room.
-const MAX_PENDING_INPUT: usize = 64 << 20;
-/// Replies are written once this many bytes wait (a large MGET's, or many pipelined ones).
-const OUT_FLUSH: usize = 1 << 20;
-/// A client that has not authenticated is let go after this long idle.
-const UNAUTHENTICATED_IDLE: Duration = Duration::from_secs(10);
-/// How often a reading thread looks at the stop flag and the idle deadline.
-const TICK: Duration = Duration::from_millis(500);
+/// Replies are written before more requests are served once this many bytes wait (a large
+/// MGET's, or many pipelined ones).
+pub(crate) const OUT_FLUSH: usize = 1 << 20;
 /// Most attempts at a transaction that concurrency control keeps aborting.
 const MAX_ATTEMPTS: u32 = 200;
 
-/// Answers `why` and closes the connection (best effort: a fresh socket takes it).
-pub(crate) fn refuse(mut stream: TcpStream, why: &str) {
+/// Answers `why` to a connection about to be closed (best effort: a fresh socket takes it).
+pub(crate) fn refuse(mut stream: impl Write, why: &str) {
     let mut out = Vec::new();
     Resp::err(why).encode(2, &mut out);
     let _ = stream.write_all(&out);
-    let _ = stream.shutdown(Shutdown::Both);
 }
 
 /// The commands queued since MULTI.
@@ -50,8 +42,43 @@ enum Ran {
     Aborted(String),
 }
 
+/// What a request came to: replies now, or a transaction to run first.
+pub(crate) enum Step {
+    Now(Vec<Resp>),
+    Txn(Pending),
+}
+
+/// A transaction a session waits for, and what its answer becomes.
+pub(crate) struct Pending {
+    pub(crate) call: Arc<ProcCall>,
+    /// Where each operation's reply is among the call's outputs.
+    placed: Vec<usize>,
+    pub(crate) birth_us: u64,
+    /// Attempts made (concurrency control aborts are retried).
+    pub(crate) attempts: u32,
+    then: Then,
+}
+
+/// What a transaction's end is turned into.
+enum Then {
+    /// Pipelined key commands (or one alone): one reply each.
+    Pipeline {
+        commands: Vec<DataCommand>,
+        refused: Vec<Option<Resp>>,
+    },
+    /// EXEC: one array of the queued commands' replies. The transaction's first `watched`
+    /// operations check the watched buckets.
+    Exec {
+        queued: Vec<Command>,
+        refused: Vec<Option<Resp>>,
+        watched: usize,
+    },
+    /// WATCH: the versions of the newly watched keys' buckets.
+    Watch(Vec<Vec<u8>>),
+}
+
 /// What the connection's client has set up.
-struct Session<'a> {
+pub(crate) struct Session<'a> {
     shared: &'a Shared,
     number: u64,
     authed: bool,
@@ -61,109 +88,20 @@ struct Session<'a> {
     multi: Option<Multi>,
     /// WATCHed keys and their buckets' versions when watched.
     watched: Vec<(Vec<u8>, u64)>,
-    answers: Receiver<TxnResponse>,
-    reply_to: crossbeam_channel::Sender<TxnResponse>,
-    quit: bool,
-}
-
-/// Serves one connection until the client leaves, idles too long, or the port stops.
-pub(crate) fn serve(shared: &Arc<Shared>, mut stream: TcpStream, number: u64) {
-    let peer = stream
-        .peer_addr()
-        .map(|a| a.to_string())
-        .unwrap_or_default();
-    let idle = shared.backend.limits.idle_timeout;
-    let _ = stream.set_nodelay(true);
-    // A client that does not read its replies is let go after the idle timeout.
-    let timeouts = stream
-        .set_read_timeout(Some(TICK))
-        .and_then(|()| stream.set_write_timeout(Some(idle)));
-    if let Err(e) = timeouts {
-        tracing::warn!("redis client {peer}: {e}");
-        return;
-    }
-    let (reply_to, answers) = unbounded();
-    let mut s = Session {
-        shared,
-        number,
-        authed: !shared.backend.auth.required(),
-        proto: 2,
-        name: Vec::new(),
-        multi: None,
-        watched: Vec::new(),
-        answers,
-        reply_to,
-        quit: false,
-    };
-    let mut input = Vec::new();
-    let mut out = Vec::new();
-    let mut chunk = vec![0u8; 64 << 10];
-    let mut last_active = Instant::now();
-    // Whether requests may wait in `input` unserved (the last round stopped to write).
-    let mut more = false;
-    while !shared.stop.load(Ordering::Acquire) && !s.quit {
-        if !more {
-            match stream.read(&mut chunk) {
-                Ok(0) => break,
-                Ok(n) => input.extend_from_slice(&chunk[..n]),
-                Err(e)
-                    if matches!(
-                        e.kind(),
-                        io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
-                    ) =>
-                {
-                    let limit = if s.authed {
-                        idle
-                    } else {
-                        idle.min(UNAUTHENTICATED_IDLE)
-                    };
-                    if last_active.elapsed() > limit {
-                        tracing::info!("redis client {peer}: closed after {limit:?} idle");
-                        break;
-                    }
-                    continue;
-                }
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-                Err(e) => {
-                    tracing::debug!("redis client {peer}: {e}");
-                    break;
-                }
-            }
-            last_active = Instant::now();
-        }
-        let round = s.run_requests(&input, &mut out);
-        input.drain(..round.used);
-        more = round.more;
-        let closing = round.error.is_some() || input.len() > MAX_PENDING_INPUT;
-        if let Some(why) = &round.error {
-            tracing::info!("redis client {peer}: closed: {why}");
-            Resp::err(why.clone()).encode(s.proto, &mut out);
-        } else if input.len() > MAX_PENDING_INPUT {
-            Resp::err("ERR Protocol error: request too large").encode(s.proto, &mut out);
-        }
-        if !out.is_empty() {
-            if let Err(e) = stream.write_all(&out) {
-                tracing::info!("redis client {peer}: closed: writing replies: {e}");
-                break;
-            }
-            out.clear();
-            out.shrink_to(OUT_FLUSH);
-        }
-        if closing {
-            break;
-        }
-    }
-    let _ = stream.shutdown(Shutdown::Both);
+    pub(crate) quit: bool,
 }
 
 /// What one round of serving buffered requests did.
-struct Round {
+#[derive(Default)]
+pub(crate) struct Round {
     /// Bytes of input used.
-    used: usize,
+    pub(crate) used: usize,
     /// It stopped early, with replies to write first: complete requests may remain.
-    more: bool,
+    pub(crate) more: bool,
     /// A protocol error: answer it and close.
-    error: Option<String>,
+    pub(crate) error: Option<String>,
+    /// A transaction to run before anything else: the round stopped there.
+    pub(crate) txn: Option<Pending>,
 }
 
 /// What running key commands together came to.
@@ -174,22 +112,39 @@ enum Together {
     WatchedKeyChanged,
 }
 
-impl Session<'_> {
-    /// Runs the complete requests in `input`, appending the replies to `out`, until none is
-    /// left or `out` holds enough to write.
+impl<'a> Session<'a> {
+    pub(crate) fn new(shared: &'a Shared, number: u64) -> Self {
+        Session {
+            shared,
+            number,
+            authed: !shared.backend.auth.required(),
+            proto: 2,
+            name: Vec::new(),
+            multi: None,
+            watched: Vec::new(),
+            quit: false,
+        }
+    }
+
+    pub(crate) fn authed(&self) -> bool {
+        self.authed
+    }
+
+    pub(crate) fn proto(&self) -> u8 {
+        self.proto
+    }
+
+    /// Serves the complete requests in `input`, appending the replies to `out`, until none
+    /// is left, `out` holds enough to write, or a transaction must run first.
     ///
     /// Key commands that arrive together (a pipeline) run as one transaction: the same as
     /// running them one after another with nothing in between, which Redis allows, and one
     /// trip through the engine instead of one each.
-    fn run_requests(&mut self, input: &[u8], out: &mut Vec<u8>) -> Round {
-        let mut round = Round {
-            used: 0,
-            more: false,
-            error: None,
-        };
+    pub(crate) fn run_requests(&mut self, input: &[u8], out: &mut Vec<u8>) -> Round {
+        let mut round = Round::default();
         let mut pipeline: Vec<DataCommand> = Vec::new();
         let mut ops = 0;
-        while !self.quit {
+        while !self.quit && round.txn.is_none() {
             if out.len() >= OUT_FLUSH {
                 round.more = true;
                 break;
@@ -201,141 +156,245 @@ impl Session<'_> {
             let (args, n) = match next_request(&input[round.used..], limits) {
                 Ok(Some(request)) => request,
                 Ok(None) => break,
+                // The pipeline runs first; the error comes again in the next round.
+                Err(_) if !pipeline.is_empty() => break,
                 Err(e) => {
                     round.error = Some(format!("ERR {}", e.0));
                     break;
                 }
             };
-            round.used += n;
             if args.is_empty() {
+                round.used += n;
                 continue;
             }
-            self.shared
-                .counters
-                .commands
-                .fetch_add(1, Ordering::Relaxed);
+            // A request not taken now (the pipeline runs first) is parsed again next round.
             match command::parse(&args) {
                 // MSET is all or nothing: its abort must not take other commands with it.
                 Ok(Command::Data(d))
                     if self.authed && self.multi.is_none() && d.shape != Shape::AllOk =>
                 {
-                    if ops + d.ops.len() > MAX_TXN_OPS {
-                        self.run_pipeline(&mut pipeline, out);
-                        ops = 0;
+                    if ops + d.ops.len() > MAX_TXN_OPS && !pipeline.is_empty() {
+                        break;
                     }
+                    round.used += n;
+                    self.counted();
                     ops += d.ops.len();
                     pipeline.push(d);
                 }
+                _ if !pipeline.is_empty() => break,
                 parsed => {
-                    self.run_pipeline(&mut pipeline, out);
-                    ops = 0;
-                    let reply = self.run(parsed);
-                    reply.encode(self.proto, out);
+                    round.used += n;
+                    self.counted();
+                    match self.run(parsed) {
+                        Step::Now(replies) => self.encode(&replies, out),
+                        Step::Txn(p) => round.txn = Some(p),
+                    }
                 }
             }
         }
-        self.run_pipeline(&mut pipeline, out);
+        if !pipeline.is_empty() {
+            let refused = self.refusals(pipeline.iter());
+            let then = Then::Pipeline {
+                commands: pipeline,
+                refused,
+            };
+            match self.start(then, &[]) {
+                Step::Now(replies) => self.encode(&replies, out),
+                Step::Txn(p) => round.txn = Some(p),
+            }
+        }
         round
     }
 
-    /// Runs pipelined key commands as one transaction, and appends their replies.
-    fn run_pipeline(&mut self, pipeline: &mut Vec<DataCommand>, out: &mut Vec<u8>) {
-        if pipeline.is_empty() {
-            return;
-        }
-        let commands: Vec<&DataCommand> = pipeline.iter().collect();
-        let replies = match self.run_together(&commands, &[]) {
-            Together::Replies(r) => r,
-            Together::WatchedKeyChanged => unreachable!("a pipeline checks no watched key"),
-        };
-        replies.iter().for_each(|r| r.encode(self.proto, out));
-        pipeline.clear();
+    fn counted(&self) {
+        self.shared
+            .counters
+            .commands
+            .fetch_add(1, Ordering::Relaxed);
     }
 
-    /// Runs `commands` as one transaction, after checks that the `watched` buckets kept
-    /// their versions. A command too large for any bucket answers so and does not run.
-    fn run_together(&mut self, commands: &[&DataCommand], watched: &[(Vec<u8>, u64)]) -> Together {
-        let refused: Vec<Option<Resp>> = commands.iter().map(|d| self.too_large(&d.ops)).collect();
+    fn encode(&self, replies: &[Resp], out: &mut Vec<u8>) {
+        replies.iter().for_each(|r| r.encode(self.proto, out));
+    }
+
+    /// Per command, an error reply if one of its operations cannot fit in a bucket at all
+    /// (it does not run).
+    fn refusals<'c>(&self, commands: impl Iterator<Item = &'c DataCommand>) -> Vec<Option<Resp>> {
+        commands.map(|d| self.too_large(&d.ops)).collect()
+    }
+
+    /// The transaction of `then`'s commands that were not refused, after checks that the
+    /// `watched` buckets kept their versions; or its replies at once if there is nothing to
+    /// run, or the cluster refuses new transactions now.
+    fn start(&mut self, then: Then, watched: &[(Vec<u8>, u64)]) -> Step {
         let mut txn = self.shared.backend.kv.txn();
         for (k, v) in watched {
             txn.push(&Op::Check(k.clone(), *v));
         }
-        let runs = commands.iter().zip(&refused).filter(|(_, r)| r.is_none());
-        for (d, _) in runs {
-            d.ops.iter().for_each(|op| txn.push(op));
+        match &then {
+            Then::Pipeline { commands, refused } => push_runs(&mut txn, commands.iter(), refused),
+            Then::Exec {
+                queued, refused, ..
+            } => push_runs(&mut txn, data_of(queued), refused),
+            Then::Watch(keys) => keys.iter().for_each(|k| txn.push(&Op::Version(k.clone()))),
         }
-        let ran = if txn.is_empty() {
-            Ok(Ran::Committed(Vec::new()))
-        } else {
-            self.transact(txn)
-        };
-        let mut replies = match ran {
-            Ok(Ran::Committed(r)) => r.into_iter().skip(watched.len()),
-            Ok(Ran::Aborted(why)) if why == WATCHED_KEY_CHANGED => {
-                return Together::WatchedKeyChanged
-            }
-            Ok(Ran::Aborted(why)) => {
-                return Together::Replies(vec![Resp::err(why); commands.len()])
-            }
-            Err(e) => return Together::Replies(vec![e; commands.len()]),
-        };
-        let answers = commands
-            .iter()
-            .zip(refused)
-            .map(|(d, refused)| match refused {
-                Some(e) => e,
-                None => d.reply(replies.by_ref().take(d.ops.len()).collect()),
-            })
-            .collect();
-        Together::Replies(answers)
+        if txn.is_empty() {
+            return Step::Now(self.conclude(then, Ok(Ran::Committed(Vec::new()))));
+        }
+        let b = &self.shared.backend;
+        if let Some(why) = b.health.as_ref().and_then(|h| h.refusal()) {
+            return Step::Now(self.conclude(then, Err(Resp::err(format!("ERR {why}")))));
+        }
+        let (call, placed) = txn.finish();
+        self.shared
+            .counters
+            .transactions
+            .fetch_add(1, Ordering::Relaxed);
+        Step::Txn(Pending {
+            call: Arc::new(call),
+            placed,
+            birth_us: wall_clock_us(),
+            attempts: 0,
+            then,
+        })
     }
 
-    fn run(&mut self, parsed: Result<Command, Resp>) -> Resp {
+    /// The answer to an attempt at `p`: its replies are appended to `out`, or it comes back
+    /// to be tried again (concurrency control aborted it).
+    pub(crate) fn answered(
+        &mut self,
+        mut p: Pending,
+        outcome: TxnOutcome,
+        out: &mut Vec<u8>,
+    ) -> Option<Pending> {
+        p.attempts += 1;
+        let ran = match outcome {
+            TxnOutcome::Committed(outputs) => KvTxnBuilder::replies(&p.placed, &outputs)
+                .map(Ran::Committed)
+                .map_err(|e| Resp::err(format!("ERR {e}"))),
+            TxnOutcome::LogicAbort(why) => Ok(Ran::Aborted(why)),
+            TxnOutcome::CcAbort(_) if p.attempts < MAX_ATTEMPTS => {
+                self.shared.counters.retries.fetch_add(1, Ordering::Relaxed);
+                return Some(p);
+            }
+            TxnOutcome::CcAbort(_) => Err(Resp::err(format!(
+                "ERR the transaction was aborted by concurrency control {MAX_ATTEMPTS} times; \
+                 try again"
+            ))),
+            TxnOutcome::Rejected(why) | TxnOutcome::Unknown(why) => {
+                Err(Resp::err(format!("ERR {why}")))
+            }
+            TxnOutcome::NotLeader { leader } => {
+                let at = leader.map_or("another server".into(), |l| format!("node {}", l.0));
+                Err(Resp::err(format!(
+                    "ERR this server does not lead its partition's replica group; connect \
+                     to {at}'s Redis port"
+                )))
+            }
+        };
+        let replies = self.conclude(p.then, ran);
+        self.encode(&replies, out);
+        None
+    }
+
+    /// `p` got no answer: `why` is the reply of each command it ran.
+    pub(crate) fn gave_up(&mut self, p: Pending, why: Resp, out: &mut Vec<u8>) {
+        let replies = self.conclude(p.then, Err(why));
+        self.encode(&replies, out);
+    }
+
+    /// The replies `then` makes of how its transaction ended.
+    fn conclude(&mut self, then: Then, ran: Result<Ran, Resp>) -> Vec<Resp> {
+        match then {
+            Then::Pipeline { commands, refused } => {
+                match data_replies(commands.iter(), refused, ran, 0) {
+                    Together::Replies(r) => r,
+                    // Not with nothing watched; answered as the abort it is all the same.
+                    Together::WatchedKeyChanged => {
+                        vec![Resp::err(WATCHED_KEY_CHANGED); commands.len()]
+                    }
+                }
+            }
+            Then::Exec {
+                queued,
+                refused,
+                watched,
+            } => {
+                let mut replies = match data_replies(data_of(&queued), refused, ran, watched) {
+                    Together::Replies(r) => r.into_iter(),
+                    Together::WatchedKeyChanged => return vec![Resp::NilArray],
+                };
+                let answers = queued
+                    .into_iter()
+                    .map(|c| match c {
+                        Command::Data(_) => replies.next().unwrap_or(Resp::Nil),
+                        other => queued_reply(other),
+                    })
+                    .collect();
+                vec![Resp::Array(answers)]
+            }
+            Then::Watch(keys) => vec![self.watched(keys, ran)],
+        }
+    }
+
+    fn run(&mut self, parsed: Result<Command, Resp>) -> Step {
         let cmd = match parsed {
             Ok(c) => c,
             Err(e) => {
                 if let Some(m) = &mut self.multi {
                     m.refused = true;
                 }
-                return e;
+                return Step::Now(vec![e]);
             }
         };
         if !self.authed && !matches!(cmd, Command::Auth(_) | Command::Hello(_) | Command::Quit) {
-            return Resp::err("NOAUTH Authentication required.");
+            return Step::Now(vec![Resp::err("NOAUTH Authentication required.")]);
         }
+        let refused = |m: &mut Multi, e: Resp| {
+            m.refused = true;
+            Step::Now(vec![e])
+        };
         if let Some(m) = &mut self.multi {
             match cmd {
                 Command::Data(_) | Command::Failed(_) | Command::Ping(_) | Command::Echo(_) => {
                     if m.ops + cmd.ops() > MAX_TXN_OPS {
-                        m.refused = true;
-                        return Resp::err(format!(
-                            "ERR at most {MAX_TXN_OPS} key operations in one MULTI here"
-                        ));
+                        let e =
+                            format!("ERR at most {MAX_TXN_OPS} key operations in one MULTI here");
+                        return refused(m, Resp::err(e));
                     }
                     m.ops += cmd.ops();
                     m.queued.push(cmd);
-                    return Resp::Simple("QUEUED");
+                    return Step::Now(vec![Resp::Simple("QUEUED")]);
                 }
-                Command::Multi => return Resp::err("ERR MULTI calls can not be nested"),
-                Command::Watch(_) => return Resp::err("ERR WATCH inside MULTI is not allowed"),
+                Command::Multi => {
+                    return Step::Now(vec![Resp::err("ERR MULTI calls can not be nested")])
+                }
+                Command::Watch(_) => {
+                    return Step::Now(vec![Resp::err("ERR WATCH inside MULTI is not allowed")])
+                }
                 Command::Exec | Command::Discard | Command::Quit => {}
                 _ => {
-                    m.refused = true;
-                    return Resp::err(
-                        "ERR only key commands, PING and ECHO can be queued in MULTI here",
-                    );
+                    let e = "ERR only key commands, PING and ECHO can be queued in MULTI here";
+                    return refused(m, Resp::err(e));
                 }
             }
         }
         self.run_now(cmd)
     }
 
-    fn run_now(&mut self, cmd: Command) -> Resp {
-        match cmd {
-            Command::Data(d) => self.data(&d),
-            Command::Failed(e) => e,
-            Command::Ping(None) => Resp::Simple("PONG"),
-            Command::Ping(Some(m)) | Command::Echo(m) => Resp::Bulk(m),
+    fn run_now(&mut self, cmd: Command) -> Step {
+        let reply = match cmd {
+            Command::Data(d) => {
+                let refused = self.refusals(std::iter::once(&d));
+                let then = Then::Pipeline {
+                    commands: vec![d],
+                    refused,
+                };
+                return self.start(then, &[]);
+            }
+            Command::Exec => return self.exec(),
+            Command::Watch(keys) => return self.watch(keys),
+            c @ (Command::Failed(_) | Command::Ping(_) | Command::Echo(_)) => queued_reply(c),
             Command::Select(db) => match parse_int(&db) {
                 Some(0) => Resp::ok(),
                 Some(_) => Resp::err("ERR DB index is out of range"),
@@ -347,7 +406,6 @@ impl Session<'_> {
                 self.multi = Some(Multi::default());
                 Resp::ok()
             }
-            Command::Exec => self.exec(),
             Command::Discard => match self.multi.take() {
                 Some(_) => {
                     self.watched.clear();
@@ -355,7 +413,6 @@ impl Session<'_> {
                 }
                 None => Resp::err("ERR DISCARD without MULTI"),
             },
-            Command::Watch(keys) => self.watch(keys),
             Command::Unwatch => {
                 self.watched.clear();
                 Resp::ok()
@@ -377,7 +434,8 @@ impl Session<'_> {
                 self.quit = true;
                 Resp::ok()
             }
-        }
+        };
+        Step::Now(vec![reply])
     }
 
     fn auth(&mut self, args: &[Vec<u8>]) -> Resp {
@@ -480,28 +538,21 @@ impl Session<'_> {
         Resp::Bulk(text.into_bytes())
     }
 
-    /// One data command outside MULTI: one transaction.
-    fn data(&mut self, d: &DataCommand) -> Resp {
-        match self.run_together(&[d], &[]) {
-            Together::Replies(mut r) => r.pop().unwrap_or(Resp::Nil),
-            Together::WatchedKeyChanged => unreachable!("no watched key is checked"),
-        }
-    }
-
-    fn watch(&mut self, mut keys: Vec<Vec<u8>>) -> Resp {
+    fn watch(&mut self, mut keys: Vec<Vec<u8>>) -> Step {
         // A key watched already keeps the version it was first watched at (as in Redis).
         keys.sort();
         keys.dedup();
         keys.retain(|k| !self.watched.iter().any(|(w, _)| w == k));
         if self.watched.len() + keys.len() > MAX_TXN_OPS {
-            return Resp::err(format!("ERR at most {MAX_TXN_OPS} watched keys here"));
+            let e = format!("ERR at most {MAX_TXN_OPS} watched keys here");
+            return Step::Now(vec![Resp::err(e)]);
         }
-        if keys.is_empty() {
-            return Resp::ok();
-        }
-        let mut txn = self.shared.backend.kv.txn();
-        keys.iter().for_each(|k| txn.push(&Op::Version(k.clone())));
-        match self.transact(txn) {
+        self.start(Then::Watch(keys), &[])
+    }
+
+    /// WATCH's reply once the versions of `keys`' buckets were read (or not).
+    fn watched(&mut self, keys: Vec<Vec<u8>>, ran: Result<Ran, Resp>) -> Resp {
+        match ran {
             Ok(Ran::Committed(replies)) => {
                 for (k, r) in keys.into_iter().zip(replies) {
                     let Reply::Int(v) = r else {
@@ -517,36 +568,25 @@ impl Session<'_> {
     }
 
     /// EXEC: the queued commands as one transaction, after checks of the watched keys.
-    fn exec(&mut self) -> Resp {
+    fn exec(&mut self) -> Step {
         let Some(Multi {
             queued, refused, ..
         }) = self.multi.take()
         else {
-            return Resp::err("ERR EXEC without MULTI");
+            return Step::Now(vec![Resp::err("ERR EXEC without MULTI")]);
         };
         let watched = std::mem::take(&mut self.watched);
         if refused {
-            return Resp::err("EXECABORT Transaction discarded because of previous errors.");
+            let e = "EXECABORT Transaction discarded because of previous errors.";
+            return Step::Now(vec![Resp::err(e)]);
         }
-        let data: Vec<&DataCommand> = queued
-            .iter()
-            .filter_map(|c| match c {
-                Command::Data(d) => Some(d),
-                _ => None,
-            })
-            .collect();
-        let mut replies = match self.run_together(&data, &watched) {
-            Together::Replies(r) => r.into_iter(),
-            Together::WatchedKeyChanged => return Resp::NilArray,
+        let refused = self.refusals(data_of(&queued));
+        let then = Then::Exec {
+            queued,
+            refused,
+            watched: watched.len(),
         };
-        let answers = queued
-            .into_iter()
-            .map(|c| match c {
-                Command::Data(_) => replies.next().unwrap_or(Resp::Nil),
-                other => self.run_now(other),
-            })
-            .collect();
-        Resp::Array(answers)
+        self.start(then, &watched)
     }
 
     /// An error reply if an operation's key and value cannot fit in a bucket at all.
@@ -566,86 +606,63 @@ impl Session<'_> {
             })
         })
     }
+}
 
-    /// Runs a transaction to its end: the operations' replies, why it aborted (a watched key
-    /// changed, an MSET did not fit), or an error reply. Retries what concurrency control
-    /// aborts.
-    fn transact(&mut self, txn: KvTxnBuilder<'_>) -> Result<Ran, Resp> {
-        let b = &self.shared.backend;
-        if let Some(why) = b.health.as_ref().and_then(|h| h.refusal()) {
-            return Err(Resp::err(format!("ERR {why}")));
-        }
-        let (call, placed) = txn.finish();
-        let call = Arc::new(call);
-        let birth_us = wall_clock_us();
-        self.shared
-            .counters
-            .transactions
-            .fetch_add(1, Ordering::Relaxed);
-        for attempt in 0..MAX_ATTEMPTS {
-            match self.attempt(&call, birth_us)? {
-                TxnOutcome::Committed(outputs) => {
-                    return KvTxnBuilder::replies(&placed, &outputs)
-                        .map(Ran::Committed)
-                        .map_err(|e| Resp::err(format!("ERR {e}")));
-                }
-                TxnOutcome::LogicAbort(why) => return Ok(Ran::Aborted(why)),
-                TxnOutcome::CcAbort(_) => {
-                    self.shared.counters.retries.fetch_add(1, Ordering::Relaxed);
-                    std::thread::sleep(Duration::from_micros(10 << attempt.min(7)));
-                }
-                TxnOutcome::Rejected(why) | TxnOutcome::Unknown(why) => {
-                    return Err(Resp::err(format!("ERR {why}")))
-                }
-                TxnOutcome::NotLeader { leader } => {
-                    let at = leader.map_or("another server".into(), |l| format!("node {}", l.0));
-                    return Err(Resp::err(format!(
-                        "ERR this server does not lead its partition's replica group; \
-                         connect to {at}'s Redis port"
-                    )));
-                }
-            }
-        }
-        Err(Resp::err(format!(
-            "ERR the transaction was aborted by concurrency control {MAX_ATTEMPTS} times; try \
-             again"
-        )))
+/// The key commands among queued ones.
+fn data_of(queued: &[Command]) -> impl Iterator<Item = &DataCommand> {
+    queued.iter().filter_map(|c| match c {
+        Command::Data(d) => Some(d),
+        _ => None,
+    })
+}
+
+/// Adds the operations of the commands not refused to `txn`.
+fn push_runs<'c>(
+    txn: &mut KvTxnBuilder<'_>,
+    commands: impl Iterator<Item = &'c DataCommand>,
+    refused: &[Option<Resp>],
+) {
+    let runs = commands.zip(refused).filter(|(_, r)| r.is_none());
+    for (d, _) in runs {
+        d.ops.iter().for_each(|op| txn.push(op));
     }
+}
 
-    fn attempt(&self, call: &Arc<ProcCall>, birth_us: u64) -> Result<TxnOutcome, Resp> {
-        let b = &self.shared.backend;
-        let id = b.ids.next();
-        let req = TxnRequest {
-            id,
-            call: call.clone(),
-            reply: self.reply_to.clone().into(),
-            birth_us,
-            // This thread has nothing else to do until the answer comes.
-            inline: true,
-            key: TxnKey::default(),
-        };
-        let home = b.cluster.ctx().placement.partition_of(b.me);
-        b.cluster.submit(NodeId(home.0), req);
-        self.wait(id)
-    }
-
-    fn wait(&self, id: TxnId) -> Result<TxnOutcome, Resp> {
-        let limit = self.shared.backend.limits.answer_timeout;
-        let deadline = Instant::now() + limit;
-        loop {
-            let left = deadline.saturating_duration_since(Instant::now());
-            match self.answers.recv_timeout(left) {
-                Ok(r) if r.id == id => return Ok(r.outcome),
-                Ok(_) => {} // an answer to an attempt given up on
-                Err(RecvTimeoutError::Timeout) => {
-                    return Err(Resp::err(format!(
-                        "ERR no answer from the cluster within {limit:?}; the transaction may \
-                         still commit"
-                    )))
-                }
-                Err(RecvTimeoutError::Disconnected) => unreachable!("the session holds a sender"),
-            }
+/// One reply per command, from how their transaction ended (its first `watched`
+/// operations checked watched buckets); a refused command answers its refusal.
+fn data_replies<'c>(
+    commands: impl Iterator<Item = &'c DataCommand>,
+    refused: Vec<Option<Resp>>,
+    ran: Result<Ran, Resp>,
+    watched: usize,
+) -> Together {
+    // One refusal (or none) per command.
+    let n = refused.len();
+    let mut replies = match ran {
+        Ok(Ran::Committed(r)) => r.into_iter().skip(watched),
+        Ok(Ran::Aborted(why)) if watched > 0 && why == WATCHED_KEY_CHANGED => {
+            return Together::WatchedKeyChanged
         }
+        Ok(Ran::Aborted(why)) => return Together::Replies(vec![Resp::err(why); n]),
+        Err(e) => return Together::Replies(vec![e; n]),
+    };
+    let answers = commands
+        .zip(refused)
+        .map(|(d, refused)| match refused {
+            Some(e) => e,
+            None => d.reply(replies.by_ref().take(d.ops.len()).collect()),
+        })
+        .collect();
+    Together::Replies(answers)
+}
+
+/// The reply of a command queued in MULTI that needs no transaction.
+fn queued_reply(cmd: Command) -> Resp {
+    match cmd {
+        Command::Failed(e) => e,
+        Command::Ping(None) => Resp::Simple("PONG"),
+        Command::Ping(Some(m)) | Command::Echo(m) => Resp::Bulk(m),
+        _ => Resp::err("ERR only key commands, PING and ECHO can be queued in MULTI here"),
     }
 }
 

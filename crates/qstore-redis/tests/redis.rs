@@ -585,3 +585,75 @@ fn connections_over_the_limit_and_idle_ones_are_closed_with_a_reason() {
     };
     assert_eq!(d.cmd(&["GET", "x"]), b"$-1\r\n");
 }
+
+#[test]
+fn a_client_that_does_not_read_holds_up_no_one_and_is_let_go() {
+    let limits = Limits {
+        idle_timeout: Duration::from_secs(2),
+        ..Limits::default()
+    };
+    let q = qstore_with("qstore", 1, limits);
+    let port = q.server.local_addr().port();
+    let value = "v".repeat(600);
+    let mut a = Raw::connect(port);
+    assert_eq!(a.cmd(&["AUTH", &q.password]), b"+OK\r\n");
+    assert_eq!(a.cmd(&["SET", "big", &value]), b"+OK\r\n");
+    // 100,000 GETs of 600 bytes, never read: far more replies than the sockets hold.
+    let flood = b"*2\r\n$3\r\nGET\r\n$3\r\nbig\r\n".repeat(100_000);
+    let mut writer = a.0.try_clone().unwrap();
+    let flooding = std::thread::spawn(move || {
+        let _ = writer.write_all(&flood);
+    });
+    std::thread::sleep(Duration::from_millis(300));
+    let mut b = Raw::connect(port);
+    let began = Instant::now();
+    assert_eq!(b.cmd(&["AUTH", &q.password]), b"+OK\r\n");
+    assert_eq!(b.cmd(&["SET", "k", "1"]), b"+OK\r\n");
+    assert_eq!(b.cmd(&["GET", "k"]), b"$1\r\n1\r\n");
+    assert!(
+        began.elapsed() < Duration::from_secs(1),
+        "another client was held up for {:?}",
+        began.elapsed()
+    );
+    // Past the idle timeout with its replies unread, the flooding client is closed: reading
+    // now ends (before all its replies) instead of waiting.
+    std::thread::sleep(Duration::from_secs(4));
+    let mut got = 0usize;
+    let mut chunk = [0u8; 1 << 16];
+    loop {
+        match a.0.read(&mut chunk) {
+            Ok(0) | Err(_) => break,
+            Ok(n) => got += n,
+        }
+    }
+    assert!(got < 100_000 * 600, "read {got} bytes");
+    flooding.join().unwrap();
+    // (b was idle as long, and is closed too.)
+    let mut c = Raw::connect(port);
+    assert_eq!(c.cmd(&["AUTH", &q.password]), b"+OK\r\n");
+    assert_eq!(c.cmd(&["GET", "k"]), b"$1\r\n1\r\n");
+}
+
+#[test]
+fn a_client_that_stops_sending_still_gets_every_reply() {
+    let q = qstore("qstore", 2);
+    let mut c = TcpStream::connect(("127.0.0.1", q.server.local_addr().port())).unwrap();
+    c.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+    let mut req = format!(
+        "*2\r\n$4\r\nAUTH\r\n${}\r\n{}\r\n",
+        q.password.len(),
+        q.password
+    );
+    req.push_str("*3\r\n$3\r\nSET\r\n$1\r\nh\r\n$1\r\n1\r\n*1\r\n$5\r\nMULTI\r\n");
+    req.push_str(
+        "*2\r\n$4\r\nINCR\r\n$1\r\nh\r\n*1\r\n$4\r\nEXEC\r\n*2\r\n$3\r\nGET\r\n$1\r\nh\r\n",
+    );
+    c.write_all(req.as_bytes()).unwrap();
+    c.shutdown(std::net::Shutdown::Write).unwrap();
+    let mut replies = String::new();
+    c.read_to_string(&mut replies).unwrap();
+    assert_eq!(
+        replies,
+        "+OK\r\n+OK\r\n+OK\r\n+QUEUED\r\n*1\r\n:2\r\n$1\r\n2\r\n"
+    );
+}
