@@ -11,17 +11,17 @@ use crate::session::{refuse, Pending, Session, OUT_FLUSH};
 use crate::Shared;
 use crossbeam_channel::{unbounded, Receiver, Sender};
 use mio::net::{TcpListener, TcpStream};
-use mio::{Events, Interest, Poll, Token, Waker};
+use mio::{Events, Interest, Poll, Token};
 use qstore_core::txn::{TxnKey, TxnResponse};
 use qstore_core::{NodeId, TxnId};
-use qstore_engine::protocol::Wake;
+use qstore_engine::server::WakeFlag;
 use qstore_engine::TxnRequest;
 use rustc_hash::FxHashMap;
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
 use std::io::{self, Read, Write};
 use std::net::Shutdown;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -42,42 +42,6 @@ const STOP_GRACE: Duration = Duration::from_secs(2);
 /// Turns of serving and submitting after one poll, while answers keep coming back at once
 /// (transactions run on this thread): then the loop polls its sockets again.
 const TURNS_PER_POLL: usize = 8;
-
-/// Wakes the loop: at most one wake-up system call per burst of answers.
-pub(crate) struct WakeFlag {
-    waker: Waker,
-    pending: AtomicBool,
-}
-
-impl WakeFlag {
-    pub(crate) fn new(waker: Waker) -> Self {
-        WakeFlag {
-            waker,
-            pending: AtomicBool::new(false),
-        }
-    }
-
-    /// Wakes the loop even if a wake-up is pending (to stop it).
-    pub(crate) fn wake_now(&self) {
-        self.pending.store(true, Ordering::Release);
-        if let Err(e) = self.waker.wake() {
-            tracing::error!("cannot wake the Redis port: {e}");
-        }
-    }
-}
-
-impl Wake for WakeFlag {
-    #[inline]
-    fn wake(&self) {
-        // The loop clears the flag before it drains its answers, so an answer sent after
-        // that drain finds the flag clear and wakes it again.
-        if !self.pending.swap(true, Ordering::AcqRel) {
-            if let Err(e) = self.waker.wake() {
-                tracing::error!("cannot wake the Redis port: {e}");
-            }
-        }
-    }
-}
 
 /// A transaction a connection waits for: the attempt under way (none while a retry waits
 /// for its back-off), and when it is given up.
@@ -309,12 +273,9 @@ impl<'a> EventLoop<'a> {
     /// transactions that needs, again while answers come back at once.
     fn turns(&mut self, serving: bool) {
         let wake = self.wake.clone();
-        let flag = &wake.pending;
         let mut suppressed = false;
         for _ in 0..TURNS_PER_POLL {
-            // A swap, not a store: it acquires what an answering thread released with its
-            // own swap, so the drain below sees every answer whose wake-up was skipped.
-            flag.swap(false, Ordering::AcqRel);
+            wake.clear();
             suppressed = false;
             self.take_answers();
             self.due_retries();
@@ -325,11 +286,11 @@ impl<'a> EventLoop<'a> {
             let reqs = std::mem::take(&mut self.submit);
             // Answers given on this thread (an inline batch) need no wake-up: the next turn
             // drains them.
-            flag.store(true, Ordering::Release);
+            wake.hold();
             suppressed = true;
             self.shared.backend.cluster.submit_all(self.home, reqs);
         }
-        if suppressed && flag.swap(false, Ordering::AcqRel) && !self.answers.is_empty() {
+        if suppressed && wake.clear() && !self.answers.is_empty() {
             wake.wake_now();
         }
     }

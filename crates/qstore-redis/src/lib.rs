@@ -19,10 +19,11 @@ mod event;
 pub mod resp;
 mod session;
 
-use event::{EventLoop, WakeFlag};
+use event::EventLoop;
 use mio::{Interest, Poll, Waker};
 use parking_lot::Mutex;
 use qstore_core::NodeId;
+use qstore_engine::server::WakeFlag;
 use qstore_engine::server::{PeerHealth, TxnIds};
 use qstore_engine::Cluster;
 use qstore_net::auth::ClusterSecret;

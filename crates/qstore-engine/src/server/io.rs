@@ -9,8 +9,8 @@
 use super::proto::{
     self, ClientRequest, ClientResponse, Collected, ServerStats, CLIENT_FORMAT_VERSION,
 };
-use super::{Shared, MAX_ANSWER_FRAME};
-use crate::protocol::{ReplyTo, TxnRequest, Wake};
+use super::{Shared, WakeFlag, MAX_ANSWER_FRAME};
+use crate::protocol::{ReplyTo, TxnRequest};
 use crossbeam_channel::{unbounded, Receiver};
 use mio::net::{TcpListener, TcpStream};
 use mio::{Events, Interest, Poll, Token, Waker};
@@ -20,7 +20,7 @@ use qstore_net::frame::{parse_frame, FrameEncoder, DEFAULT_FLUSH_BYTES, DEFAULT_
 use rustc_hash::FxHashMap;
 use std::io::{self, Read, Write};
 use std::net::{Shutdown, SocketAddr};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -44,35 +44,6 @@ const MAX_INFLIGHT_PER_CONN: usize = 1 << 16;
 const SWEEP_EVERY: Duration = Duration::from_millis(100);
 /// Buffers larger than this are given back once empty.
 const KEEP_BUFFER: usize = 256 << 10;
-
-/// Wakes an I/O thread: at most one wake-up system call per burst of answers.
-pub(super) struct WakeFlag {
-    waker: Waker,
-    pending: AtomicBool,
-}
-
-impl WakeFlag {
-    /// Wakes the thread even if a wake-up is pending (for stop and lost data).
-    pub(super) fn wake_now(&self) {
-        self.pending.store(true, Ordering::Release);
-        if let Err(e) = self.waker.wake() {
-            tracing::error!("cannot wake a client I/O thread: {e}");
-        }
-    }
-}
-
-impl Wake for WakeFlag {
-    #[inline]
-    fn wake(&self) {
-        // The thread clears the flag before it drains its answers, so an answer sent after
-        // that drain finds the flag clear and wakes it again.
-        if !self.pending.swap(true, Ordering::AcqRel) {
-            if let Err(e) = self.waker.wake() {
-                tracing::error!("cannot wake a client I/O thread: {e}");
-            }
-        }
-    }
-}
 
 /// Where a connection is in its life.
 enum Phase {
@@ -148,10 +119,7 @@ impl IoThread {
         let mut listener = TcpListener::from_std(listener);
         poll.registry()
             .register(&mut listener, LISTENER, Interest::READABLE)?;
-        let wake = Arc::new(WakeFlag {
-            waker: Waker::new(poll.registry(), WAKER)?,
-            pending: AtomicBool::new(false),
-        });
+        let wake = Arc::new(WakeFlag::new(Waker::new(poll.registry(), WAKER)?));
         let (tx, answers) = unbounded();
         let reply = ReplyTo::with_wake(tx, wake.clone());
         Ok(IoThread {
@@ -548,7 +516,7 @@ impl IoThread {
     /// Routes the engine's answers to their connections.
     fn take_answers(&mut self) {
         // Cleared before draining: see `WakeFlag::wake`.
-        self.wake.pending.store(false, Ordering::Release);
+        self.wake.clear();
         while let Ok(r) = self.answers.try_recv() {
             let Some(f) = self.inflight.remove(&r.id) else {
                 continue; // answered already (the cluster lost data), or its client left

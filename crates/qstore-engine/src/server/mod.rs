@@ -11,9 +11,10 @@
 
 mod io;
 pub mod proto;
+mod wake;
 
 use crate::cluster::Cluster;
-use io::{IoThread, WakeFlag};
+use io::IoThread;
 use parking_lot::Mutex;
 use qstore_core::config::ServerConfig;
 use qstore_core::NodeId;
@@ -26,6 +27,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Duration;
+pub use wake::WakeFlag;
 
 /// Largest frame sent to a client: a history part after a long run is big, and the client
 /// chose to trust this server.

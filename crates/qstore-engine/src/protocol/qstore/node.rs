@@ -2447,14 +2447,16 @@ impl Applier for QNode {
 }
 
 impl QNode {
+    /// The batch each of this node's planners plans next (for diagnostics).
+    fn planners_at(&self) -> Vec<u64> {
+        let next = |p: &CachePadded<Planner>| p.next_batch.load(Ordering::Acquire);
+        self.planners.iter().map(next).collect()
+    }
+
     /// What a stalled node still holds, for diagnosing the stall.
     fn report_stall(&self) {
         let state = self.state.lock();
-        let planned: Vec<u64> = self
-            .planners
-            .iter()
-            .map(|p| p.next_batch.load(Ordering::Acquire))
-            .collect();
+        let planned = self.planners_at();
         tracing::warn!(
             "node {} stalled: home batches {:?}, unlogged {:?}, retired {}, planners at \
              {planned:?}, replaying {}, log {:?}; {}",
@@ -2877,11 +2879,7 @@ impl NodeShell for QNode {
                     .filter(|(_, f)| !f.decided)
                     .map(|(p, f)| (p.batch, p.rank, p.seq, f.passed, f.needed))
                     .collect();
-                let planned: Vec<u64> = self
-                    .planners
-                    .iter()
-                    .map(|p| p.next_batch.load(Ordering::Acquire))
-                    .collect();
+                let planned = self.planners_at();
                 tracing::warn!(
                     "node {} stopped with {} planned batches unanswered and {queued} requests \
                      unplanned; planners at batches {planned:?}, retired {}, {}; {} held \
