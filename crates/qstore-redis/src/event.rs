@@ -257,7 +257,7 @@ impl<'a> EventLoop<'a> {
             }
             self.turns(stop_by.is_none());
             if Instant::now() >= next_sweep {
-                self.sweep();
+                self.sweep(stop_by.is_none());
                 next_sweep = Instant::now() + SWEEP_EVERY;
             }
         }
@@ -456,9 +456,12 @@ impl<'a> EventLoop<'a> {
     }
 
     /// Gives up on answers past their deadline, and closes idle connections and those whose
-    /// clients do not read their replies.
-    fn sweep(&mut self) {
-        self.accept();
+    /// clients do not read their replies; accepts again while `serving`.
+    fn sweep(&mut self, serving: bool) {
+        if serving {
+            // A connection left in the backlog when accepting failed (out of descriptors).
+            self.accept();
+        }
         let idle = self.shared.backend.limits.idle_timeout;
         let now = Instant::now();
         for i in 0..self.conns.len() {

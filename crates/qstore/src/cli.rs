@@ -166,6 +166,11 @@ struct ClusterArgs {
     /// (protocols qstore and calvin).
     #[arg(long, value_name = "MS", help_heading = "Replication")]
     restart_after_ms: Option<u64>,
+    /// Also serve Redis clients while the cluster runs: server N listens on
+    /// 127.0.0.1:PORT+N (workload kv only). The password is printed once the servers are
+    /// ready; raise --duration to keep the cluster up longer.
+    #[arg(long, value_name = "PORT")]
+    redis_port: Option<u16>,
     #[command(flatten)]
     run: RunArgs,
 }
@@ -1254,6 +1259,11 @@ fn cluster(args: ClusterArgs) -> i32 {
     if let Err(e) = sizing::check(&cfg, sizing::Loads::embedded(&cfg, args.run.verify)) {
         return usage_error(&e.to_string());
     }
+    if let Some(port) = args.redis_port {
+        if let Err(e) = redis_ports_fit(&cfg, port) {
+            return usage_error(&e);
+        }
+    }
     let r = &args.run;
     let mut client_args: Vec<std::ffi::OsString> = Vec::new();
     let mut flag = |on: bool, name: &str| {
@@ -1288,6 +1298,7 @@ fn cluster(args: ClusterArgs) -> i32 {
         } else {
             Vec::new()
         },
+        redis_port: args.redis_port,
         ..Default::default()
     };
     match crate::launcher::launch(cfg, opts) {
@@ -1485,15 +1496,42 @@ fn redis_bench(args: RedisBenchArgs) -> i32 {
 }
 
 fn redis_password(args: RedisPasswordArgs) -> i32 {
-    let secret = load_config(&args.cluster)
-        .and_then(|cfg| qstore_bench::remote::load_secret(&cfg).map_err(|e| e.to_string()));
-    match secret {
-        Ok(s) => {
-            println!("{}", qstore_redis::password_for(&s));
+    match redis_password_of(&args.cluster) {
+        Ok(password) => {
+            println!("{password}");
             0
         }
         Err(e) => usage_error(&e),
     }
+}
+
+/// The Redis password of the cluster file at `path`.
+pub(crate) fn redis_password_of(path: &PathBuf) -> Result<String, String> {
+    let cfg = load_config(path)?;
+    let secret = qstore_bench::remote::load_secret(&cfg).map_err(|e| e.to_string())?;
+    Ok(qstore_redis::password_for(&secret))
+}
+
+/// Whether `qstore cluster --redis-port PORT` can serve Redis clients: the kv workload, and
+/// a port for every server.
+fn redis_ports_fit(cfg: &RunConfig, port: u16) -> Result<(), String> {
+    if cfg.workload.name != "kv" {
+        return Err(format!(
+            "--redis-port serves the kv workload's keys, but the workload is {}; add \
+             --workload kv",
+            cfg.workload.name
+        ));
+    }
+    let last = port as u64 + cfg.servers() as u64 - 1;
+    if port == 0 || last > u16::MAX as u64 {
+        return Err(format!(
+            "--redis-port {port}: the {} servers need ports {port} to {last}; choose a port \
+             from 1 to {}",
+            cfg.servers(),
+            u16::MAX as u64 + 1 - cfg.servers() as u64
+        ));
+    }
+    Ok(())
 }
 
 /// `msg` as a line about node `node`: prefixed with `node N: ` unless it already says which

@@ -48,6 +48,8 @@ pub struct LaunchOptions {
     pub ready_timeout: Duration,
     /// Fault injection: SIGKILL a group's leader while the client runs.
     pub kill: Option<KillLeader>,
+    /// Server N also serves Redis clients on 127.0.0.1:PORT+N.
+    pub redis_port: Option<u16>,
 }
 
 /// Fault injection of a replicated launch: `after` the client started, the server leading
@@ -70,6 +72,7 @@ impl Default for LaunchOptions {
             server_args: Vec::new(),
             ready_timeout: Duration::from_secs(60),
             kill: None,
+            redis_port: None,
         }
     }
 }
@@ -130,6 +133,16 @@ fn launch_with(
     }
     let secs = started.elapsed().as_secs_f64();
     eprintln!("all {servers_n} servers ready ({secs:.1} s)");
+    if let Some(port) = opts.redis_port {
+        let last = port as usize + servers_n - 1;
+        match crate::cli::redis_password_of(&file.path().to_path_buf()) {
+            Ok(password) => eprintln!(
+                "Redis clients: 127.0.0.1:{port} to 127.0.0.1:{last} (server N on port \
+                 {port}+N), password {password}"
+            ),
+            Err(e) => eprintln!("Redis clients: cannot derive the password: {e}"),
+        }
+    }
     let mut client = Children::default();
     client.push(spawn_client(program, file.path(), &opts.client_args)?);
     let partitions = cfg.cluster.nodes;
@@ -383,6 +396,17 @@ fn spawn_server(
     cmd.arg("--node")
         .arg(node.to_string())
         .args(&opts.server_args)
+        .args(
+            opts.redis_port
+                .map(|p| {
+                    [
+                        "--redis".to_string(),
+                        format!("127.0.0.1:{}", p as usize + node),
+                    ]
+                })
+                .into_iter()
+                .flatten(),
+        )
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());

@@ -171,3 +171,60 @@ fn qstore_redis_serves_until_stopped_and_verifies_what_clients_ran() {
         "{out}"
     );
 }
+
+/// Two consecutive free loopback ports.
+fn free_port_pair() -> u16 {
+    for _ in 0..100 {
+        let first = free_addr().port();
+        if first < u16::MAX && TcpListener::bind(("127.0.0.1", first + 1)).is_ok() {
+            return first;
+        }
+    }
+    panic!("no two consecutive free ports");
+}
+
+#[test]
+fn qstore_cluster_serves_redis_clients_on_every_server() {
+    let port = free_port_pair();
+    let mut cmd = Command::new(QSTORE);
+    cmd.args([
+        "cluster",
+        "--workload",
+        "kv",
+        "--nodes",
+        "2",
+        "--duration",
+        "20",
+    ]);
+    cmd.args(["--kv-buckets", "256", "--redis-port", &port.to_string()]);
+    let mut p = Proc::spawn("qstore cluster", &mut cmd, None);
+    let began = Instant::now();
+    let password = loop {
+        let err = p.stderr.text();
+        if let Some(at) = err.find("password ") {
+            let rest = &err[at + "password ".len()..];
+            break rest.split_whitespace().next().unwrap().to_string();
+        }
+        assert!(began.elapsed() < common::READY_TIMEOUT, "{}", p.output());
+        assert!(p.running(), "{}", p.output());
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let at = |n: u16| SocketAddr::from(([127, 0, 0, 1], port + n));
+    assert_eq!(cli(at(0), &password, &["MSET", "x", "1", "y", "2"]), "OK\n");
+    assert_eq!(cli(at(1), &password, &["MGET", "x", "y"]), "1\n2\n");
+    let _ = Command::new("kill").arg(p.child.id().to_string()).status();
+    p.wait_for_exit(Duration::from_secs(30))
+        .expect("stops on SIGTERM");
+    // Another workload: refused before anything starts, with the reason.
+    let mut cmd = Command::new(QSTORE);
+    cmd.args([
+        "cluster",
+        "--workload",
+        "ycsb",
+        "--redis-port",
+        &port.to_string(),
+    ]);
+    let out = run_with_timeout(cmd, Duration::from_secs(20));
+    assert_eq!(out.status.code(), Some(2), "{out:?}");
+    assert!(String::from_utf8_lossy(&out.stderr).contains("add --workload kv"));
+}
