@@ -7,6 +7,7 @@
 //! wake-up ([`WakeFlag`]) rouses the loop at most once per burst. A connection serves its
 //! requests in order: while it waits for a transaction, its later requests wait in its input.
 
+use crate::resp::Resp;
 use crate::session::{refuse, Pending, Session, OUT_FLUSH};
 use crate::Shared;
 use crossbeam_channel::{unbounded, Receiver, Sender};
@@ -126,7 +127,7 @@ impl Conn<'_> {
             let proto = self.session.proto();
             if let Some(why) = round.error {
                 tracing::info!("redis client {}: closed: {why}", self.peer);
-                crate::resp::Resp::err(why).encode(proto, &mut self.out);
+                Resp::err(why).encode(proto, &mut self.out);
                 self.closing = true;
                 return None;
             }
@@ -139,7 +140,7 @@ impl Conn<'_> {
             }
             if self.input.len() >= MAX_PENDING_INPUT {
                 let e = "ERR Protocol error: request too large";
-                crate::resp::Resp::err(e).encode(proto, &mut self.out);
+                Resp::err(e).encode(proto, &mut self.out);
                 self.closing = true;
                 return None;
             }
@@ -308,8 +309,7 @@ impl<'a> EventLoop<'a> {
                     return tracing::warn!("node {me}: accepting a Redis client failed: {e}");
                 }
             };
-            let open = self.conns.len() - self.free.len();
-            if open >= self.shared.backend.limits.max_clients {
+            if self.shared.open.load(Ordering::Acquire) >= self.shared.backend.limits.max_clients {
                 refuse(&mut stream, "ERR max number of clients reached");
                 let _ = stream.shutdown(Shutdown::Both);
                 continue;
@@ -474,7 +474,7 @@ impl<'a> EventLoop<'a> {
                     self.owners.remove(&id);
                 }
                 let limit = self.shared.backend.limits.answer_timeout;
-                let why = crate::resp::Resp::err(format!(
+                let why = Resp::err(format!(
                     "ERR no answer from the cluster within {limit:?}; the transaction may \
                      still commit"
                 ));

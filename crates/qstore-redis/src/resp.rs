@@ -246,35 +246,22 @@ mod tests {
 
     #[test]
     fn hostile_requests_are_refused_without_allocating() {
-        let err = |b: &[u8], l| next_request(b, l).unwrap_err().0;
-        assert_eq!(
-            err(b"*99999999999\r\n", AUTH),
-            "Protocol error: invalid multibulk length"
-        );
-        assert_eq!(
-            err(b"*x\r\n", AUTH),
-            "Protocol error: invalid multibulk length"
-        );
-        assert_eq!(
-            err(b"*1\r\n:5\r\n", AUTH),
-            "Protocol error: expected '$', got ':'"
-        );
-        assert_eq!(
-            err(b"*1\r\n$-5\r\n", AUTH),
-            "Protocol error: invalid bulk length"
-        );
+        let unauth = RequestLimits::UNAUTHENTICATED;
+        // (request, limits, the error), the last two before AUTH: small requests only.
+        let refused: [(&[u8], _, &str); 6] = [
+            (b"*99999999999\r\n", AUTH, "invalid multibulk length"),
+            (b"*x\r\n", AUTH, "invalid multibulk length"),
+            (b"*1\r\n:5\r\n", AUTH, "expected '$', got ':'"),
+            (b"*1\r\n$-5\r\n", AUTH, "invalid bulk length"),
+            (b"*11\r\n", unauth, "unauthenticated multibulk length"),
+            (b"*1\r\n$20000\r\n", unauth, "unauthenticated bulk length"),
+        ];
+        for (request, limits, why) in refused {
+            let err = next_request(request, limits).unwrap_err().0;
+            assert_eq!(err, format!("Protocol error: {why}"));
+        }
         assert!(next_request(&vec![b'a'; MAX_INLINE + 1], AUTH).is_err());
         assert!(next_request(&[b"*1".as_slice(), &[b'1'; 40]].concat(), AUTH).is_err());
-        // Before AUTH: small requests only.
-        let unauth = RequestLimits::UNAUTHENTICATED;
-        assert_eq!(
-            err(b"*11\r\n", unauth),
-            "Protocol error: unauthenticated multibulk length"
-        );
-        assert_eq!(
-            err(b"*1\r\n$20000\r\n", unauth),
-            "Protocol error: unauthenticated bulk length"
-        );
         // Nesting is not a request: refused at once, whatever its depth.
         let nested = b"*1\r\n".repeat(100_000);
         assert!(next_request(&nested, AUTH).is_err());

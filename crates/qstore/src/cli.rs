@@ -1174,7 +1174,7 @@ impl RunArgs {
     }
 }
 
-fn load_config(path: &PathBuf) -> Result<RunConfig, String> {
+fn load_config(path: &Path) -> Result<RunConfig, String> {
     let text = std::fs::read_to_string(path)
         .map_err(|e| format!("cannot read configuration file {}: {e}", path.display()))?;
     let mut cfg = RunConfig::from_toml(&text)
@@ -1506,7 +1506,7 @@ fn redis_password(args: RedisPasswordArgs) -> i32 {
 }
 
 /// The Redis password of the cluster file at `path`.
-pub(crate) fn redis_password_of(path: &PathBuf) -> Result<String, String> {
+pub(crate) fn redis_password_of(path: &Path) -> Result<String, String> {
     let cfg = load_config(path)?;
     let secret = qstore_bench::remote::load_secret(&cfg).map_err(|e| e.to_string())?;
     Ok(qstore_redis::password_for(&secret))

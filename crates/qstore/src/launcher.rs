@@ -135,7 +135,7 @@ fn launch_with(
     eprintln!("all {servers_n} servers ready ({secs:.1} s)");
     if let Some(port) = opts.redis_port {
         let last = port as usize + servers_n - 1;
-        match crate::cli::redis_password_of(&file.path().to_path_buf()) {
+        match crate::cli::redis_password_of(file.path()) {
             Ok(password) => eprintln!(
                 "Redis clients: 127.0.0.1:{port} to 127.0.0.1:{last} (server N on port \
                  {port}+N), password {password}"
@@ -396,20 +396,13 @@ fn spawn_server(
     cmd.arg("--node")
         .arg(node.to_string())
         .args(&opts.server_args)
-        .args(
-            opts.redis_port
-                .map(|p| {
-                    [
-                        "--redis".to_string(),
-                        format!("127.0.0.1:{}", p as usize + node),
-                    ]
-                })
-                .into_iter()
-                .flatten(),
-        )
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
+    if let Some(port) = opts.redis_port {
+        cmd.arg("--redis")
+            .arg(format!("127.0.0.1:{}", port as usize + node));
+    }
     let name = format!("node {node}");
     let mut proc = Proc::spawn(name.clone(), &mut cmd)?;
     let prefix = format!("[{name}] ");
