@@ -13,7 +13,7 @@ use protobuf::Message as _;
 use qstore_core::config::{ReplicationCompression, ReplicationConfig};
 use qstore_core::placement::Placement;
 use qstore_core::{NodeId, QError};
-use raft::eraftpb::{Entry, EntryType, Message};
+use raft::eraftpb::{Entry, EntryType, Message, MessageType};
 use raft::{RawNode, StateRole};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
@@ -390,7 +390,8 @@ impl<L: LogStore> Driver<L> {
                 }
             }
             Input::Step(from, msg) => match self.check(from, &msg) {
-                Ok(m) => {
+                Ok(mut m) => {
+                    self.keep_heartbeat_within_log(&mut m);
                     if let Err(e) = self.raw.step(m) {
                         tracing::debug!("node {}: raft refused a message: {e}", self.me);
                     }
@@ -402,6 +403,17 @@ impl<L: LogStore> Driver<L> {
                     )
                 }
             },
+        }
+    }
+
+    /// A heartbeat whose commit index lies past this member's log commits nothing here
+    /// (raft-rs would panic on it). A leader sends one when its progress for this member
+    /// predates a restart that lost the member's log: the appends that follow find where
+    /// the logs part and fill the log in, as they would for any member behind.
+    fn keep_heartbeat_within_log(&self, m: &mut Message) {
+        let log = &self.raw.raft.raft_log;
+        if m.get_msg_type() == MessageType::MsgHeartbeat && m.commit > log.last_index() {
+            m.commit = log.committed;
         }
     }
 
@@ -853,6 +865,30 @@ mod tests {
             logs.iter().all(|l| l.entries.lock().len() == 1)
         });
         assert_eq!(placement.leader(p0), Some(leader));
+        for m in &members {
+            m.stop();
+        }
+    }
+
+    #[test]
+    fn a_heartbeat_committing_past_the_log_leaves_the_member_working() {
+        let (placement, members, logs) = group();
+        let p0 = qstore_core::PartitionId(0);
+        wait_for("a leader", || placement.leader(p0).is_some());
+        let leader = placement.leader(p0).unwrap();
+        let follower = NodeId((leader.0 + 1) % 3);
+        // What a leader sends a member that restarted without its log.
+        let mut beat = Message::default();
+        beat.set_msg_type(MessageType::MsgHeartbeat);
+        beat.from = raft_id(leader);
+        beat.to = raft_id(follower);
+        beat.commit = 1_000;
+        let beat = ReplMsg(beat.write_to_bytes().unwrap());
+        members[follower.index()].receive(leader, beat);
+        members[leader.index()].propose(b"after".to_vec());
+        wait_for("the entry applied everywhere", || {
+            logs.iter().all(|l| l.entries.lock().len() == 1)
+        });
         for m in &members {
             m.stop();
         }
