@@ -42,6 +42,11 @@ def commands():
     assert r.exists("py:k1", "py:k2", "py:none") == 2
     assert r.delete("py:k1", "py:k2") == 2
     assert r.get("py:k1") is None
+    keys = r.dbsize()
+    assert r.set("py:counted", "1") is True
+    assert r.dbsize() == keys + 1
+    assert r.delete("py:counted") == 1
+    assert r.dbsize() == keys
 
 
 def errors():

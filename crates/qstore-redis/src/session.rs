@@ -75,6 +75,8 @@ enum Then {
     },
     /// WATCH: the versions of the newly watched keys' buckets.
     Watch(Vec<Vec<u8>>),
+    /// DBSIZE: the keys of every bucket, summed.
+    DbSize,
 }
 
 /// What the connection's client has set up.
@@ -237,6 +239,7 @@ impl<'a> Session<'a> {
                 queued, refused, ..
             } => push_runs(&mut txn, data_of(queued), refused),
             Then::Watch(keys) => keys.iter().for_each(|k| txn.push(&Op::Version(k.clone()))),
+            Then::DbSize => txn.count_all(),
         }
         if txn.is_empty() {
             return Step::Now(self.conclude(then, Ok(Ran::Committed(Vec::new()))));
@@ -334,6 +337,7 @@ impl<'a> Session<'a> {
                 vec![Resp::Array(answers)]
             }
             Then::Watch(keys) => vec![self.watched(keys, ran)],
+            Then::DbSize => vec![db_size(ran)],
         }
     }
 
@@ -426,16 +430,29 @@ impl<'a> Session<'a> {
             Command::ClientId => Resp::Int(self.number as i64),
             Command::CommandInfo(sub) => command_info(sub.as_deref()),
             Command::Info => self.info(),
-            Command::DbSize => Resp::err(
-                "ERR DBSIZE is not supported here: counting keys would read every bucket of \
-                 every partition in one transaction",
-            ),
+            Command::DbSize => return self.db_size(),
             Command::Quit => {
                 self.quit = true;
                 Resp::ok()
             }
         };
         Step::Now(vec![reply])
+    }
+
+    /// DBSIZE reads every bucket in one transaction, so the count is of one state of the
+    /// database (Redis's is of the moment it runs), at the cost of a transaction that
+    /// conflicts with every write in flight: it is for inspection, not for a hot path.
+    fn db_size(&mut self) -> Step {
+        let buckets = self.shared.backend.kv.keys().total();
+        if buckets > u64::from(u16::MAX) {
+            return Step::Now(vec![Resp::err(format!(
+                "ERR DBSIZE reads every bucket in one transaction, and this cluster has \
+                 {buckets} buckets, more than the {} accesses a transaction may make (lower \
+                 workload.kv.buckets_per_partition, --kv-buckets)",
+                u16::MAX
+            ))]);
+        }
+        self.start(Then::DbSize, &[])
     }
 
     fn auth(&mut self, args: &[Vec<u8>]) -> Resp {
@@ -654,6 +671,24 @@ fn data_replies<'c>(
         })
         .collect();
     Together::Replies(answers)
+}
+
+/// DBSIZE's reply: the sum of every bucket's count.
+fn db_size(ran: Result<Ran, Resp>) -> Resp {
+    match ran {
+        Ok(Ran::Committed(counts)) => {
+            let keys = counts.iter().try_fold(0i64, |sum, r| match r {
+                Reply::Int(n) => Some(sum + n),
+                _ => None,
+            });
+            keys.map_or_else(
+                || Resp::err("ERR DBSIZE could not count a bucket"),
+                Resp::Int,
+            )
+        }
+        Ok(Ran::Aborted(why)) => Resp::err(format!("ERR DBSIZE was aborted: {why}")),
+        Err(e) => e,
+    }
 }
 
 /// The reply of a command queued in MULTI that needs no transaction.

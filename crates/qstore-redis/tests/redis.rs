@@ -39,11 +39,15 @@ fn qstore(protocol: &str, nodes: u32) -> Qstore {
 }
 
 fn qstore_with(protocol: &str, nodes: u32, limits: Limits) -> Qstore {
+    qstore_buckets(protocol, nodes, limits, 512)
+}
+
+fn qstore_buckets(protocol: &str, nodes: u32, limits: Limits, buckets: u64) -> Qstore {
     let mut cfg = RunConfig::default();
     cfg.protocol.name = protocol.into();
     cfg.workload.name = "kv".into();
     cfg.cluster.nodes = nodes;
-    cfg.workload.kv.buckets_per_partition = 512;
+    cfg.workload.kv.buckets_per_partition = buckets;
     let kv = Kv::new(&cfg).unwrap();
     let cluster = Cluster::start(
         cfg,
@@ -164,6 +168,7 @@ fn script(password: &str) -> Vec<(usize, Vec<String>)> {
         "0 AUTH default wrong",
         &format!("0 AUTH {password}"),
         &format!("1 AUTH default {password}"),
+        "0 DBSIZE",
         "0 PING",
         "0 PING hi",
         "0 PING a b",
@@ -197,6 +202,8 @@ fn script(password: &str) -> Vec<(usize, Vec<String>)> {
         "0 EXISTS a b s s new",
         "0 MSET k1 v1 k2 v2",
         "0 MGET k1 nokey k2",
+        "0 DBSIZE",
+        "0 DBSIZE x",
         "0 MSET k1",
         "0 GET",
         "0 FOO bar baz",
@@ -262,6 +269,7 @@ fn script(password: &str) -> Vec<(usize, Vec<String>)> {
         "0 CLIENT SETNAME app",
         "0 CLIENT GETNAME",
         "0 CLIENT SETNAME a b",
+        "1 DBSIZE",
         "0 QUIT",
     ];
     lines
@@ -511,6 +519,96 @@ fn transfers_keep_the_sum_on_calvin() {
 #[test]
 fn transfers_keep_the_sum_on_occ() {
     transfers_keep_the_sum("occ");
+}
+
+/// DBSIZE counts one state of the database: writers move a key of their own (DEL one name,
+/// SET another, in MULTI) while DBSIZE is asked again and again; it sees each key once.
+fn dbsize_sees_one_state(protocol: &str) {
+    const WRITERS: usize = 3;
+    let q = qstore(protocol, 2);
+    let port = q.server.local_addr().port();
+    let mut setup = Raw::connect(port);
+    setup.cmd(&["AUTH", &q.password]);
+    assert_eq!(setup.cmd(&["DBSIZE"]), b":0\r\n");
+    for w in 0..WRITERS {
+        assert_eq!(setup.cmd(&["SET", &format!("w{w}:0"), "x"]), b"+OK\r\n");
+    }
+    assert_eq!(setup.cmd(&["SET", "fixed", "y"]), b"+OK\r\n");
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let writers: Vec<_> = (0..WRITERS)
+        .map(|w| {
+            let password = q.password.clone();
+            std::thread::spawn(move || {
+                let mut c = Raw::connect(port);
+                c.cmd(&["AUTH", &password]);
+                for i in 0..200 {
+                    let (from, to) = (format!("w{w}:{}", i % 2), format!("w{w}:{}", (i + 1) % 2));
+                    c.cmd(&["MULTI"]);
+                    c.cmd(&["DEL", &from]);
+                    c.cmd(&["SET", &to, "x"]);
+                    assert_eq!(c.cmd(&["EXEC"]), b"*2\r\n:1\r\n+OK\r\n");
+                }
+            })
+        })
+        .collect();
+    let counter = {
+        let (password, stop) = (q.password.clone(), stop.clone());
+        std::thread::spawn(move || {
+            let mut c = Raw::connect(port);
+            c.cmd(&["AUTH", &password]);
+            let mut counts = 0;
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                let r = String::from_utf8(c.cmd(&["DBSIZE"])).unwrap();
+                assert_eq!(
+                    r,
+                    format!(":{}\r\n", WRITERS + 1),
+                    "DBSIZE saw a move half done"
+                );
+                counts += 1;
+            }
+            counts
+        })
+    };
+    writers.into_iter().for_each(|w| w.join().unwrap());
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let counts = counter.join().unwrap();
+    assert!(counts > 0, "DBSIZE never answered");
+    assert_eq!(
+        setup.cmd(&["DBSIZE"]),
+        format!(":{}\r\n", WRITERS + 1).as_bytes()
+    );
+    println!("{protocol}: {counts} DBSIZE answers, every one whole");
+}
+
+#[test]
+fn dbsize_sees_one_state_on_qstore() {
+    dbsize_sees_one_state("qstore");
+}
+
+#[test]
+fn dbsize_sees_one_state_on_no_wait() {
+    dbsize_sees_one_state("no_wait");
+}
+
+/// DBSIZE is refused, with the reason, where its transaction would be too large, and when
+/// queued in MULTI.
+#[test]
+fn dbsize_says_when_it_cannot_count() {
+    let q = qstore_buckets("qstore", 2, Limits::default(), 40_000);
+    let mut c = Raw::connect(q.server.local_addr().port());
+    c.cmd(&["AUTH", &q.password]);
+    let reply = String::from_utf8(c.cmd(&["DBSIZE"])).unwrap();
+    assert!(
+        reply.starts_with(
+            "-ERR DBSIZE reads every bucket in one transaction, and this cluster has 80000 buckets"
+        ),
+        "{reply}"
+    );
+    assert_eq!(c.cmd(&["MULTI"]), b"+OK\r\n");
+    let reply = String::from_utf8(c.cmd(&["DBSIZE"])).unwrap();
+    assert!(reply.starts_with("-ERR only key commands"), "{reply}");
+    assert!(c.cmd(&["EXEC"]).starts_with(b"-EXECABORT"));
+    assert_eq!(c.cmd(&["SET", "a", "1"]), b"+OK\r\n");
 }
 
 /// Requests sent in one write (a pipeline): key commands that arrive together run as one

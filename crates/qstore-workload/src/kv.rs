@@ -66,6 +66,8 @@ pub enum Op {
     Version(Vec<u8>),
     /// Aborts the transaction unless the key's bucket still has this version.
     Check(Vec<u8>, u64),
+    /// The number of keys in a bucket (placed by [`KvTxnBuilder::count_all`]; it has no key).
+    Count,
 }
 
 impl Op {
@@ -80,6 +82,7 @@ impl Op {
             | Op::Strlen(k)
             | Op::Version(k)
             | Op::Check(k, _) => k,
+            Op::Count => &[],
         }
     }
 
@@ -101,6 +104,7 @@ impl Op {
             Op::Strlen(k) => (7, k),
             Op::Version(k) => (8, k),
             Op::Check(k, _) => (9, k),
+            Op::Count => (10, &Vec::new()),
         };
         out.push(code);
         put_bytes16(out, key);
@@ -144,6 +148,7 @@ impl Op {
             7 => Op::Strlen(key),
             8 => Op::Version(key),
             9 => Op::Check(key, r.u64()?),
+            10 => Op::Count,
             _ => return None,
         })
     }
@@ -412,6 +417,7 @@ fn apply(op: &Op, row: &mut RowRef<'_>) -> Result<Reply, LogicAbort> {
         Op::Exists(k) => Reply::Int(Bucket::find(bytes, k).is_some() as i64),
         Op::Strlen(k) => Reply::Int(Bucket::find(bytes, k).map_or(0, |e| e.value.len()) as i64),
         Op::Version(_) => Reply::Int(Bucket::version(bytes) as i64),
+        Op::Count => Reply::Int(Bucket::iter(bytes).count() as i64),
         Op::Check(_, v) if Bucket::version(bytes) == *v => Reply::Ok,
         Op::Check(..) => return Err(LogicAbort(WATCHED_KEY_CHANGED)),
         _ => {
@@ -565,6 +571,18 @@ pub struct KvKeys {
 }
 
 impl KvKeys {
+    /// Buckets in the whole cluster.
+    pub fn total(&self) -> u64 {
+        self.pmap.partitions() as u64 * self.buckets
+    }
+
+    /// Every bucket's key, partition by partition.
+    fn all(&self) -> impl Iterator<Item = Key> + '_ {
+        (0..self.pmap.partitions()).flat_map(move |p| {
+            (0..self.buckets).map(move |slot| self.pmap.nth_key_of(BUCKETS, PartitionId(p), slot))
+        })
+    }
+
     pub fn bucket(&self, key: &[u8]) -> Key {
         let h = xxhash_rust::xxh3::xxh3_64(key);
         let parts = self.pmap.partitions() as u64;
@@ -589,7 +607,20 @@ pub struct KvTxnBuilder<'a> {
 
 impl<'a> KvTxnBuilder<'a> {
     pub fn push(&mut self, op: &Op) {
-        let bucket = self.keys.bucket(op.key());
+        self.push_at(self.keys.bucket(op.key()), op);
+    }
+
+    /// Counts the keys of every bucket (what DBSIZE sums): one read of each, so it fits in a
+    /// transaction only while the cluster has at most `u16::MAX` buckets
+    /// ([`KvKeys::total`]).
+    pub fn count_all(&mut self) {
+        let keys = self.keys;
+        for bucket in keys.all() {
+            self.push_at(bucket, &Op::Count);
+        }
+    }
+
+    fn push_at(&mut self, bucket: Key, op: &Op) {
         let i = *self.index.entry(bucket).or_insert_with(|| {
             self.buckets.push((bucket, 0, Vec::new()));
             self.buckets.len() - 1
@@ -691,6 +722,11 @@ impl Kv {
             index: FxHashMap::default(),
             placed: Vec::new(),
         }
+    }
+
+    /// Where keys live.
+    pub fn keys(&self) -> &KvKeys {
+        &self.keys
     }
 
     /// Bytes of key and value that fit in an empty bucket: a larger pair never fits.
@@ -853,6 +889,46 @@ mod tests {
             ]
         );
         assert_eq!(Bucket::entries(&row).unwrap().len(), 1);
+    }
+
+    #[test]
+    fn a_count_is_the_keys_of_its_bucket() {
+        let mut row = vec![0; 128];
+        let replies = run(
+            &mut row,
+            &[
+                Op::Count,
+                set("a", "1"),
+                set("b", "2"),
+                set("a", "3"),
+                Op::Count,
+                Op::Del("a".into()),
+                Op::Count,
+            ],
+        )
+        .unwrap();
+        let counts: Vec<_> = [0, 4, 6].iter().map(|&i| replies[i].clone()).collect();
+        assert_eq!(counts, [Reply::Int(0), Reply::Int(2), Reply::Int(1)]);
+    }
+
+    #[test]
+    fn counting_all_reads_every_bucket_once() {
+        let mut run = RunConfig::default();
+        run.workload.name = "kv".into();
+        run.cluster.nodes = 3;
+        run.workload.kv.buckets_per_partition = 100;
+        let kv = Kv::new(&run).unwrap();
+        assert_eq!(kv.keys().total(), 300);
+        let mut txn = kv.txn();
+        txn.count_all();
+        let (call, placed) = txn.finish();
+        assert_eq!(placed.len(), 300);
+        let program = KvTxn { apply: StepId(0) }.program(&call.args).unwrap();
+        let mut keys: Vec<Key> = program.accesses.iter().map(|a| a.key).collect();
+        assert!(program.accesses.iter().all(|a| a.kind == AccessKind::Read));
+        keys.sort_unstable();
+        keys.dedup();
+        assert_eq!(keys.len(), 300);
     }
 
     #[test]
