@@ -5,7 +5,7 @@ use super::batch::{Batches, Claim};
 use super::msg::{Eq, FateInfo, FateNote, FragRef, Op, Output, Outputs, QMsg, TxnPos};
 use super::plan::{BatchPlan, QueueShape};
 use super::replica::{LogGate, LoggedBatch, LoggedFate, LoggedPlan, TxnContext};
-use super::spec::{PlannerBatch, RecordKey, Speculation};
+use super::spec::{Finalized, PlannerBatch, RecordKey, Speculation};
 use super::writes::{self, Written};
 use crate::cluster::EngineCtx;
 use crate::exec::{run_access, Lookahead, TxnScratch, UndoLog};
@@ -381,6 +381,9 @@ struct NodeState {
     images: FxHashMap<RecordKey, Vec<CommittedCopy>>,
     /// Speculative mode: undecided writes and who touched them.
     spec: Speculation,
+    /// Speculative mode: this node's own fates of batches that aborted nothing, applied
+    /// under the lock by `settle` (see `commit`).
+    finals_here: Vec<PlannerBatch>,
     /// Batches decided but not answered yet: `settle` answers them after releasing the lock,
     /// so that sending a batch's answers does not hold up the other workers.
     decided: Vec<DecidedBatch>,
@@ -418,6 +421,7 @@ impl NodeState {
             dirty: FxHashMap::default(),
             images: FxHashMap::default(),
             spec: Speculation::default(),
+            finals_here: Vec::new(),
             decided: Vec::new(),
             gate,
             unlogged: BTreeMap::new(),
@@ -1857,7 +1861,7 @@ impl QNode {
     /// is also where fates are decided; they go to every node the batch involved.
     fn commit(
         &self,
-        state: &NodeState,
+        state: &mut NodeState,
         batch: u64,
         rank: u32,
         involved: Vec<NodeId>,
@@ -1870,8 +1874,14 @@ impl QNode {
                 .filter(|&s| fates[s as usize].is_some())
                 .collect();
             for &n in &involved {
+                if n == self.part && aborted.is_empty() {
+                    // Nothing to roll back here: applied before the lock is released, rather
+                    // than woken for through the inbox (a wake-up per batch, per node).
+                    state.finals_here.push((batch, rank));
+                    continue;
+                }
                 let aborted = aborted.clone();
-                // Also to this node through its inbox: a rollback must wait for the queues
+                // To this node too through its inbox: a rollback must wait for the queues
                 // running on the records, which this thread may be one of.
                 self.net.send(
                     self.id,
@@ -2035,11 +2045,30 @@ impl QNode {
         if self.read_committed {
             refresh_committed_copies(&mut state.images, store, &done.restored);
         }
+        self.finalized(&mut state, done);
+        self.settle(state);
+    }
+
+    /// Speculative mode: what follows a batch's fates applied here: acknowledgements that
+    /// waited for them go out.
+    fn finalized(&self, state: &mut NodeState, done: Finalized) {
         for ((b, r), outputs) in done.released {
-            self.send_ack(&mut state, b, r, outputs);
+            self.send_ack(state, b, r, outputs);
         }
         state.batches.event();
-        self.settle(state);
+    }
+
+    /// Speculative mode: applies this node's fates of batches that aborted nothing (queued by
+    /// `commit`, and again by the acknowledgements they release).
+    fn apply_finals_here(&self, state: &mut NodeState) {
+        while !state.finals_here.is_empty() {
+            for pb in std::mem::take(&mut state.finals_here) {
+                let done = state.spec.finalize(pb, &[], |_| {
+                    unreachable!("a batch that aborted nothing rolls nothing back")
+                });
+                self.finalized(state, done);
+            }
+        }
     }
 
     /// Advances the ring past batches that have run and been answered here.
@@ -2047,6 +2076,7 @@ impl QNode {
     /// wakes the workers. Every event that can complete a batch goes through here, so none
     /// leaves a finished batch unretired (with one batch in flight, nothing else would).
     fn settle(&self, mut state: MutexGuard<'_, NodeState>) {
+        self.apply_finals_here(&mut state);
         self.retire(&mut state);
         let decided = std::mem::take(&mut state.decided);
         let answering = !decided.is_empty();
