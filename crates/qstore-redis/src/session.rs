@@ -337,7 +337,7 @@ impl<'a> Session<'a> {
                 vec![Resp::Array(answers)]
             }
             Then::Watch(keys) => vec![self.watched(keys, ran)],
-            Then::DbSize => vec![db_size(ran)],
+            Then::DbSize => vec![summed_counts(ran)],
         }
     }
 
@@ -674,7 +674,7 @@ fn data_replies<'c>(
 }
 
 /// DBSIZE's reply: the sum of every bucket's count.
-fn db_size(ran: Result<Ran, Resp>) -> Resp {
+fn summed_counts(ran: Result<Ran, Resp>) -> Resp {
     match ran {
         Ok(Ran::Committed(counts)) => {
             let keys = counts.iter().try_fold(0i64, |sum, r| match r {

@@ -849,23 +849,40 @@ mod tests {
         // (a vote for itself in a term far ahead, which would depose the leader if taken).
         members[follower.index()].receive(NodeId(2), ReplMsg(vec![0xff; 64]));
         members[follower.index()].receive(NodeId(2), ReplMsg(vec![0; MAX_RAFT_MESSAGE + 1]));
-        let mut forged = Message::default();
-        forged.set_msg_type(raft::eraftpb::MessageType::MsgRequestVote);
-        forged.from = raft_id(NodeId(1));
-        forged.to = raft_id(follower);
-        forged.term = 1_000;
-        let forged = ReplMsg(forged.write_to_bytes().unwrap());
+        let forged = raft_message(MessageType::MsgRequestVote, NodeId(1), follower, |m| {
+            m.term = 1_000;
+        });
         for m in &members {
             m.receive(NodeId(2), forged.clone());
             // From outside the group.
             m.receive(NodeId(7), forged.clone());
         }
+        goes_on(&members, &logs, leader);
+        assert_eq!(placement.leader(p0), Some(leader));
+    }
+
+    /// A raft message of `kind` from `from` to `to`, with `fill`'s fields, as a peer sends it.
+    fn raft_message(
+        kind: MessageType,
+        from: NodeId,
+        to: NodeId,
+        fill: impl FnOnce(&mut Message),
+    ) -> ReplMsg {
+        let mut m = Message::default();
+        m.set_msg_type(kind);
+        m.from = raft_id(from);
+        m.to = raft_id(to);
+        fill(&mut m);
+        ReplMsg(m.write_to_bytes().unwrap())
+    }
+
+    /// Proposes one entry at `leader`, waits until every member applied it, and stops them.
+    fn goes_on(members: &[Arc<GroupMember>], logs: &[Arc<Log>], leader: NodeId) {
         members[leader.index()].propose(b"after".to_vec());
         wait_for("the entry applied everywhere", || {
             logs.iter().all(|l| l.entries.lock().len() == 1)
         });
-        assert_eq!(placement.leader(p0), Some(leader));
-        for m in &members {
+        for m in members {
             m.stop();
         }
     }
@@ -878,20 +895,11 @@ mod tests {
         let leader = placement.leader(p0).unwrap();
         let follower = NodeId((leader.0 + 1) % 3);
         // What a leader sends a member that restarted without its log.
-        let mut beat = Message::default();
-        beat.set_msg_type(MessageType::MsgHeartbeat);
-        beat.from = raft_id(leader);
-        beat.to = raft_id(follower);
-        beat.commit = 1_000;
-        let beat = ReplMsg(beat.write_to_bytes().unwrap());
-        members[follower.index()].receive(leader, beat);
-        members[leader.index()].propose(b"after".to_vec());
-        wait_for("the entry applied everywhere", || {
-            logs.iter().all(|l| l.entries.lock().len() == 1)
+        let beat = raft_message(MessageType::MsgHeartbeat, leader, follower, |m| {
+            m.commit = 1_000;
         });
-        for m in &members {
-            m.stop();
-        }
+        members[follower.index()].receive(leader, beat);
+        goes_on(&members, &logs, leader);
     }
 
     /// Members that keep their logs on disk come back from a restart of the whole group with

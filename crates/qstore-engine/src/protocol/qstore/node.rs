@@ -1875,8 +1875,8 @@ impl QNode {
                 .collect();
             for &n in &involved {
                 if n == self.part && aborted.is_empty() {
-                    // Nothing to roll back here: applied before the lock is released, rather
-                    // than woken for through the inbox (a wake-up per batch, per node).
+                    // Nothing to roll back here: applied before the lock is released, not sent
+                    // through the inbox (which woke the network thread once per batch).
                     state.finals_here.push((batch, rank));
                     continue;
                 }
