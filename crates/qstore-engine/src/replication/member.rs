@@ -739,6 +739,13 @@ mod tests {
         (placement, members, logs)
     }
 
+    /// The leader partition 0's group elects (waiting for it).
+    fn elected(placement: &Placement) -> NodeId {
+        let p0 = qstore_core::PartitionId(0);
+        wait_for("a leader", || placement.leader(p0).is_some());
+        placement.leader(p0).unwrap()
+    }
+
     fn wait_for(what: &str, mut done: impl FnMut() -> bool) {
         let deadline = Instant::now() + Duration::from_secs(20);
         while !done() {
@@ -750,9 +757,7 @@ mod tests {
     #[test]
     fn a_group_elects_a_leader_and_every_member_applies_its_proposals_in_order() {
         let (placement, members, logs) = group();
-        let p0 = qstore_core::PartitionId(0);
-        wait_for("a leader", || placement.leader(p0).is_some());
-        let leader = placement.leader(p0).unwrap();
+        let leader = elected(&placement);
         for i in 0..50u8 {
             members[leader.index()].propose(vec![i; 1 + i as usize]);
         }
@@ -794,9 +799,7 @@ mod tests {
     #[test]
     fn a_followers_proposal_never_reaches_the_log() {
         let (placement, members, logs) = group();
-        let p0 = qstore_core::PartitionId(0);
-        wait_for("a leader", || placement.leader(p0).is_some());
-        let leader = placement.leader(p0).unwrap();
+        let leader = elected(&placement);
         let follower = (leader.index() + 1) % members.len();
         members[follower].propose(b"from a follower".to_vec());
         members[leader.index()].propose(b"from the leader".to_vec());
@@ -816,9 +819,7 @@ mod tests {
     #[test]
     fn a_dead_member_pins_a_bounded_part_of_the_log() {
         let (placement, members, logs) = group();
-        let p0 = qstore_core::PartitionId(0);
-        wait_for("a leader", || placement.leader(p0).is_some());
-        let leader = placement.leader(p0).unwrap();
+        let leader = elected(&placement);
         let (dead, alive) = (NodeId((leader.0 + 1) % 3), NodeId((leader.0 + 2) % 3));
         members[dead.index()].stop();
         // Long enough for the leader to see it silent (an election timeout of 30 ticks).
@@ -842,8 +843,7 @@ mod tests {
     fn forged_and_garbled_messages_are_refused_and_the_group_goes_on() {
         let (placement, members, logs) = group();
         let p0 = qstore_core::PartitionId(0);
-        wait_for("a leader", || placement.leader(p0).is_some());
-        let leader = placement.leader(p0).unwrap();
+        let leader = elected(&placement);
         let follower = NodeId((leader.0 + 1) % 3);
         // Garbage, an oversized message, and a message in which node 2 speaks for node 1
         // (a vote for itself in a term far ahead, which would depose the leader if taken).
@@ -890,9 +890,7 @@ mod tests {
     #[test]
     fn a_heartbeat_committing_past_the_log_leaves_the_member_working() {
         let (placement, members, logs) = group();
-        let p0 = qstore_core::PartitionId(0);
-        wait_for("a leader", || placement.leader(p0).is_some());
-        let leader = placement.leader(p0).unwrap();
+        let leader = elected(&placement);
         let follower = NodeId((leader.0 + 1) % 3);
         // What a leader sends a member that restarted without its log.
         let beat = raft_message(MessageType::MsgHeartbeat, leader, follower, |m| {
@@ -915,8 +913,7 @@ mod tests {
         };
         let p0 = qstore_core::PartitionId(0);
         let (placement, members, logs) = group_on(open);
-        wait_for("a leader", || placement.leader(p0).is_some());
-        let leader = placement.leader(p0).unwrap();
+        let leader = elected(&placement);
         for i in 0..20u8 {
             members[leader.index()].propose(vec![i; 3]);
         }
