@@ -1,6 +1,8 @@
 //! A Redis client load: YCSB-16 as Redis transactions (`MULTI`, 8 `GET`s, 8 `INCR`s,
 //! `EXEC`), sent as one pipeline per transaction by each client, against any server that
 //! speaks RESP: qstore's Redis port or a real `redis-server`, so the two compare directly.
+//! The same transaction can also run as a Lua script (`EVALSHA`), Redis's other way to run
+//! several commands atomically, on servers that run scripts (qstore's port does not).
 
 use crate::resp::Resp;
 use redis_protocol::resp2::decode::decode;
@@ -20,7 +22,35 @@ pub struct Spec {
     pub keys: u64,
     pub reads: usize,
     pub rmws: usize,
+    pub form: Form,
 }
+
+/// How each transaction is sent.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Form {
+    /// `MULTI`, the commands, `EXEC`, in one write.
+    Multi,
+    /// `EVALSHA` of a script that runs the same commands.
+    Lua,
+}
+
+impl Form {
+    pub fn name(self) -> &'static str {
+        match self {
+            Form::Multi => "multi",
+            Form::Lua => "lua",
+        }
+    }
+}
+
+/// The transaction as a script: `ARGV[1]` GETs, then INCRs of the remaining keys; it
+/// answers every reply, as EXEC does.
+const SCRIPT: &str = "local r = {} \
+local reads = tonumber(ARGV[1]) \
+for i = 1, #KEYS do \
+  if i <= reads then r[i] = redis.call('GET', KEYS[i]) else r[i] = redis.call('INCR', KEYS[i]) end \
+end \
+return r";
 
 /// What it measured.
 #[derive(Clone, Debug, Default)]
@@ -82,6 +112,11 @@ fn client(spec: &Spec, seed: u64, deadline: Instant) -> ClientResult {
             return Err(io::Error::other(format!("AUTH refused: {:?}", reply[0])));
         }
     }
+    let sha = match spec.form {
+        Form::Multi => None,
+        Form::Lua => Some(conn.load_script()?),
+    };
+    let reads = spec.reads.to_string();
     let mut rng = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
     let mut next = move || {
         // xorshift: a different stream per client, no dependency for a load generator.
@@ -95,12 +130,16 @@ fn client(spec: &Spec, seed: u64, deadline: Instant) -> ClientResult {
         let keys: Vec<Vec<u8>> = (0..spec.reads + spec.rmws)
             .map(|_| format!("key:{}", next() % spec.keys.max(1)).into_bytes())
             .collect();
-        let mut cmds: Vec<Vec<&[u8]>> = vec![vec![b"MULTI"]];
-        for (i, k) in keys.iter().enumerate() {
-            let verb: &[u8] = if i < spec.reads { b"GET" } else { b"INCR" };
-            cmds.push(vec![verb, k]);
-        }
-        cmds.push(vec![b"EXEC"]);
+        let numkeys = keys.len().to_string();
+        let cmds: Vec<Vec<&[u8]>> = match &sha {
+            None => multi(&keys, spec.reads),
+            Some(sha) => {
+                let mut eval: Vec<&[u8]> = vec![b"EVALSHA", sha.as_bytes(), numkeys.as_bytes()];
+                eval.extend(keys.iter().map(Vec::as_slice));
+                eval.push(reads.as_bytes());
+                vec![eval]
+            }
+        };
         let refs: Vec<&[&[u8]]> = cmds.iter().map(Vec::as_slice).collect();
         let sent = Instant::now();
         let replies = conn.call(&refs)?;
@@ -111,6 +150,17 @@ fn client(spec: &Spec, seed: u64, deadline: Instant) -> ClientResult {
         }
     }
     Ok((committed, errors, latencies))
+}
+
+/// `MULTI`, a GET of each of the first `reads` keys and an INCR of each other key, `EXEC`.
+fn multi(keys: &[Vec<u8>], reads: usize) -> Vec<Vec<&[u8]>> {
+    let mut cmds: Vec<Vec<&[u8]>> = vec![vec![b"MULTI"]];
+    for (i, k) in keys.iter().enumerate() {
+        let verb: &[u8] = if i < reads { b"GET" } else { b"INCR" };
+        cmds.push(vec![verb, k]);
+    }
+    cmds.push(vec![b"EXEC"]);
+    cmds
 }
 
 /// A blocking RESP2 connection.
@@ -128,6 +178,18 @@ impl Conn {
             stream,
             input: Vec::new(),
         })
+    }
+
+    /// Loads the transaction's script and answers its SHA1, or says the server runs none.
+    fn load_script(&mut self) -> io::Result<String> {
+        let reply = self.call(&[&[b"SCRIPT", b"LOAD", SCRIPT.as_bytes()]])?;
+        match &reply[0] {
+            OwnedFrame::BulkString(sha) => Ok(String::from_utf8_lossy(sha).into_owned()),
+            other => Err(io::Error::new(
+                io::ErrorKind::Unsupported,
+                format!("the server runs no Lua scripts (SCRIPT LOAD answered {other:?})"),
+            )),
+        }
     }
 
     /// Sends `cmds` in one write and reads one reply each.

@@ -755,3 +755,51 @@ fn a_client_that_stops_sending_still_gets_every_reply() {
         "+OK\r\n+OK\r\n+OK\r\n+QUEUED\r\n*1\r\n:2\r\n$1\r\n2\r\n"
     );
 }
+
+/// `redis-bench`'s load: as MULTI on both servers and as a Lua script on redis-server, every
+/// transaction answered whole, and every INCR it made is in the keys afterwards; qstore's
+/// port, which runs no scripts, is reported as such rather than failing.
+#[test]
+fn the_bench_load_runs_on_both_servers_and_every_incr_lands() {
+    use qstore_redis::bench::{run, Form, Spec};
+    let q = qstore("qstore", 1);
+    let r = real_redis(&q.password);
+    let spec = |port: u16, form: Form| Spec {
+        addr: ([127, 0, 0, 1], port).into(),
+        password: Some(q.password.clone()),
+        clients: 3,
+        duration: Duration::from_millis(300),
+        keys: 50,
+        reads: 2,
+        rmws: 3,
+        form,
+    };
+    let total = |port: u16| -> i64 {
+        let mut raw = Raw::connect(port);
+        raw.cmd(&["AUTH", &q.password]);
+        (0..50)
+            .map(|k| {
+                let reply = raw.cmd(&["GET", &format!("key:{k}")]);
+                match decode(&reply).unwrap().unwrap().0 {
+                    redis_protocol::resp2::types::OwnedFrame::BulkString(v) => {
+                        String::from_utf8(v).unwrap().parse::<i64>().unwrap()
+                    }
+                    _ => 0,
+                }
+            })
+            .sum()
+    };
+    let qport = q.server.local_addr().port();
+    let multi = run(&spec(qport, Form::Multi)).unwrap();
+    assert!(multi.committed > 0 && multi.errors == 0, "{multi:?}");
+    assert_eq!(total(qport), multi.committed as i64 * 3);
+    let refused = run(&spec(qport, Form::Lua)).unwrap_err();
+    assert_eq!(refused.kind(), std::io::ErrorKind::Unsupported, "{refused}");
+
+    let multi = run(&spec(r.port, Form::Multi)).unwrap();
+    let lua = run(&spec(r.port, Form::Lua)).unwrap();
+    for o in [&multi, &lua] {
+        assert!(o.committed > 0 && o.errors == 0, "{o:?}");
+    }
+    assert_eq!(total(r.port), (multi.committed + lua.committed) as i64 * 3);
+}

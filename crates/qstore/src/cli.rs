@@ -240,6 +240,19 @@ struct RedisBenchArgs {
     /// INCRs (read-modify-writes) per transaction.
     #[arg(long, default_value_t = 8)]
     rmws: usize,
+    /// How each transaction is sent: `multi` (MULTI, the commands, EXEC) or `lua` (EVALSHA
+    /// of a script running the same commands; servers without scripts, such as qstore's
+    /// port, are skipped). Several forms, comma-separated, run one after the other.
+    #[arg(long, value_delimiter = ',', default_value = "multi", value_parser = parse_bench_form)]
+    form: Vec<qstore_redis::bench::Form>,
+}
+
+fn parse_bench_form(s: &str) -> Result<qstore_redis::bench::Form, String> {
+    match s {
+        "multi" => Ok(qstore_redis::bench::Form::Multi),
+        "lua" => Ok(qstore_redis::bench::Form::Lua),
+        _ => Err(format!("unknown form {s:?}: use multi or lua")),
+    }
 }
 
 #[derive(Args)]
@@ -1458,40 +1471,57 @@ fn redis_bench(args: RedisBenchArgs) -> i32 {
     if !(args.duration > 0.0 && args.duration.is_finite()) || args.clients == 0 || args.keys == 0 {
         return usage_error("--duration, --clients and --keys must be above 0");
     }
-    println!("server,clients,txn_per_s,p50_us,p99_us,errors");
+    println!("server,form,clients,txn_per_s,p50_us,p99_us,errors");
     let mut failed = false;
     for addr in &args.addrs {
-        let spec = qstore_redis::bench::Spec {
-            addr: *addr,
-            password: args.password.clone(),
-            clients: args.clients,
-            duration: Duration::from_secs_f64(args.duration),
-            keys: args.keys,
-            reads: args.reads,
-            rmws: args.rmws,
-        };
-        match qstore_redis::bench::run(&spec) {
-            Ok(o) => {
-                println!(
-                    "{addr},{},{:.0},{},{},{}",
-                    args.clients,
-                    o.txn_per_s(),
-                    o.p50_us,
-                    o.p99_us,
-                    o.errors
-                );
-                failed |= o.errors > 0;
-            }
-            Err(e) => {
-                eprintln!("error: {addr}: {e}");
-                failed = true;
-            }
+        for &form in &args.form {
+            failed |= !redis_bench_one(&args, *addr, form);
         }
     }
     if failed {
         EXIT_FAILURE
     } else {
         0
+    }
+}
+
+/// Runs one server with one form and prints its row; false if it failed.
+fn redis_bench_one(
+    args: &RedisBenchArgs,
+    addr: std::net::SocketAddr,
+    form: qstore_redis::bench::Form,
+) -> bool {
+    let spec = qstore_redis::bench::Spec {
+        addr,
+        password: args.password.clone(),
+        clients: args.clients,
+        duration: Duration::from_secs_f64(args.duration),
+        keys: args.keys,
+        reads: args.reads,
+        rmws: args.rmws,
+        form,
+    };
+    match qstore_redis::bench::run(&spec) {
+        Ok(o) => {
+            println!(
+                "{addr},{},{},{:.0},{},{},{}",
+                form.name(),
+                args.clients,
+                o.txn_per_s(),
+                o.p50_us,
+                o.p99_us,
+                o.errors
+            );
+            o.errors == 0
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::Unsupported => {
+            eprintln!("skipped: {addr} {}: {e}", form.name());
+            true
+        }
+        Err(e) => {
+            eprintln!("error: {addr} {}: {e}", form.name());
+            false
+        }
     }
 }
 
