@@ -98,6 +98,12 @@ enum UndoEntry {
 }
 
 impl UndoLog {
+    /// Makes room for `bytes` of before-images, so a fragment that knows what it will write
+    /// grows the log once rather than doubling it write by write.
+    pub fn reserve(&mut self, bytes: usize) {
+        self.arena.reserve(bytes);
+    }
+
     pub fn clear(&mut self) {
         self.entries.clear();
         self.arena.clear();

@@ -131,10 +131,12 @@ pub const MAX_TXN_OPS: usize = 16_384;
 /// arguments is an error (in MULTI, Redis refuses those when queued, and EXEC then aborts);
 /// any other mistake is a [`Command::Failed`] that answers its error when it runs (in MULTI,
 /// inside EXEC's array), as Redis does.
-pub fn parse(args: &[Vec<u8>]) -> Result<Command, Resp> {
-    let name = String::from_utf8_lossy(&args[0]).to_ascii_lowercase();
-    let Some(&(_, arity, ..)) = COMMANDS.iter().find(|c| c.0 == name) else {
-        return Err(unknown(&args[0], &args[1..]));
+pub fn parse(args: &[&[u8]]) -> Result<Command, Resp> {
+    let Some(&(name, arity, ..)) = COMMANDS
+        .iter()
+        .find(|c| c.0.as_bytes().eq_ignore_ascii_case(args[0]))
+    else {
+        return Err(unknown(args[0], &args[1..]));
     };
     let n = args.len() as i64;
     if (arity > 0 && n != arity) || (arity < 0 && n < -arity) {
@@ -142,56 +144,57 @@ pub fn parse(args: &[Vec<u8>]) -> Result<Command, Resp> {
             "ERR wrong number of arguments for '{name}' command"
         )));
     }
-    Ok(checked(&name, &args[1..]).unwrap_or_else(Command::Failed))
+    Ok(checked(name, &args[1..]).unwrap_or_else(Command::Failed))
 }
 
 /// The command `name` with arguments `rest` (of the right number).
-fn checked(name: &str, rest: &[Vec<u8>]) -> Result<Command, Resp> {
-    let keys = keys_of(name, rest);
+fn checked(name: &str, rest: &[&[u8]]) -> Result<Command, Resp> {
+    let (names, step) = keys_of(name, rest);
+    let mut keys = names.iter().step_by(step);
     if keys.len() > MAX_TXN_OPS {
         return Err(Resp::err(format!(
             "ERR at most {MAX_TXN_OPS} keys in one command here"
         )));
     }
-    if keys.iter().any(|k| k.len() > MAX_KEY) {
+    if keys.any(|k| k.len() > MAX_KEY) {
         return Err(Resp::err(format!(
             "ERR keys are at most {MAX_KEY} bytes here"
         )));
     }
     Ok(match name {
-        "get" => one(Op::Get(rest[0].clone())),
+        "get" => one(Op::Get(rest[0].to_vec())),
         "set" => set(rest)?,
-        "del" => many(rest, Shape::Sum, |k| Op::Del(k.clone())),
-        "exists" => many(rest, Shape::Sum, |k| Op::Exists(k.clone())),
-        "mget" => many(rest, Shape::Array, |k| Op::Get(k.clone())),
-        "incr" => one(Op::IncrBy(rest[0].clone(), 1)),
-        "decr" => one(Op::IncrBy(rest[0].clone(), -1)),
-        "incrby" => one(Op::IncrBy(rest[0].clone(), int(&rest[1])?)),
+        "del" => many(rest, Shape::Sum, |k| Op::Del(k.to_vec())),
+        "exists" => many(rest, Shape::Sum, |k| Op::Exists(k.to_vec())),
+        "mget" => many(rest, Shape::Array, |k| Op::Get(k.to_vec())),
+        "incr" => one(Op::IncrBy(rest[0].to_vec(), 1)),
+        "decr" => one(Op::IncrBy(rest[0].to_vec(), -1)),
+        "incrby" => one(Op::IncrBy(rest[0].to_vec(), int(&rest[1])?)),
         "decrby" => {
             let by = int(&rest[1])?;
             let neg = by
                 .checked_neg()
                 .ok_or_else(|| Resp::err("ERR decrement would overflow"))?;
-            one(Op::IncrBy(rest[0].clone(), neg))
+            one(Op::IncrBy(rest[0].to_vec(), neg))
         }
-        "append" => one(Op::Append(rest[0].clone(), rest[1].clone())),
-        "strlen" => one(Op::Strlen(rest[0].clone())),
+        "append" => one(Op::Append(rest[0].to_vec(), rest[1].to_vec())),
+        "strlen" => one(Op::Strlen(rest[0].to_vec())),
         "mset" => mset(rest)?,
         "ping" if rest.len() > 1 => {
             return Err(Resp::err(
                 "ERR wrong number of arguments for 'ping' command",
             ))
         }
-        "ping" => Command::Ping(rest.first().cloned()),
-        "echo" => Command::Echo(rest[0].clone()),
-        "select" => Command::Select(rest[0].clone()),
+        "ping" => Command::Ping(rest.first().map(|m| m.to_vec())),
+        "echo" => Command::Echo(rest[0].to_vec()),
+        "select" => Command::Select(rest[0].to_vec()),
         "auth" if rest.len() > 2 => return Err(Resp::err("ERR syntax error")),
-        "auth" => Command::Auth(rest.to_vec()),
-        "hello" => Command::Hello(rest.to_vec()),
+        "auth" => Command::Auth(owned(rest)),
+        "hello" => Command::Hello(owned(rest)),
         "multi" => Command::Multi,
         "exec" => Command::Exec,
         "discard" => Command::Discard,
-        "watch" => Command::Watch(rest.to_vec()),
+        "watch" => Command::Watch(owned(rest)),
         "unwatch" => Command::Unwatch,
         "client" => client(rest)?,
         "command" => Command::CommandInfo(rest.first().map(|s| s.to_ascii_lowercase())),
@@ -202,20 +205,25 @@ fn checked(name: &str, rest: &[Vec<u8>]) -> Result<Command, Resp> {
     })
 }
 
-/// The keys a command names (checked for length before anything runs).
-fn keys_of<'a>(name: &str, rest: &'a [Vec<u8>]) -> Vec<&'a Vec<u8>> {
+/// The keys a command names (checked for length before anything runs): every `step`th
+/// argument of the slice.
+fn keys_of<'a, 'b>(name: &str, rest: &'a [&'b [u8]]) -> (&'a [&'b [u8]], usize) {
     match name {
-        "mset" => rest.iter().step_by(2).collect(),
-        "del" | "exists" | "mget" | "watch" => rest.iter().collect(),
+        "mset" => (rest, 2),
+        "del" | "exists" | "mget" | "watch" => (rest, 1),
         "get" | "set" | "incr" | "decr" | "incrby" | "decrby" | "append" | "strlen" => {
-            rest.iter().take(1).collect()
+            (&rest[..1], 1)
         }
-        _ => Vec::new(),
+        _ => (&[], 1),
     }
 }
 
+fn owned(args: &[&[u8]]) -> Vec<Vec<u8>> {
+    args.iter().map(|a| a.to_vec()).collect()
+}
+
 /// Redis's words for a command it does not know.
-fn unknown(name: &[u8], args: &[Vec<u8>]) -> Resp {
+fn unknown(name: &[u8], args: &[&[u8]]) -> Resp {
     let shown: String = args
         .iter()
         .take(16)
@@ -238,9 +246,9 @@ fn one(op: Op) -> Command {
     })
 }
 
-fn many(keys: &[Vec<u8>], shape: Shape, op: impl Fn(&Vec<u8>) -> Op) -> Command {
+fn many(keys: &[&[u8]], shape: Shape, op: impl Fn(&[u8]) -> Op) -> Command {
     Command::Data(DataCommand {
-        ops: keys.iter().map(op).collect(),
+        ops: keys.iter().map(|k| op(k)).collect(),
         shape,
     })
 }
@@ -249,7 +257,7 @@ fn int(b: &[u8]) -> Result<i64, Resp> {
     parse_int(b).ok_or_else(|| Resp::err("ERR value is not an integer or out of range"))
 }
 
-fn set(rest: &[Vec<u8>]) -> Result<Command, Resp> {
+fn set(rest: &[&[u8]]) -> Result<Command, Resp> {
     let (mut nx, mut xx) = (false, false);
     for opt in &rest[2..] {
         match opt.to_ascii_uppercase().as_slice() {
@@ -266,15 +274,15 @@ fn set(rest: &[Vec<u8>]) -> Result<Command, Resp> {
         }
     }
     Ok(one(Op::Set {
-        key: rest[0].clone(),
-        value: rest[1].clone(),
+        key: rest[0].to_vec(),
+        value: rest[1].to_vec(),
         nx,
         xx,
         whole: false,
     }))
 }
 
-fn mset(rest: &[Vec<u8>]) -> Result<Command, Resp> {
+fn mset(rest: &[&[u8]]) -> Result<Command, Resp> {
     if !rest.len().is_multiple_of(2) {
         return Err(Resp::err(
             "ERR wrong number of arguments for 'mset' command",
@@ -283,8 +291,8 @@ fn mset(rest: &[Vec<u8>]) -> Result<Command, Resp> {
     let ops = rest
         .chunks(2)
         .map(|kv| Op::Set {
-            key: kv[0].clone(),
-            value: kv[1].clone(),
+            key: kv[0].to_vec(),
+            value: kv[1].to_vec(),
             nx: false,
             xx: false,
             // MSET sets every key or none: a pair that does not fit aborts the transaction.
@@ -307,7 +315,7 @@ pub fn valid_client_name(name: &[u8]) -> Result<(), Resp> {
     Ok(())
 }
 
-fn client(rest: &[Vec<u8>]) -> Result<Command, Resp> {
+fn client(rest: &[&[u8]]) -> Result<Command, Resp> {
     let sub = rest[0].to_ascii_lowercase();
     let arity = |n: usize| {
         if rest.len() == n {
@@ -322,14 +330,14 @@ fn client(rest: &[Vec<u8>]) -> Result<Command, Resp> {
     match sub.as_slice() {
         b"setname" => {
             arity(2)?;
-            valid_client_name(&rest[1])?;
-            Ok(Command::ClientSetName(rest[1].clone()))
+            valid_client_name(rest[1])?;
+            Ok(Command::ClientSetName(rest[1].to_vec()))
         }
         b"getname" => arity(1).map(|()| Command::ClientGetName),
         b"id" => arity(1).map(|()| Command::ClientId),
         _ => Err(Resp::err(format!(
             "ERR unknown subcommand '{}'. Try CLIENT HELP.",
-            clip(&rest[0])
+            clip(rest[0])
         ))),
     }
 }
@@ -338,8 +346,8 @@ fn client(rest: &[Vec<u8>]) -> Result<Command, Resp> {
 mod tests {
     use super::*;
 
-    fn args(s: &str) -> Vec<Vec<u8>> {
-        s.split(' ').map(|a| a.as_bytes().to_vec()).collect()
+    fn args(s: &str) -> Vec<&[u8]> {
+        s.split(' ').map(str::as_bytes).collect()
     }
 
     #[test]

@@ -1,6 +1,8 @@
 //! RESP on the wire: requests (arrays of bulk strings, or inline commands as `redis-cli`
 //! and telnet users type them) in, replies out in RESP2 or, after `HELLO 3`, RESP3.
 
+use qstore_workload::kv::parse_int;
+
 /// Most arguments in one request (Redis's own limit).
 const MAX_ARGS: usize = 1024 * 1024;
 /// Longest inline command line (Redis's own limit).
@@ -88,8 +90,9 @@ fn line(out: &mut Vec<u8>, tag: u8, body: &[u8]) {
 #[derive(Debug, PartialEq, Eq)]
 pub struct ProtocolError(pub String);
 
-/// A request's arguments, and the bytes it took.
-pub type Request = (Vec<Vec<u8>>, usize);
+/// A request's arguments (borrowed from the input: nothing is copied until a command keeps
+/// it), and the bytes it took.
+pub type Request<'a> = (Vec<&'a [u8]>, usize);
 
 /// What a request may hold: Redis's own limits once a client is authenticated, and far
 /// smaller ones before (as Redis 7.2 has), so an unauthenticated client cannot make the
@@ -123,7 +126,10 @@ impl RequestLimits {
 
 /// The next complete request in `buf`: its arguments and the bytes it took; `None` if `buf`
 /// holds only part of one. An empty request (a blank inline line, `*0`) has no arguments.
-pub fn next_request(buf: &[u8], limits: RequestLimits) -> Result<Option<Request>, ProtocolError> {
+pub fn next_request(
+    buf: &[u8],
+    limits: RequestLimits,
+) -> Result<Option<Request<'_>>, ProtocolError> {
     match buf.first() {
         None => Ok(None),
         Some(b'*') => multibulk(buf, limits),
@@ -135,7 +141,7 @@ pub fn next_request(buf: &[u8], limits: RequestLimits) -> Result<Option<Request>
 /// commands). Read here rather than by a general decoder: nothing nests, a count is checked
 /// before it sizes anything, and a bulk string's bytes are skipped, not scanned, while the
 /// request is incomplete.
-fn multibulk(buf: &[u8], limits: RequestLimits) -> Result<Option<Request>, ProtocolError> {
+fn multibulk(buf: &[u8], limits: RequestLimits) -> Result<Option<Request<'_>>, ProtocolError> {
     let Some((count, mut at)) = header(buf, 0, "mbulk")? else {
         return Ok(None);
     };
@@ -166,7 +172,7 @@ fn multibulk(buf: &[u8], limits: RequestLimits) -> Result<Option<Request>, Proto
         if buf.len() < next + len + 2 {
             return Ok(None);
         }
-        args.push(buf[next..next + len].to_vec());
+        args.push(&buf[next..next + len]);
         at = next + len + 2;
     }
     Ok(Some((args, at)))
@@ -190,10 +196,8 @@ fn header(
         return Ok(None);
     };
     let text = line[..end].strip_suffix(b"\r").unwrap_or(&line[..end]);
-    let n = std::str::from_utf8(text)
-        .ok()
-        .and_then(|t| t.parse::<i64>().ok())
-        .ok_or(());
+    // Read as Redis reads it (string2ll): no plus sign, no leading zeros.
+    let n = parse_int(text).ok_or(());
     Ok(Some((n, at + 1 + end + 1)))
 }
 
@@ -202,7 +206,7 @@ fn invalid(what: &str) -> ProtocolError {
 }
 
 /// An inline command: one line, arguments separated by spaces.
-fn inline(buf: &[u8]) -> Result<Option<Request>, ProtocolError> {
+fn inline(buf: &[u8]) -> Result<Option<Request<'_>>, ProtocolError> {
     let Some(end) = buf.iter().position(|&b| b == b'\n') else {
         if buf.len() > MAX_INLINE {
             return Err(ProtocolError(
@@ -215,7 +219,6 @@ fn inline(buf: &[u8]) -> Result<Option<Request>, ProtocolError> {
     let args = text
         .split(|b| b.is_ascii_whitespace())
         .filter(|a| !a.is_empty())
-        .map(<[u8]>::to_vec)
         .collect();
     Ok(Some((args, end + 1)))
 }
@@ -223,6 +226,7 @@ fn inline(buf: &[u8]) -> Result<Option<Request>, ProtocolError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use qstore_workload::kv::parse_int;
 
     const AUTH: RequestLimits = RequestLimits::AUTHENTICATED;
 
@@ -233,15 +237,9 @@ mod tests {
             assert_eq!(next_request(&req[..cut], AUTH), Ok(None), "cut at {cut}");
         }
         let (args, used) = next_request(req, AUTH).unwrap().unwrap();
-        assert_eq!(
-            (args, used),
-            (vec![b"GET".to_vec(), b"a".to_vec()], req.len())
-        );
+        assert_eq!((args, used), (vec![b"GET".as_slice(), b"a"], req.len()));
         let (args, used) = next_request(b"PING  hello\r\nGET", AUTH).unwrap().unwrap();
-        assert_eq!(
-            (args, used),
-            (vec![b"PING".to_vec(), b"hello".to_vec()], 13)
-        );
+        assert_eq!((args, used), (vec![b"PING".as_slice(), b"hello"], 13));
     }
 
     #[test]

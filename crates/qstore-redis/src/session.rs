@@ -79,6 +79,19 @@ enum Then {
     DbSize,
 }
 
+impl Then {
+    /// Key operations its transaction runs, at most (refused commands' are left out).
+    fn ops(&self) -> usize {
+        match self {
+            Then::Pipeline { commands, .. } => commands.iter().map(|d| d.ops.len()).sum(),
+            Then::Exec { queued, .. } => queued.iter().map(Command::ops).sum(),
+            Then::Watch(keys) => keys.len(),
+            // Every bucket: the builder grows as it goes.
+            Then::DbSize => 0,
+        }
+    }
+}
+
 /// What the connection's client has set up.
 pub(crate) struct Session<'a> {
     shared: &'a Shared,
@@ -230,6 +243,7 @@ impl<'a> Session<'a> {
     /// run, or the cluster refuses new transactions now.
     fn start(&mut self, then: Then, watched: &[(Vec<u8>, u64)]) -> Step {
         let mut txn = self.shared.backend.kv.txn();
+        txn.reserve(watched.len() + then.ops());
         for (k, v) in watched {
             txn.push(&Op::Check(k.clone(), *v));
         }

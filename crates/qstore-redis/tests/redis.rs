@@ -334,15 +334,26 @@ fn replies_match_redis_byte_for_byte_on_no_wait() {
 fn hostile_requests_get_redis_errors_and_the_port_keeps_serving() {
     let q = qstore("qstore", 1);
     let real = real_redis(&q.password);
+    // Counts are read as Redis reads them: no plus sign, no leading zeros.
+    let bad_counts: [(&[u8], &str); 5] = [
+        (b"*99999999999\r\n", "multibulk"),
+        (b"*05\r\n", "multibulk"),
+        (b"*+1\r\n", "multibulk"),
+        (b"*1\r\n$03\r\nabc\r\n", "bulk"),
+        (b"*1\r\n$-1\r\n", "bulk"),
+    ];
     for port in [real.port, q.server.local_addr().port()] {
-        let mut c = Raw::connect(port);
-        assert_eq!(c.cmd(&["AUTH", &q.password]), b"+OK\r\n");
-        let reply = c.send_bytes(b"*99999999999\r\n");
-        assert_eq!(
-            String::from_utf8_lossy(&reply),
-            "-ERR Protocol error: invalid multibulk length\r\n",
-            "port {port}"
-        );
+        for (request, what) in bad_counts {
+            let mut c = Raw::connect(port);
+            assert_eq!(c.cmd(&["AUTH", &q.password]), b"+OK\r\n");
+            let reply = c.send_bytes(request);
+            assert_eq!(
+                String::from_utf8_lossy(&reply),
+                format!("-ERR Protocol error: invalid {what} length\r\n"),
+                "port {port}, {}",
+                String::from_utf8_lossy(request)
+            );
+        }
     }
     // Deep nesting, before AUTH: refused at once, and the process lives on.
     let mut deep = Raw::connect(q.server.local_addr().port());

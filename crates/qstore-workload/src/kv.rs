@@ -32,6 +32,7 @@ use qstore_core::txn::{
 use qstore_core::{ConfigError, Key, PartitionId, QError, RunConfig, TableId};
 use rand::Rng as _;
 use rustc_hash::FxHashMap;
+use std::io::Write as _;
 use std::sync::Arc;
 
 /// The only table: buckets.
@@ -91,6 +92,17 @@ impl Op {
             self,
             Op::Set { .. } | Op::Del(_) | Op::IncrBy(..) | Op::Append(..)
         )
+    }
+
+    /// Bytes [`Op::encode`] appends.
+    fn encoded_len(&self) -> usize {
+        let extra = match self {
+            Op::Set { value, .. } => 1 + 4 + value.len(),
+            Op::IncrBy(..) | Op::Check(..) => 8,
+            Op::Append(_, value) => 4 + value.len(),
+            _ => 0,
+        };
+        1 + 2 + self.key().len() + extra
     }
 
     fn encode(&self, out: &mut Vec<u8>) {
@@ -476,30 +488,48 @@ fn write(op: &Op, row: &mut [u8]) -> Result<Reply, LogicAbort> {
 }
 
 fn incr(row: &mut [u8], key: &[u8], by: i64) -> Result<i64, Reply> {
-    let old = match Bucket::get(row, key) {
+    let old = match Bucket::find(row, key) {
         None => 0,
-        Some(v) => parse_int(&v).ok_or_else(|| Reply::Err(NOT_AN_INTEGER.into()))?,
+        Some(e) => parse_int(e.value).ok_or_else(|| Reply::Err(NOT_AN_INTEGER.into()))?,
     };
     let new = old
         .checked_add(by)
         .ok_or_else(|| Reply::Err(OVERFLOW.into()))?;
-    Bucket::put(row, key, new.to_string().as_bytes())?;
+    // Formatted on the stack: an i64 has at most 20 characters.
+    let mut text = [0u8; 20];
+    let mut w = &mut text[..];
+    write!(w, "{new}").expect("an i64 fits in 20 bytes");
+    let len = 20 - w.len();
+    Bucket::put(row, key, &text[..len])?;
     Ok(new)
 }
 
 /// An integer as Redis accepts one: decimal, optional minus, no spaces or plus sign, no
 /// leading zeros, fits in an i64.
 pub fn parse_int(b: &[u8]) -> Option<i64> {
-    let s = std::str::from_utf8(b).ok()?;
-    let digits = s.strip_prefix('-').unwrap_or(s);
-    let canonical = !digits.is_empty()
-        && digits.bytes().all(|c| c.is_ascii_digit())
-        && (digits == "0" || !digits.starts_with('0'))
-        && s != "-0";
-    if !canonical {
-        return None;
+    let (negative, digits) = match b.split_first() {
+        Some((b'-', rest)) => (true, rest),
+        _ => (false, b),
+    };
+    match digits {
+        [] => return None,
+        [b'0'] if negative => return None,
+        [b'0', _, ..] => return None,
+        _ => {}
     }
-    s.parse().ok()
+    // Summed below zero, so i64::MIN, whose magnitude no i64 holds, parses too.
+    let mut n: i64 = 0;
+    for &c in digits {
+        if !c.is_ascii_digit() {
+            return None;
+        }
+        n = n.checked_mul(10)?.checked_sub(i64::from(c - b'0'))?;
+    }
+    if negative {
+        Some(n)
+    } else {
+        n.checked_neg()
+    }
 }
 
 /// The step of every access: runs the bucket's operations in order and answers their replies
@@ -514,7 +544,9 @@ fn kv_apply(mut row: RowRef<'_>, arg: &Value, _: Inputs<'_>) -> Result<Value, Lo
         return Err(LogicAbort("a bucket does not parse"));
     }
     let mut r = Reader(ops);
-    let mut out = Vec::new();
+    // Replies are about as long as the operations (an INCR's is shorter, a GET's holds the
+    // value): one allocation for most buckets.
+    let mut out = Vec::with_capacity(ops.len() + 32);
     while !r.is_empty() {
         let op = Op::decode(&mut r).ok_or(LogicAbort("malformed kv operation"))?;
         apply(&op, &mut row)?.encode(&mut out);
@@ -626,6 +658,7 @@ impl<'a> KvTxnBuilder<'a> {
             self.buckets.len() - 1
         });
         let b = &mut self.buckets[i];
+        b.2.reserve(op.encoded_len());
         b.1 |= match op {
             Op::Check(..) => CHECKS,
             op if op.writes() => WRITES,
@@ -637,6 +670,13 @@ impl<'a> KvTxnBuilder<'a> {
 
     pub fn is_empty(&self) -> bool {
         self.placed.is_empty()
+    }
+
+    /// Makes room for `ops` more operations (on as many buckets at most).
+    pub fn reserve(&mut self, ops: usize) {
+        self.buckets.reserve(ops);
+        self.index.reserve(ops);
+        self.placed.reserve(ops);
     }
 
     /// The call, and what [`KvTxnBuilder::replies`] needs to read its outputs.
@@ -831,6 +871,34 @@ impl TxnGenerator for KvGenerator {
 mod tests {
     use super::*;
 
+    #[test]
+    fn an_operation_knows_its_encoded_length() {
+        let k = b"some key".to_vec();
+        let ops = [
+            Op::Get(k.clone()),
+            Op::Set {
+                key: k.clone(),
+                value: b"a value".to_vec(),
+                nx: true,
+                xx: false,
+                whole: false,
+            },
+            Op::Del(k.clone()),
+            Op::Exists(k.clone()),
+            Op::IncrBy(k.clone(), -3),
+            Op::Append(k.clone(), b"more".to_vec()),
+            Op::Strlen(k.clone()),
+            Op::Version(k.clone()),
+            Op::Check(k, 7),
+            Op::Count,
+        ];
+        for op in ops {
+            let mut out = Vec::new();
+            op.encode(&mut out);
+            assert_eq!(out.len(), op.encoded_len(), "{op:?}");
+        }
+    }
+
     fn run(row: &mut [u8], ops: &[Op]) -> Result<Vec<Reply>, LogicAbort> {
         let mut arg = Vec::new();
         ops.iter().for_each(|o| o.encode(&mut arg));
@@ -980,8 +1048,24 @@ mod tests {
         assert_eq!(replies[5], Reply::Err(OVERFLOW.into()));
         assert_eq!(replies[6], Reply::Int(3));
         assert_eq!(Bucket::get(&row, b"n").unwrap(), b"-20");
-        for bad in ["", "-", "01", "+1", " 1", "-0", "99999999999999999999"] {
+        for bad in [
+            "",
+            "-",
+            "01",
+            "+1",
+            " 1",
+            "-0",
+            "1 ",
+            "1a",
+            "--1",
+            "99999999999999999999",
+            "9223372036854775808",
+            "-9223372036854775809",
+        ] {
             assert_eq!(parse_int(bad.as_bytes()), None, "{bad:?}");
+        }
+        for n in [0, 1, -1, 42, -907, i64::MAX, i64::MIN] {
+            assert_eq!(parse_int(n.to_string().as_bytes()), Some(n));
         }
     }
 

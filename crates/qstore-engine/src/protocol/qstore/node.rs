@@ -1394,13 +1394,20 @@ impl QNode {
             self.state.lock().spec.touch(pos, keys);
         }
         let ctx = &*self.ctx;
+        let keeps_undo = frag.fate().is_some() || self.speculate;
+        if keeps_undo {
+            let tables = &ctx.catalog.tables;
+            let writes = frag.accesses.iter().filter(|op| op.kind.is_write());
+            s.undo
+                .reserve(writes.map(|op| tables[op.table as usize].row_size).sum());
+        }
         let mut votes: Vec<Option<String>> = Vec::new();
         for (at, op) in (frag.start as usize..).zip(frag.accesses) {
             ahead(at);
             let mut int_arg = Value::Null;
             let a = frag.access(op, &mut int_arg);
             let t = trace.then_some(&mut s.trace);
-            let undo = (frag.fate().is_some() || self.speculate).then_some(&mut s.undo);
+            let undo = keeps_undo.then_some(&mut s.undo);
             // SAFETY: this queue owns its sub-partition's records until it finishes: every
             // access to them is in this queue or in queues that run strictly before or after,
             // and records written by undecided transactions are not touched (see `ready`).
