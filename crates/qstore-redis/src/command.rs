@@ -169,9 +169,9 @@ fn checked(name: &str, rest: &[&[u8]]) -> Result<Command, Resp> {
         "mget" => many(rest, Shape::Array, |k| Op::Get(k.to_vec())),
         "incr" => one(Op::IncrBy(rest[0].to_vec(), 1)),
         "decr" => one(Op::IncrBy(rest[0].to_vec(), -1)),
-        "incrby" => one(Op::IncrBy(rest[0].to_vec(), int(&rest[1])?)),
+        "incrby" => one(Op::IncrBy(rest[0].to_vec(), int(rest[1])?)),
         "decrby" => {
-            let by = int(&rest[1])?;
+            let by = int(rest[1])?;
             let neg = by
                 .checked_neg()
                 .ok_or_else(|| Resp::err("ERR decrement would overflow"))?;
