@@ -226,7 +226,6 @@ fn inline(buf: &[u8]) -> Result<Option<Request<'_>>, ProtocolError> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use qstore_workload::kv::parse_int;
 
     const AUTH: RequestLimits = RequestLimits::AUTHENTICATED;
 
