@@ -705,15 +705,15 @@ impl<'a> KvTxnBuilder<'a> {
                 other => Err(format!("a bucket answered {other:?}, not its replies")),
             })
             .collect::<Result<_, _>>()?;
-        placed
-            .iter()
-            .map(|&i| {
-                readers
-                    .get_mut(i)
-                    .and_then(Reply::decode)
-                    .ok_or_else(|| format!("bucket {i} answered fewer replies than operations"))
-            })
-            .collect()
+        let mut replies = Vec::with_capacity(placed.len());
+        for &i in placed {
+            let reply = readers
+                .get_mut(i)
+                .and_then(Reply::decode)
+                .ok_or_else(|| format!("bucket {i} answered fewer replies than operations"))?;
+            replies.push(reply);
+        }
+        Ok(replies)
     }
 }
 
