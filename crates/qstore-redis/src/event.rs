@@ -1,4 +1,5 @@
-//! The port's event loop: one thread serves every connection over non-blocking sockets.
+//! The port's event loop: one thread serves many connections over non-blocking sockets (a port
+//! runs `event_loops` of them; each serves the connections it accepted).
 //!
 //! Each turn of the loop reads what its connections sent, serves their requests
 //! ([`Session::run_requests`]), and submits the transactions they need to the engine together
@@ -316,7 +317,11 @@ impl<'a> EventLoop<'a> {
                     return tracing::warn!("node {me}: accepting a Redis client failed: {e}");
                 }
             };
-            if self.shared.open.load(Ordering::Acquire) >= self.shared.backend.limits.max_clients {
+            // Counted before it is checked: the port's other event loops admit at once.
+            if self.shared.open.fetch_add(1, Ordering::AcqRel)
+                >= self.shared.backend.limits.max_clients
+            {
+                self.shared.open.fetch_sub(1, Ordering::AcqRel);
                 refuse(&mut stream, "ERR max number of clients reached");
                 let _ = stream.shutdown(Shutdown::Both);
                 continue;
@@ -332,13 +337,13 @@ impl<'a> EventLoop<'a> {
                     .register(&mut stream, Token(FIRST_CONN + i), interest)
             {
                 tracing::warn!("redis client {peer}: {e}");
+                self.shared.open.fetch_sub(1, Ordering::AcqRel);
                 self.free.push(i);
                 continue;
             }
             let _ = stream.set_nodelay(true);
             let counters = &self.shared.counters;
             let number = counters.connections.fetch_add(1, Ordering::Relaxed) + 1;
-            self.shared.open.fetch_add(1, Ordering::AcqRel);
             self.conns[i] = Some(Conn {
                 stream,
                 peer: peer.to_string(),

@@ -7,9 +7,9 @@
 //! watched keys' buckets; `EXEC` checks them inside its transaction (an access that aborts
 //! it when one changed) and answers nil then, as Redis does.
 //!
-//! One event-loop thread serves every connection (up to `max_clients`; see [`event`]): the
-//! transactions of many connections go to the engine together, and on an idle qstore node
-//! they run as one batch on that thread. Replies go out in the order of the requests. Clients
+//! An event-loop thread serves many connections (up to `max_clients` in all, over
+//! `event_loops` threads; see [`event`]): the transactions of its connections go to the
+//! engine together, and on an idle qstore node they run as one batch on that thread. Replies go out in the order of the requests. Clients
 //! must `AUTH` with the password derived from the cluster
 //! secret ([`password_for`]) before anything but `AUTH`, `HELLO … AUTH` and `QUIT`.
 
@@ -95,6 +95,8 @@ pub struct Limits {
     pub idle_timeout: Duration,
     /// How long a command waits for its transaction's answer.
     pub answer_timeout: Duration,
+    /// Event-loop threads, each serving the connections it accepted.
+    pub event_loops: usize,
 }
 
 impl Default for Limits {
@@ -103,6 +105,7 @@ impl Default for Limits {
             max_clients: 1024,
             idle_timeout: Duration::from_secs(300),
             answer_timeout: Duration::from_secs(30),
+            event_loops: 1,
         }
     }
 }
@@ -140,35 +143,52 @@ struct Shared {
 pub struct RedisServer {
     shared: Arc<Shared>,
     addr: SocketAddr,
-    wake: Arc<WakeFlag>,
-    thread: Mutex<Option<JoinHandle<()>>>,
+    wakes: Vec<Arc<WakeFlag>>,
+    threads: Mutex<Vec<JoinHandle<()>>>,
 }
 
 impl RedisServer {
-    /// Serves Redis clients on `listener` until [`RedisServer::stop`].
+    /// Serves Redis clients on `listener` until [`RedisServer::stop`], with
+    /// `limits.event_loops` threads: each polls the listener and serves the connections it
+    /// accepts (as the node's own client endpoint does).
     pub fn start(listener: TcpListener, backend: Backend) -> io::Result<Self> {
         let addr = listener.local_addr()?;
         listener.set_nonblocking(true)?;
-        let mut listener = mio::net::TcpListener::from_std(listener);
-        let poll = Poll::new()?;
-        poll.registry()
-            .register(&mut listener, event::LISTENER, Interest::READABLE)?;
-        let wake = Arc::new(WakeFlag::new(Waker::new(poll.registry(), event::WAKER)?));
         let shared = Arc::new(Shared {
             backend,
             counters: Counters::default(),
             open: AtomicUsize::new(0),
             stop: AtomicBool::new(false),
         });
-        let (s, w) = (shared.clone(), wake.clone());
-        let thread = std::thread::Builder::new()
-            .name(format!("n{}-redis", s.backend.me.0))
-            .spawn(move || EventLoop::new(&s, poll, listener, w).run())?;
+        let me = shared.backend.me.0;
+        let mut wakes = Vec::new();
+        let mut threads = Vec::new();
+        for i in 0..shared.backend.limits.event_loops.max(1) {
+            let mut listener = mio::net::TcpListener::from_std(listener.try_clone()?);
+            let poll = Poll::new()?;
+            poll.registry()
+                .register(&mut listener, event::LISTENER, Interest::READABLE)?;
+            let wake = Arc::new(WakeFlag::new(Waker::new(poll.registry(), event::WAKER)?));
+            let (s, w) = (shared.clone(), wake.clone());
+            let thread = std::thread::Builder::new()
+                .name(format!("n{me}-redis-{i}"))
+                .spawn(move || EventLoop::new(&s, poll, listener, w).run());
+            match thread {
+                Ok(t) => threads.push(t),
+                Err(e) => {
+                    // The loops already running stop with the port they would have served.
+                    shared.stop.store(true, Ordering::Release);
+                    wakes.iter().for_each(|w: &Arc<WakeFlag>| w.wake_now());
+                    return Err(e);
+                }
+            }
+            wakes.push(wake);
+        }
         Ok(RedisServer {
             shared,
             addr,
-            wake,
-            thread: Mutex::new(Some(thread)),
+            wakes,
+            threads: Mutex::new(threads),
         })
     }
 
@@ -180,8 +200,8 @@ impl RedisServer {
     /// connection and waits.
     pub fn stop(&self) {
         self.shared.stop.store(true, Ordering::Release);
-        self.wake.wake_now();
-        if let Some(h) = self.thread.lock().take() {
+        self.wakes.iter().for_each(|w| w.wake_now());
+        for h in self.threads.lock().drain(..) {
             let _ = h.join();
         }
     }

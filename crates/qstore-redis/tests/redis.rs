@@ -428,10 +428,14 @@ fn redis_cli_works_unchanged() {
 
 /// Transfers between accounts in MULTI/EXEC (read balances under WATCH, write both) while
 /// auditors MGET every account: the total never changes, on every protocol tried.
-fn transfers_keep_the_sum(protocol: &str) {
+fn transfers_keep_the_sum(protocol: &str, event_loops: usize) {
     const ACCOUNTS: usize = 8;
     const START: i64 = 100;
-    let q = qstore(protocol, 2);
+    let limits = Limits {
+        event_loops,
+        ..Limits::default()
+    };
+    let q = qstore_with(protocol, 2, limits);
     let port = q.server.local_addr().port();
     let keys: Vec<String> = (0..ACCOUNTS).map(|i| format!("acct:{i}")).collect();
     let mut setup = Raw::connect(port);
@@ -514,22 +518,32 @@ fn transfers_keep_the_sum(protocol: &str) {
         committed > 0 && audited > 0,
         "{committed} transfers, {audited} audits"
     );
-    println!("{protocol}: {committed} transfers committed, {audited} audits, sum kept");
+    println!(
+        "{protocol}, {event_loops} event loop(s): {committed} transfers committed, {audited} \
+         audits, sum kept"
+    );
 }
 
 #[test]
 fn transfers_keep_the_sum_on_qstore() {
-    transfers_keep_the_sum("qstore");
+    transfers_keep_the_sum("qstore", 1);
+}
+
+/// The same with the port's connections spread over two event loops, which submit to the
+/// engine concurrently.
+#[test]
+fn transfers_keep_the_sum_over_two_event_loops() {
+    transfers_keep_the_sum("qstore", 2);
 }
 
 #[test]
 fn transfers_keep_the_sum_on_calvin() {
-    transfers_keep_the_sum("calvin");
+    transfers_keep_the_sum("calvin", 1);
 }
 
 #[test]
 fn transfers_keep_the_sum_on_occ() {
-    transfers_keep_the_sum("occ");
+    transfers_keep_the_sum("occ", 1);
 }
 
 /// DBSIZE counts one state of the database: writers move a key of their own (DEL one name,

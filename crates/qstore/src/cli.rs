@@ -209,6 +209,10 @@ struct RedisArgs {
     /// Let every client in without AUTH (only on a loopback address).
     #[arg(long)]
     no_auth: bool,
+    /// Event-loop threads serving Redis clients (server.io_threads; default one per 4
+    /// cores). Each runs its connections' transactions, so more help where cores are spare.
+    #[arg(long, value_name = "N")]
+    io_threads: Option<u32>,
     /// Stop after this many seconds (default: run until Ctrl-C).
     #[arg(long, value_name = "SECONDS")]
     serve_for: Option<f64>,
@@ -1427,10 +1431,16 @@ fn redis(mut args: RedisArgs) -> i32 {
             ))
         }
     }
-    let cfg = match args.run.config() {
+    let mut cfg = match args.run.config() {
         Ok(c) => c,
         Err(e) => return usage_error(&e),
     };
+    if let Some(n) = args.io_threads {
+        cfg.server.io_threads = n;
+        if let Err(e) = cfg.server.validate() {
+            return usage_error(&format!("--io-threads: {e}"));
+        }
+    }
     let loads = sizing::Loads {
         partitions: cfg.cluster.nodes,
         oracle: false,

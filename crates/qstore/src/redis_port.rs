@@ -36,7 +36,8 @@ pub fn kv_of(cfg: &RunConfig) -> Result<Kv, QError> {
     Ok(Kv::new(cfg)?)
 }
 
-/// The port's limits from `[server]` (an automatic `max_clients`, 0, takes the port's own).
+/// The port's limits from `[server]` (an automatic `max_clients`, 0, takes the port's own;
+/// `io_threads` event loops serve it).
 pub fn limits_of(cfg: &RunConfig) -> Limits {
     Limits {
         max_clients: match cfg.server.max_clients {
@@ -44,6 +45,7 @@ pub fn limits_of(cfg: &RunConfig) -> Limits {
             n => n as usize,
         },
         idle_timeout: Duration::from_secs_f64(cfg.server.client_idle_timeout_s),
+        event_loops: cfg.server.io_threads(),
         ..Limits::default()
     }
 }
