@@ -185,10 +185,17 @@ impl Conn {
         let reply = self.call(&[&[b"SCRIPT", b"LOAD", SCRIPT.as_bytes()]])?;
         match &reply[0] {
             OwnedFrame::BulkString(sha) => Ok(String::from_utf8_lossy(sha).into_owned()),
-            other => Err(io::Error::new(
-                io::ErrorKind::Unsupported,
-                format!("the server runs no Lua scripts (SCRIPT LOAD answered {other:?})"),
-            )),
+            other => {
+                // An unknown command's error quotes its arguments: the whole script.
+                let said = match other {
+                    OwnedFrame::Error(e) => e.split(", with args").next().unwrap_or(e).to_string(),
+                    other => format!("{other:?}"),
+                };
+                Err(io::Error::new(
+                    io::ErrorKind::Unsupported,
+                    format!("the server runs no Lua scripts (SCRIPT LOAD answered: {said})"),
+                ))
+            }
         }
     }
 

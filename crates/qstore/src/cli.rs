@@ -94,12 +94,13 @@ enum Command {
     /// (deterministic protocols); exit code 1 if a check fails. Clients must AUTH: with the password printed at start, the one
     /// derived from --secret-file, or not at all with --no-auth (loopback only).
     /// Supported: GET, SET [NX|XX], DEL, EXISTS, INCR, INCRBY, DECR, DECRBY, APPEND, STRLEN,
-    /// MGET, MSET, MULTI, EXEC, DISCARD, WATCH, UNWATCH, PING, ECHO, SELECT 0, AUTH, HELLO
-    /// [2|3], CLIENT SETNAME/GETNAME/ID, COMMAND, INFO, QUIT.
+    /// MGET, MSET, DBSIZE, MULTI, EXEC, DISCARD, WATCH, UNWATCH, PING, ECHO, SELECT 0, AUTH,
+    /// HELLO [2|3], CLIENT SETNAME/GETNAME/ID, COMMAND, INFO, QUIT.
     Redis(Box<RedisArgs>),
     /// Load Redis ports with YCSB-16 as Redis transactions (MULTI, 8 GETs, 8 INCRs, EXEC,
-    /// one pipeline each) and print throughput and latency per server: compares qstore's
-    /// port with a real redis-server under the same load.
+    /// one pipeline each; or, with --form lua, the same as a Lua script on servers that run
+    /// scripts) and print throughput and latency per server as a table (and CSV with
+    /// --output): compares qstore's port with a real redis-server under the same load.
     ///
     /// Exit code 1 when a server cannot be reached or answers an EXEC with an error.
     RedisBench(RedisBenchArgs),
@@ -249,6 +250,9 @@ struct RedisBenchArgs {
     /// port, are skipped). Several forms, comma-separated, run one after the other.
     #[arg(long, value_delimiter = ',', default_value = "multi", value_parser = parse_bench_form)]
     form: Vec<qstore_redis::bench::Form>,
+    /// Also write the results as CSV to this file.
+    #[arg(long, value_name = "FILE")]
+    output: Option<PathBuf>,
 }
 
 fn parse_bench_form(s: &str) -> Result<qstore_redis::bench::Form, String> {
@@ -1481,11 +1485,42 @@ fn redis_bench(args: RedisBenchArgs) -> i32 {
     if !(args.duration > 0.0 && args.duration.is_finite()) || args.clients == 0 || args.keys == 0 {
         return usage_error("--duration, --clients and --keys must be above 0");
     }
-    println!("server,form,clients,txn_per_s,p50_us,p99_us,errors");
+    let mut rows = Vec::new();
     let mut failed = false;
     for addr in &args.addrs {
         for &form in &args.form {
-            failed |= !redis_bench_one(&args, *addr, form);
+            eprintln!(
+                "redis-bench: {addr} as {} for {} s ...",
+                form.name(),
+                args.duration
+            );
+            match redis_bench_one(&args, *addr, form) {
+                Ok(Some(o)) => {
+                    failed |= o.errors > 0;
+                    rows.push((*addr, form, o));
+                }
+                Ok(None) => {}
+                Err(()) => failed = true,
+            }
+        }
+    }
+    print!("{}", redis_bench_table(&rows));
+    if let Some(path) = &args.output {
+        let mut csv = String::from("server,form,clients,txn_per_s,p50_us,p99_us,errors\n");
+        for (addr, form, o) in &rows {
+            csv.push_str(&format!(
+                "{addr},{},{},{:.0},{},{},{}\n",
+                form.name(),
+                args.clients,
+                o.txn_per_s(),
+                o.p50_us,
+                o.p99_us,
+                o.errors
+            ));
+        }
+        if let Err(e) = std::fs::write(path, csv) {
+            eprintln!("error: cannot write {}: {e}", path.display());
+            failed = true;
         }
     }
     if failed {
@@ -1495,12 +1530,41 @@ fn redis_bench(args: RedisBenchArgs) -> i32 {
     }
 }
 
-/// Runs one server with one form and prints its row; false if it failed.
+type BenchRow = (
+    std::net::SocketAddr,
+    qstore_redis::bench::Form,
+    qstore_redis::bench::Outcome,
+);
+
+/// The rows as an aligned table, each row's throughput also as a ratio to the first's.
+fn redis_bench_table(rows: &[BenchRow]) -> String {
+    let mut out = format!(
+        "{:<22} {:<6} {:>10} {:>8} {:>8} {:>7} {:>9}\n",
+        "server", "form", "txn/s", "p50 us", "p99 us", "errors", "vs first"
+    );
+    let first = rows.first().map_or(1.0, |r| r.2.txn_per_s());
+    for (addr, form, o) in rows {
+        out.push_str(&format!(
+            "{:<22} {:<6} {:>10.0} {:>8} {:>8} {:>7} {:>8.2}x\n",
+            addr.to_string(),
+            form.name(),
+            o.txn_per_s(),
+            o.p50_us,
+            o.p99_us,
+            o.errors,
+            o.txn_per_s() / first
+        ));
+    }
+    out
+}
+
+/// Runs one server with one form: its outcome, `None` if the server does not run that form
+/// (said on stderr), or an error (said on stderr).
 fn redis_bench_one(
     args: &RedisBenchArgs,
     addr: std::net::SocketAddr,
     form: qstore_redis::bench::Form,
-) -> bool {
+) -> Result<Option<qstore_redis::bench::Outcome>, ()> {
     let spec = qstore_redis::bench::Spec {
         addr,
         password: args.password.clone(),
@@ -1512,25 +1576,14 @@ fn redis_bench_one(
         form,
     };
     match qstore_redis::bench::run(&spec) {
-        Ok(o) => {
-            println!(
-                "{addr},{},{},{:.0},{},{},{}",
-                form.name(),
-                args.clients,
-                o.txn_per_s(),
-                o.p50_us,
-                o.p99_us,
-                o.errors
-            );
-            o.errors == 0
-        }
+        Ok(o) => Ok(Some(o)),
         Err(e) if e.kind() == std::io::ErrorKind::Unsupported => {
             eprintln!("skipped: {addr} {}: {e}", form.name());
-            true
+            Ok(None)
         }
         Err(e) => {
             eprintln!("error: {addr} {}: {e}", form.name());
-            false
+            Err(())
         }
     }
 }
