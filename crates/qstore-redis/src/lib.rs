@@ -9,9 +9,10 @@
 //!
 //! An event-loop thread serves many connections (up to `max_clients` in all, over
 //! `event_loops` threads; see [`event`]): the transactions of its connections go to the
-//! engine together, and on an idle qstore node they run as one batch on that thread. Replies go out in the order of the requests. Clients
-//! must `AUTH` with the password derived from the cluster
-//! secret ([`password_for`]) before anything but `AUTH`, `HELLO … AUTH` and `QUIT`.
+//! engine together, and on an idle qstore node they run as one batch on that thread.
+//! Replies go out in the order of the requests. Clients must `AUTH` with the password
+//! derived from the cluster secret ([`password_for`]) before anything but `AUTH`,
+//! `HELLO … AUTH` and `QUIT`.
 
 pub mod bench;
 pub mod command;
@@ -160,36 +161,19 @@ impl RedisServer {
             open: AtomicUsize::new(0),
             stop: AtomicBool::new(false),
         });
-        let me = shared.backend.me.0;
-        let mut wakes = Vec::new();
-        let mut threads = Vec::new();
-        for i in 0..shared.backend.limits.event_loops.max(1) {
-            let mut listener = mio::net::TcpListener::from_std(listener.try_clone()?);
-            let poll = Poll::new()?;
-            poll.registry()
-                .register(&mut listener, event::LISTENER, Interest::READABLE)?;
-            let wake = Arc::new(WakeFlag::new(Waker::new(poll.registry(), event::WAKER)?));
-            let (s, w) = (shared.clone(), wake.clone());
-            let thread = std::thread::Builder::new()
-                .name(format!("n{me}-redis-{i}"))
-                .spawn(move || EventLoop::new(&s, poll, listener, w).run());
-            match thread {
-                Ok(t) => threads.push(t),
-                Err(e) => {
-                    // The loops already running stop with the port they would have served.
-                    shared.stop.store(true, Ordering::Release);
-                    wakes.iter().for_each(|w: &Arc<WakeFlag>| w.wake_now());
-                    return Err(e);
-                }
-            }
-            wakes.push(wake);
-        }
-        Ok(RedisServer {
+        let mut port = RedisServer {
             shared,
             addr,
-            wakes,
-            threads: Mutex::new(threads),
-        })
+            wakes: Vec::new(),
+            threads: Mutex::new(Vec::new()),
+        };
+        for i in 0..port.shared.backend.limits.event_loops.max(1) {
+            // On failure, dropping the port stops the loops already started.
+            let (wake, thread) = spawn_loop(&port.shared, &listener, i)?;
+            port.wakes.push(wake);
+            port.threads.lock().push(thread);
+        }
+        Ok(port)
     }
 
     pub fn local_addr(&self) -> SocketAddr {
@@ -205,6 +189,24 @@ impl RedisServer {
             let _ = h.join();
         }
     }
+}
+
+/// Starts event loop `i` of the port, polling its own handle of `listener`.
+fn spawn_loop(
+    shared: &Arc<Shared>,
+    listener: &TcpListener,
+    i: usize,
+) -> io::Result<(Arc<WakeFlag>, JoinHandle<()>)> {
+    let mut listener = mio::net::TcpListener::from_std(listener.try_clone()?);
+    let poll = Poll::new()?;
+    poll.registry()
+        .register(&mut listener, event::LISTENER, Interest::READABLE)?;
+    let wake = Arc::new(WakeFlag::new(Waker::new(poll.registry(), event::WAKER)?));
+    let (s, w) = (shared.clone(), wake.clone());
+    let thread = std::thread::Builder::new()
+        .name(format!("n{}-redis-{i}", shared.backend.me.0))
+        .spawn(move || EventLoop::new(&s, poll, listener, w).run())?;
+    Ok((wake, thread))
 }
 
 impl Drop for RedisServer {
