@@ -411,11 +411,29 @@ impl<'a> Driver<'a> {
 
     /// The run stopped waiting: count what is still outstanding, outcome unknown.
     fn give_up_outstanding(&mut self) {
-        let pending: Vec<Pending> = self.pending.drain().map(|(_, p)| p).collect();
+        let pending: Vec<(TxnId, Pending)> = self.pending.drain().collect();
+        // Named in the log, so a stuck transaction can be followed in the servers' logs.
+        for (id, p) in pending.iter().take(8) {
+            tracing::error!(
+                "no answer to transaction {} (key {}:{}, home node {}, {} retries, first \
+                 sent {:.1} s ago{})",
+                id.0,
+                p.key.session,
+                p.key.seq,
+                self.clients[p.client].home.0,
+                p.retries,
+                p.first_submit.elapsed().as_secs_f64(),
+                if p.may_have_run {
+                    ", answered NotLeader before"
+                } else {
+                    ""
+                }
+            );
+        }
         let waiting = std::mem::take(&mut self.retries)
             .into_iter()
             .map(|Reverse(r)| r.pending);
-        for p in pending.into_iter().chain(waiting) {
+        for p in pending.into_iter().map(|(_, p)| p).chain(waiting) {
             self.stats.unfinished += 1;
             self.elle_complete(&p, Completion::Info, None);
         }

@@ -505,6 +505,8 @@ fn a_frozen_server_fails_the_run_and_its_verification() {
     let (out, err) = (client.stdout.text(), client.stderr.text());
     assert_eq!(status.code(), Some(1), "{out}\n{err}");
     assert!(err.contains("transaction(s) unanswered"), "{err}");
+    // Each one given up is named, to be followed in the servers' logs.
+    assert!(err.contains("no answer to transaction"), "{err}");
 }
 
 /// TPC-C's procedures over a real server: malformed calls are refused with the reason, a
